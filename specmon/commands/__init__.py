@@ -1,0 +1,1 @@
+"""Implementations of headless CLI commands (kept out of cli.py so --help stays fast)."""
