@@ -1,0 +1,70 @@
+"""Small robust statistics over plain floats (no numpy: the core must stay light)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+
+def quantile_sorted(xs: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated quantile of an already sorted sequence (numpy's default method)."""
+    n = len(xs)
+    if n == 0:
+        return None
+    if n == 1:
+        return float(xs[0])
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return float(xs[lo] + (xs[hi] - xs[lo]) * frac)
+
+
+def weighted_quantiles(counts: Iterable[tuple[float, int]], qs: Sequence[float]) -> list[float | None]:
+    """Quantiles of a multiset given as (value, count) pairs, identical to expanding it."""
+    pairs = sorted(counts)
+    n = sum(c for _, c in pairs)
+    if n == 0:
+        return [None for _ in qs]
+    out: list[float | None] = []
+    for q in qs:
+        pos = q * (n - 1)
+        lo = math.floor(pos)
+        hi = min(lo + 1, n - 1)
+        out.append(_interp(_nth(pairs, lo), _nth(pairs, hi), pos - lo))
+    return out
+
+
+def _interp(a: float, b: float, frac: float) -> float:
+    return float(a + (b - a) * frac)
+
+
+def _nth(pairs: list[tuple[float, int]], k: int) -> float:
+    seen = 0
+    for value, count in pairs:
+        seen += count
+        if k < seen:
+            return value
+    return pairs[-1][0]
+
+
+def median(xs: Iterable[float]) -> float | None:
+    s = sorted(xs)
+    return quantile_sorted(s, 0.5)
+
+
+def mad(xs: Sequence[float]) -> float | None:
+    """Median absolute deviation (unscaled)."""
+    m = median(xs)
+    if m is None:
+        return None
+    return median(abs(x - m) for x in xs)
+
+
+def robust_cv(xs: Sequence[float]) -> float | None:
+    """1.4826 * MAD / median: the noise measure used in shared/fixtures INDEX.md."""
+    m = median(xs)
+    d = mad(xs)
+    if m is None or d is None or m == 0:
+        return None
+    return 1.4826 * d / m

@@ -1,0 +1,399 @@
+"""SGLang server log lines -> typed records.
+
+Pure: no I/O, no clock. Driven by field *names*, never by version or position, because builds from
+SGLang's main branch mix the formats of two releases and forks put arbitrary text before the
+message (Ray actor prefixes, custom logging formats, a tqdm bar glued in front).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+Value = bool | int | float | str | None
+
+DECODE_MARK = "Decode batch"
+PREFILL_MARK = "Prefill batch"
+
+# Canonical record fields; everything else lands in `extra` under its normalised name.
+_CANON = {
+    "running_req": "running_req",
+    "token": "tokens",
+    "full_token": "tokens",
+    "token_usage": "token_usage",
+    "full_token_usage": "token_usage",
+    "accept_len": "accept_len",
+    "accept_rate": "accept_rate",
+    "gen_throughput": "gen_throughput",
+    "queue_req": "queue_req",
+    "new_seq": "new_seq",
+    "new_token": "new_token",
+    "cached_token": "cached_token",
+    "input_throughput": "input_throughput",
+    "pending_token": "pending_token",
+}
+_INT_FIELDS = {"running_req", "tokens", "queue_req", "new_seq", "new_token", "cached_token",
+               "pending_token"}
+_RANK_KEYS = {
+    "DP": "dp_rank",
+    "PP": "pp_rank",
+    "ATTN_CP": "attn_cp_rank",
+    "MOE_DP": "moe_dp_rank",
+    "TP": "tp_rank",
+    "EP": "ep_rank",
+}
+
+_RE_DATETIME = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{3})\d*)?")
+_RE_CLOCK = re.compile(r"\[(\d{2}:\d{2}:\d{2})(?:[.,](\d{3}))?[\] ]")
+_RE_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_RE_RANK_TOKEN = re.compile(r"(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)\Z")
+_RE_GPU_TOKEN = re.compile(r"gpu=(\d+)\Z")
+_RE_RAY = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[^)]*)?\)")
+_RE_LEVEL_PID = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR|CRITICAL)\s+(\d+)\s+\[")
+_RE_HEAD = re.compile(r"(?: \[(\d+)\])?(?:\(mixed #running-req: (\d+)\))?[.,](?: |$)")
+_RE_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
+_RE_INT = re.compile(r"[+-]?\d+\Z")
+_RE_SUBVAL = re.compile(r"^(\w+)=(\S+)$")
+_RE_NONALNUM = re.compile(r"[^a-z0-9]+")
+_RE_UNIT = re.compile(r"\s*\([^)]*\)\s*$")
+
+_KEY_CACHE: dict[str, str] = {}
+
+
+def normalise_key(key: str) -> str:
+    """`#retracted-req` -> `retracted_req`, `gen throughput (token/s)` -> `gen_throughput`."""
+    cached = _KEY_CACHE.get(key)
+    if cached is not None:
+        return cached
+    k = key.strip().lower().replace("#", "")
+    k = _RE_UNIT.sub("", k)
+    k = _RE_NONALNUM.sub("_", k).strip("_")
+    if len(_KEY_CACHE) < 4096:  # bounded: a hostile log cannot grow it forever
+        _KEY_CACHE[key] = k
+    return k
+
+
+def convert_value(text: str) -> Value:
+    """A field value as SGLang prints it; None when it cannot be read (never a guess)."""
+    t = text.strip()
+    if t == "True":
+        return True
+    if t == "False":
+        return False
+    if _RE_INT.match(t):
+        return int(t)
+    if _RE_NUMBER.match(t):
+        return float(t)
+    return None
+
+
+@dataclass(slots=True)
+class BatchRecord:
+    """One `Decode batch` or `Prefill batch` line.
+
+    `gen_throughput` is decode-only (tokens generated since the previous decode line divided by
+    the wall time since then, idle time included); it is not a benchmark's end-to-end tok/s.
+    """
+
+    kind: str  # "decode" | "prefill"
+    timestamp: str | None = None  # "YYYY-MM-DD HH:MM:SS[.fff]"
+    time_of_day: str | None = None  # 0.3.x logs carry only a clock
+    tp_rank: int | None = None
+    dp_rank: int | None = None
+    ep_rank: int | None = None
+    pp_rank: int | None = None
+    attn_cp_rank: int | None = None
+    moe_dp_rank: int | None = None
+    gpu: int | None = None
+    pid: int | None = None
+    ray_actor: str | None = None
+    iteration: int | None = None
+    mixed_running_req: int | None = None
+    running_req: int | None = None
+    tokens: int | None = None
+    token_usage: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    cuda_graph: bool | None = None
+    graph_kind: str | None = None
+    gen_throughput: float | None = None
+    queue_req: int | None = None
+    new_seq: int | None = None
+    new_token: int | None = None
+    cached_token: int | None = None
+    input_throughput: float | None = None
+    pending_token: int | None = None
+    extra: dict[str, Value] = field(default_factory=dict)
+
+    @property
+    def is_speculative(self) -> bool:
+        return self.accept_len is not None
+
+    @property
+    def rank_key(self) -> tuple[int | None, ...]:
+        """Series key: with DP attention one file interleaves one stream per rank."""
+        return (self.dp_rank, self.pp_rank, self.attn_cp_rank, self.moe_dp_rank, self.tp_rank,
+                self.ep_rank)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "timestamp": self.timestamp,
+            "time_of_day": self.time_of_day,
+        }
+        for name in ("tp_rank", "dp_rank", "ep_rank", "pp_rank", "attn_cp_rank", "moe_dp_rank"):
+            out[name] = getattr(self, name)
+        for name in ("gpu", "pid", "ray_actor", "iteration", "mixed_running_req"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = v
+        for name in ("running_req", "tokens", "token_usage", "accept_len", "accept_rate",
+                     "cuda_graph", "graph_kind", "gen_throughput", "queue_req", "new_seq",
+                     "new_token", "cached_token", "input_throughput", "pending_token"):
+            out[name] = getattr(self, name)
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """A non-batch line that still matters: readiness, server args, graph capture, trouble."""
+
+    kind: str  # see EVENT_KINDS
+    timestamp: str | None = None
+    time_of_day: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "timestamp": self.timestamp, "time_of_day": self.time_of_day,
+                **self.data}
+
+
+EVENT_KINDS = ("ready", "server_args", "max_total_num_tokens", "cuda_graph_begin",
+               "cuda_graph_end", "kv_pool_full", "traceback", "nccl_env")
+
+Record = BatchRecord | EventRecord
+
+
+def _as_text(line: str | bytes) -> str:
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if "\x00" in line:
+        line = line.replace("\x00", "")
+    return line.rstrip("\r\n")
+
+
+def _parse_prefix(prefix: str, rec: BatchRecord | EventRecord) -> None:
+    m = _RE_DATETIME.search(prefix)
+    if m:
+        date, clock, ms = m.groups()
+        rec.timestamp = f"{date} {clock}.{ms}" if ms else f"{date} {clock}"
+    else:
+        c = _RE_CLOCK.search(prefix)
+        if c:
+            rec.time_of_day = f"{c.group(1)}.{c.group(2)}" if c.group(2) else c.group(1)
+    if not isinstance(rec, BatchRecord):
+        return
+    for group in _RE_BRACKET.findall(prefix):
+        for token in group.split():
+            r = _RE_RANK_TOKEN.match(token)
+            if r:
+                setattr(rec, _RANK_KEYS[r.group(1)], int(r.group(2)))
+                continue
+            g = _RE_GPU_TOKEN.match(token)
+            if g:
+                rec.gpu = int(g.group(1))
+    ray = _RE_RAY.search(prefix)
+    if ray:
+        rec.ray_actor = ray.group(1)
+        rec.pid = int(ray.group(2))
+    else:
+        lp = _RE_LEVEL_PID.search(prefix)
+        if lp:
+            rec.pid = int(lp.group(1))
+
+
+def _split_body(body: str) -> list[tuple[str, str]]:
+    """`key: value` pairs; a `k=v` piece without `: ` continues the previous value (0.4.9 SWA)."""
+    body = body.rstrip().rstrip(",").rstrip()
+    pairs: list[tuple[str, str]] = []
+    for piece in body.split(", "):
+        key, sep, value = piece.partition(": ")
+        if sep:
+            pairs.append((key, value))
+        elif pairs and _RE_SUBVAL.match(piece.strip()):
+            k, v = pairs[-1]
+            pairs[-1] = (k, f"{v}, {piece}")
+        # else: garbled fragment (a cut line); dropped rather than misread
+    return pairs
+
+
+def _sub_values(text: str) -> dict[str, Value] | None:
+    """`full=1200, swa=800` -> {"full": 1200, "swa": 800}; None if not of that form."""
+    out: dict[str, Value] = {}
+    for part in text.split(", "):
+        m = _RE_SUBVAL.match(part.strip())
+        if not m:
+            return None
+        out[m.group(1)] = convert_value(m.group(2))
+    return out
+
+
+def _fill(rec: BatchRecord, pairs: list[tuple[str, str]]) -> None:
+    extra = rec.extra
+    for raw_key, raw_value in pairs:
+        key = normalise_key(raw_key)
+        if not key:
+            continue
+        value_text = raw_value.strip()
+        if key.endswith("_graph") and key != "_graph":
+            v = convert_value(value_text)
+            rec.cuda_graph = v if isinstance(v, bool) else None
+            rec.graph_kind = key[: -len("_graph")]
+            continue
+        if "=" in value_text:  # 0.4.9 hybrid SWA: `#token: full=1200, swa=800`
+            subs = _sub_values(value_text)
+            if subs is not None:
+                canon = _CANON.get(key)
+                if canon and "full" in subs:
+                    _set_canon(rec, canon, subs["full"])
+                for sub, v in subs.items():
+                    if sub != "full" or not canon:
+                        extra[f"{sub}_{key}"] = v
+                continue
+        pct = value_text.endswith("%")
+        if pct:
+            value_text = value_text[:-1]
+            key = f"{key}_pct"
+        value = convert_value(value_text)
+        canon = _CANON.get(key)
+        if canon is not None:
+            _set_canon(rec, canon, value)
+        else:
+            extra[key] = value
+
+
+def _set_canon(rec: BatchRecord, canon: str, value: Value) -> None:
+    if isinstance(value, bool):
+        value = None
+    if canon in _INT_FIELDS:
+        if isinstance(value, float):
+            value = int(value) if value.is_integer() else None
+    elif isinstance(value, int):
+        value = float(value)
+    setattr(rec, canon, value)
+
+
+def parse_batch(text: str, idx: int, kind: str) -> BatchRecord | None:
+    """Parse the batch line `text` whose marker starts at `idx`; None if it is not one."""
+    rest = text[idx + (len(DECODE_MARK) if kind == "decode" else len(PREFILL_MARK)):]
+    head = _RE_HEAD.match(rest)
+    if head is None:  # "Decode batches are great" in a request body is not a stats line
+        return None
+    rec = BatchRecord(kind=kind)
+    if idx:
+        _parse_prefix(text[:idx], rec)
+    if head.group(1):
+        rec.iteration = int(head.group(1))
+    if head.group(2):
+        rec.mixed_running_req = int(head.group(2))
+    _fill(rec, _split_body(rest[head.end():]))
+    return rec
+
+
+def _find_batch(text: str) -> BatchRecord | None:
+    for mark, kind in ((DECODE_MARK, "decode"), (PREFILL_MARK, "prefill")):
+        idx = text.find(mark)
+        while idx >= 0:
+            rec = parse_batch(text, idx, kind)
+            if rec is not None:
+                return rec
+            idx = text.find(mark, idx + 1)
+    return None
+
+
+# --- events -----------------------------------------------------------------------------------
+
+_RE_SERVER_ARGS_KV = re.compile(
+    r"\b(speculative_algorithm|speculative_num_steps|speculative_eagle_topk|"
+    r"speculative_num_draft_tokens|speculative_draft_model_path|tp_size|dp_size|model_path|"
+    r"served_model_name|port|cuda_graph_max_bs|disable_cuda_graph|max_running_requests|"
+    r"decode_log_interval)'?\s*[=:]\s*('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,)}\s]+)"
+)
+_RE_MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+_RE_KV_LINE = re.compile(r"(\w+)=([\d.]+)")
+_RE_BS_LIST = re.compile(r"bs[=:]?\s*\[([\d,\s]*)\]")
+_RE_NCCL_ENV = re.compile(r"\b(NCCL_\w+|CUDA_\w+|TORCH_\w+|NVSHMEM_\w+) set by environment to (\S*)")
+_RE_RETRACT = re.compile(r"#retracted_reqs: (\d+)")
+
+
+def _literal(text: str) -> Value:
+    if text[:1] in "'\"":
+        try:
+            v = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text.strip("'\"")
+        return v if isinstance(v, str) else None
+    if text == "None":
+        return None
+    return convert_value(text) if convert_value(text) is not None else text
+
+
+def parse_event(text: str) -> EventRecord | None:
+    ev: EventRecord | None = None
+    if "The server is fired up and ready to roll" in text:
+        ev = EventRecord("ready")
+    elif "server_args=" in text:
+        data = {m.group(1): _literal(m.group(2)) for m in _RE_SERVER_ARGS_KV.finditer(text)}
+        ev = EventRecord("server_args", data=data)
+    elif "max_total_num_tokens=" in text:
+        data = {k: convert_value(v) for k, v in _RE_KV_LINE.findall(text)}
+        ev = EventRecord("max_total_num_tokens", data=data)
+    elif "Capture" in text and ("cuda graph" in text.lower()):
+        low = text.lower()
+        phase = "begin" if " begin" in low else "end" if " end" in low else None
+        if phase is None and _RE_BS_LIST.search(text):
+            phase = "begin"
+        if phase is None:
+            return None
+        data: dict[str, Any] = {"draft": "draft" in low}
+        bs = _RE_BS_LIST.search(text)
+        if bs:
+            data["batch_sizes"] = [int(x) for x in bs.group(1).replace(",", " ").split()]
+        ev = EventRecord(f"cuda_graph_{phase}", data=data)
+    elif "KV cache pool is full" in text or "Decode out of memory happened" in text:
+        m = _RE_RETRACT.search(text)
+        ev = EventRecord("kv_pool_full", data={"retracted_reqs": int(m.group(1)) if m else None})
+    elif "Traceback (most recent call last)" in text:
+        ev = EventRecord("traceback")
+    else:
+        m = _RE_NCCL_ENV.search(text)
+        if m:
+            ev = EventRecord("nccl_env", data={"var": m.group(1), "value": m.group(2)})
+    if ev is not None:
+        head = text[:64]
+        m = _RE_DATETIME.search(head)
+        if m:
+            date, clock, ms = m.groups()
+            ev.timestamp = f"{date} {clock}.{ms}" if ms else f"{date} {clock}"
+        else:
+            c = _RE_CLOCK.search(head)
+            if c:
+                ev.time_of_day = c.group(1)
+    return ev
+
+
+def parse_line(line: str | bytes) -> Record | None:
+    """Parse one log line; None for lines specmon does not use. Never raises on any input."""
+    try:
+        text = _as_text(line)
+        if "batch" in text:
+            rec = _find_batch(text)
+            if rec is not None:
+                return rec
+        return parse_event(text)
+    except Exception:  # noqa: BLE001 - a log line must never take the monitor down
+        return None
