@@ -1,0 +1,312 @@
+"""The Textual app: baseline and speculative servers side by side, speedup, GPUs, logs.
+
+The app does not know where data comes from: a feed (demo, SSH connect, replay) pushes batches
+through a sink that posts messages; handlers update the session; widgets refresh from the session
+on a timer at a few Hz, so 1,000 log lines per second per server cost a handful of repaints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
+from specmon.feed import Feed, LineItem
+from specmon.resources import stylesheet
+from specmon.session.state import Session
+from specmon.ui.messages import (
+    ConnectionChanged,
+    GpuUpdate,
+    ServerDeclared,
+    ServerExited,
+    ServerLines,
+    ServerNotice,
+)
+from specmon.ui.widgets import GpuPanel, LogView, ServerPanel, SpeedupBar
+
+WINDOWS_S = (30.0, 60.0, 300.0)
+
+HELP_TEXT = """\
+[b]specmon[/b] — live, honest numbers for speculative decoding on SGLang
+
+[b]What the numbers are[/b]
+• decode tok/s is SGLang's own [i]gen throughput (token/s)[/i]: decode-only, one value per
+  log interval (40 decode steps by default), idle and prefill time inside the interval included.
+  It is not a benchmark's end-to-end tok/s, which includes prefill.
+• Medians are over the window shown (w cycles 30 s / 60 s / 300 s) at the server's current
+  #running-req (batch size); n and the p10–p90 spread are always shown.
+• speedup = speculative ÷ baseline median at the [i]same[/i] #running-req; the 95% interval comes
+  from both medians' standard errors. N/A when there is no common batch size with ≥3 samples.
+• accept rate is recomputed as (accept len − 1) / (draft tokens − 1), because SGLang changed the
+  printed rate's definition twice.
+• N/A means specmon did not measure it; it never shows a guess.
+
+[b]Keys[/b]
+{keys}
+
+The command palette (ctrl+p) lists every action and the themes.
+Press escape or q to close this help.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", id="help.close")]
+
+    def __init__(self, keys: str) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP_TEXT.format(keys=self.keys), id="help-text")
+
+
+class _Sink:
+    """FeedSink that turns feed calls into app messages (same event loop)."""
+
+    def __init__(self, app: SpecmonApp) -> None:
+        self.app = app
+
+    def declare_server(self, server: str, role: str | None, path: str | None) -> None:
+        self.app.post_message(ServerDeclared(server, role, path))
+
+    def lines(self, server: str, items: list[LineItem]) -> None:
+        if items:
+            self.app.post_message(ServerLines(server, items))
+
+    def gpus(self, samples: list[Any], error: str | None = None) -> None:
+        self.app.post_message(GpuUpdate(samples, error))
+
+    def server_exited(self, server: str, code: int | None) -> None:
+        self.app.post_message(ServerExited(server, code))
+
+    def notice(self, server: str, text: str) -> None:
+        self.app.post_message(ServerNotice(server, text))
+
+    def connection(self, text: str) -> None:
+        self.app.post_message(ConnectionChanged(text))
+
+
+class SpecmonApp(App[None]):
+    CSS_PATH = str(stylesheet())
+    TITLE = "specmon"
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("slash", "filter", "Filter log", id="log.filter"),
+        Binding("end", "follow", "Follow log", id="log.follow"),
+        Binding("p", "pause", "Pause log", id="log.pause"),
+        Binding("w", "cycle_window", "Window", id="window.cycle"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
+    ]
+
+    def __init__(self, session: Session, feed: Feed | None = None, *, window_s: float =
+                 DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
+                 keymap: dict[str, str] | None = None, clock: Any = time.time) -> None:
+        super().__init__()
+        self.session = session
+        self.feed = feed
+        self.window_s = window_s
+        self.refresh_hz = refresh_hz
+        self._keymap = keymap or {}
+        self.clock = clock
+        self._pending: dict[str, list[str]] = {}
+        self._panels: dict[str, ServerPanel] = {}
+        self.lines_received = 0
+        self.refreshes = 0
+        self.sub_title = session.host
+
+    # --- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=True)
+        yield Static("", id="connection")
+        yield Horizontal(id="servers")
+        yield SpeedupBar("", id="speedup")
+        yield GpuPanel("", id="gpus")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._keymap:
+            self.set_keymap(self._keymap)
+        for name in self.session.servers:
+            self._ensure_panel(name)
+        self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
+        if self.feed is not None:
+            self.run_worker(self.feed.run(_Sink(self)), name="feed", group="feed",
+                            exit_on_error=False)
+        self.refresh_view()
+
+    def _ensure_panel(self, name: str) -> ServerPanel | None:
+        panel = self._panels.get(name)
+        if panel is not None:
+            return panel
+        try:
+            container = self.query_one("#servers", Horizontal)
+        except NoMatches:  # the app is shutting down
+            return None
+        panel = self._panels[name] = ServerPanel(name, id=f"panel-{_safe_id(name)}")
+        state = self.session.server(name)
+        # baseline on the left, speculative on the right
+        if state.role == "baseline" and container.children:
+            container.mount(panel, before=0)
+        else:
+            container.mount(panel)
+        return panel
+
+    def panels(self) -> list[ServerPanel]:
+        return [p for p in self._panels.values() if p.is_mounted]
+
+    # --- messages from the feed ---------------------------------------------------------------
+
+    @on(ServerDeclared)
+    def _declared(self, msg: ServerDeclared) -> None:
+        s = self.session.server(msg.server)
+        if msg.role:
+            s.role = msg.role
+        s.path = msg.path
+        if s.status == "unknown":
+            s.status = "starting"
+        self._ensure_panel(msg.server)
+
+    @on(ServerLines)
+    def _lines(self, msg: ServerLines) -> None:
+        s = self.session.server(msg.server)
+        pending = self._pending.setdefault(msg.server, [])
+        for text, rec, t in msg.items:
+            s.apply(text, rec, t)
+            pending.append(text)
+        s.stale = False
+        self.lines_received += len(msg.items)
+        self._ensure_panel(msg.server)
+
+    @on(GpuUpdate)
+    def _gpus(self, msg: GpuUpdate) -> None:
+        if msg.samples:
+            self.session.set_gpus(msg.samples)
+        self.session.gpu_error = msg.error
+
+    @on(ServerExited)
+    def _exited(self, msg: ServerExited) -> None:
+        self.session.server(msg.server).process_exited(msg.code)
+
+    @on(ServerNotice)
+    def _notice(self, msg: ServerNotice) -> None:
+        self.session.server(msg.server).notices.append(msg.text)
+        self.notify(f"{msg.server}: {msg.text}", markup=False)
+
+    @on(ConnectionChanged)
+    def _connection(self, msg: ConnectionChanged) -> None:
+        self.session.connection = msg.text
+        stale = msg.text != "connected"
+        for s in self.session.servers.values():
+            s.stale = stale
+
+    # --- periodic refresh ---------------------------------------------------------------------
+
+    def refresh_view(self) -> None:
+        try:
+            self._refresh_view()
+        except NoMatches:  # a refresh racing the app's shutdown
+            pass
+
+    def _refresh_view(self) -> None:
+        now = self.clock()
+        self.refreshes += 1
+        for panel in self.panels():
+            state = self.session.server(panel.server)
+            panel.refresh_from(state, now, self.window_s)
+            pending = self._pending.pop(panel.server, None)
+            view = panel.log_view
+            view.set_source(state.log)
+            if pending:
+                view.append(pending)
+        base = self.session.by_role("baseline")
+        spec = self.session.by_role("speculative")
+        sp = speedup(base, spec, now, self.window_s) if base and spec else None
+        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
+        self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
+                                      self.session.gpu_error)
+        conn = self.query_one("#connection", Static)
+        conn.display = self.session.connection != "connected"
+        conn.update(self.session.connection)
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def _focused_view(self) -> LogView | None:
+        node = self.focused
+        while node is not None:
+            if isinstance(node, ServerPanel):
+                return node.log_view
+            if isinstance(node, LogView):
+                return node
+            node = node.parent  # type: ignore[assignment]
+        panels = self.panels()
+        return panels[0].log_view if panels else None
+
+    def action_help(self) -> None:
+        keys = "\n".join(
+            f"  {b.key_display or b.key:<12} {b.description}"
+            for b in self.BINDINGS if isinstance(b, Binding) and b.description
+        )
+        self.push_screen(HelpScreen(keys))
+
+    def action_filter(self) -> None:
+        view = self._focused_view()
+        if view is None:
+            return
+        box = view.query_one(Input)
+        box.display = True
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        view = self._focused_view()
+        if view is None:
+            return
+        box = view.query_one(Input)
+        box.value = ""
+        box.display = False
+        view.filter_text = ""
+
+    def action_follow(self) -> None:
+        view = self._focused_view()
+        if view is not None:
+            view.resume()
+
+    def action_pause(self) -> None:
+        view = self._focused_view()
+        if view is not None:
+            view.pause()
+
+    def action_cycle_window(self) -> None:
+        i = WINDOWS_S.index(self.window_s) if self.window_s in WINDOWS_S else -1
+        self.window_s = WINDOWS_S[(i + 1) % len(WINDOWS_S)]
+        self.notify(f"window: last {self.window_s:.0f} s")
+        self.refresh_view()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Help", "What every number means, and the keys", self.action_help)
+        yield SystemCommand("Filter log", "Show only log lines containing a text",
+                            self.action_filter)
+        yield SystemCommand("Follow log", "Resume the sticky tail of the focused log",
+                            self.action_follow)
+        yield SystemCommand("Pause log", "Stop following the focused log", self.action_pause)
+        yield SystemCommand("Cycle window", "Statistics window: 30 s, 60 s, 300 s",
+                            self.action_cycle_window)
+
+
+def _safe_id(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
+
+
+__all__ = ["SpecmonApp", "HelpScreen", "Vertical"]

@@ -1,0 +1,48 @@
+"""Messages from feeds (workers) to the app. High-rate ones are batched by the feed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from specmon.parse.sglang import Record
+
+LineItem = tuple[str, "Record | None", float]  # (text, parsed record, received_at)
+
+
+@dataclass
+class ServerLines(Message):
+    server: str
+    items: list[LineItem]
+
+
+@dataclass
+class GpuUpdate(Message):
+    samples: list[Any]
+    error: str | None = None
+
+
+@dataclass
+class ServerExited(Message):
+    server: str
+    code: int | None
+
+
+@dataclass
+class ServerNotice(Message):
+    server: str
+    text: str
+
+
+@dataclass
+class ServerDeclared(Message):
+    server: str
+    role: str | None
+    path: str | None
+
+
+@dataclass
+class ConnectionChanged(Message):
+    text: str

@@ -1,0 +1,339 @@
+"""Widgets. Each refreshes from the session on the app's timer, never once per log line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widgets import Input, Log, Sparkline, Static
+
+from specmon.analysis.window import (
+    DEFAULT_WINDOW_S,
+    Speedup,
+    WindowStats,
+    current_stats,
+    recomputed_accept_rate,
+    window_points,
+)
+from specmon.session.state import ServerState
+from specmon.ui.safe import plain
+
+NA = "N/A"
+
+STATUS_MARK = {
+    "ready": ("●", "status-ready"),
+    "starting": ("◐", "status-starting"),
+    "stopped": ("○", "status-stopped"),
+    "crashed": ("✖", "status-crashed"),
+    "unknown": ("?", "status-unknown"),
+}
+
+
+def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
+    return NA if v is None else fmt.format(v)
+
+
+class ServerSummary(Static):
+    """The numbers of one server, each labelled with what it is."""
+
+    def show(self, state: ServerState, now: float, window_s: float) -> None:
+        t = Table.grid(padding=(0, 1), expand=True)
+        t.add_column("what", ratio=4, no_wrap=True)
+        t.add_column("value", ratio=2, justify="right", no_wrap=True)
+        t.add_column("how", ratio=4, no_wrap=True, style="dim")
+        last = state.last_decode
+        bs = last.running_req if last else None
+        stale = " (stale)" if state.stale else ""
+        t.add_row("decode tok/s, last interval", num(last.gen_throughput if last else None),
+                  f"decode-only, bs {num(bs, '{}')}{stale}")
+        w: WindowStats | None = current_stats(state, now, window_s)
+        if w is not None:
+            cv = f", CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
+            t.add_row(f"median, last {window_s:.0f} s", num(w.median),
+                      f"bs {w.running_req}, n {w.n}, p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}")
+        else:
+            t.add_row(f"median, last {window_s:.0f} s", NA, "no decode lines in window")
+        if last is not None and last.running_req:
+            t.add_row("ms/token per request", num(1000.0 * last.running_req / last.gen_throughput
+                                                  if last.gen_throughput else None, "{:.1f}"),
+                      "last interval")
+        t.add_row("#running-req / #queue-req", f"{num(bs, '{}')} / "
+                  f"{num(last.queue_req if last else None, '{}')}", "")
+        t.add_row("#token / token usage",
+                  f"{num(last.tokens if last else None, '{:,}')} / "
+                  f"{num(last.token_usage if last else None)}", "KV pool")
+        graph = NA
+        if last is not None and last.cuda_graph is not None:
+            graph = f"{last.cuda_graph} ({last.graph_kind})"
+        t.add_row("graph replay", graph, "False: bs above cuda-graph-max-bs?")
+        if state.is_speculative:
+            al = last.accept_len if last else None
+            t.add_row("accept len, last interval", num(al), "tokens per verify round, bonus incl.")
+            med_al = w.accept_len if w else None
+            t.add_row(f"accept len, median {window_s:.0f} s", num(med_al), "")
+            ndt = state.num_draft_tokens
+            rate = recomputed_accept_rate(med_al if med_al is not None else al, ndt)
+            t.add_row("accept rate (recomputed)", num(rate),
+                      f"(len-1)/(draft tokens-1), draft tokens {num(ndt, '{}')}")
+        self.update(t)
+
+
+class LogView(Vertical):
+    """A sticky tail: scrolling up pauses it, End resumes, a badge counts what arrived since."""
+
+    DEFAULT_CLASSES = "logview"
+    filter_text: reactive[str] = reactive("")
+
+    def __init__(self, server: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.server = server
+        self.new_while_paused = 0
+        self._source: Iterable[str] = ()
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="filter (plain text)", id=f"filter-{self.server}", classes="filter")
+        yield Log(max_lines=5000, auto_scroll=True, id=f"log-{self.server}")
+        yield Static("", classes="badge", id=f"badge-{self.server}")
+
+    @property
+    def log_widget(self) -> Log:
+        return self.query_one(Log)
+
+    @property
+    def following(self) -> bool:
+        log = self.log_widget
+        return log.auto_scroll
+
+    def on_mount(self) -> None:
+        self.query_one(Input).display = False
+
+    def set_source(self, lines: Iterable[str]) -> None:
+        self._source = lines
+
+    def _matches(self, line: str) -> bool:
+        return not self.filter_text or self.filter_text.lower() in line.lower()
+
+    def append(self, lines: list[str]) -> None:
+        lines = [plain(x) for x in lines if self._matches(x)]
+        if not lines:
+            return
+        log = self.log_widget
+        if log.auto_scroll and not log.is_vertical_scroll_end and log.max_scroll_y > 0:
+            # the user scrolled up since the last refresh: pause following
+            log.auto_scroll = False
+        if not log.auto_scroll:
+            self.new_while_paused += len(lines)
+        log.write_lines(lines)
+        self._update_badge()
+
+    def _update_badge(self) -> None:
+        badge = self.query_one(".badge", Static)
+        if self.new_while_paused:
+            badge.update(f"paused · +{self.new_while_paused} new · End resumes")
+            badge.display = True
+        else:
+            badge.update("")
+            badge.display = False
+
+    def pause(self) -> None:
+        self.log_widget.auto_scroll = False
+        self._update_badge()
+
+    def resume(self) -> None:
+        log = self.log_widget
+        log.auto_scroll = True
+        self.new_while_paused = 0
+        log.scroll_end(animate=False)
+        self._update_badge()
+
+    def watch_filter_text(self, _old: str, _new: str) -> None:
+        if not self.is_mounted:
+            return
+        log = self.log_widget
+        log.clear()
+        log.write_lines([plain(x) for x in self._source if self._matches(x)])
+        self.new_while_paused = 0
+        self._update_badge()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.filter_text = event.value
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.log_widget.focus()
+
+
+class ServerPanel(Vertical):
+    """One server: status line, labelled numbers, throughput sparkline, its log."""
+
+    DEFAULT_CLASSES = "server-panel"
+
+    def __init__(self, server: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.server = server
+        self.can_focus = True
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="panel-title", id=f"title-{self.server}")
+        yield Static("", classes="startup", id=f"startup-{self.server}")
+        yield ServerSummary("", classes="summary", id=f"summary-{self.server}")
+        yield Static("", classes="spark-label", id=f"sparklabel-{self.server}")
+        yield Sparkline([], classes="spark", id=f"spark-{self.server}")
+        yield LogView(self.server, id=f"logview-{self.server}")
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def refresh_from(self, state: ServerState, now: float, window_s: float) -> None:
+        mark, cls = STATUS_MARK.get(state.status, STATUS_MARK["unknown"])
+        role = state.role or "role unknown"
+        title = Text()
+        title.append(f"{mark} ", style="bold")
+        title.append(plain(state.name), style="bold")
+        title.append(f"  {role} · {state.status}")
+        algo = state.args.get("speculative_algorithm")
+        extras = []
+        if state.args.get("tp_size"):
+            extras.append(f"tp {state.args['tp_size']}")
+        if algo:
+            extras.append(f"{algo} steps {state.args.get('speculative_num_steps')} "
+                          f"topk {state.args.get('speculative_eagle_topk')} "
+                          f"draft {state.args.get('speculative_num_draft_tokens')}")
+        if state.stale:
+            extras.append("STALE")
+        if extras:
+            title.append("  (" + ", ".join(plain(str(e)) for e in extras) + ")", style="dim")
+        title_w = self.query_one(".panel-title", Static)
+        title_w.update(title)
+        for c in STATUS_MARK.values():
+            self.set_class(c[1] == cls, c[1])
+        self.query_one(".startup", Static).update(_startup_text(state))
+        self.query_one(ServerSummary).show(state, now, window_s)
+        pts = window_points(state, now, max(window_s, 1.0) * 5)
+        bs = state.last_decode.running_req if state.last_decode else None
+        data = [p.rec.gen_throughput for p in pts
+                if p.rec.gen_throughput is not None and p.rec.running_req == bs][-120:]
+        self.query_one(Sparkline).data = data
+        self.query_one(".spark-label", Static).update(
+            f"decode tok/s at bs {num(bs, '{}')}, last {window_s * 5:.0f} s, n {len(data)}"
+        )
+
+
+def _startup_text(state: ServerState) -> Text:
+    t = Text()
+    if state.status == "crashed":
+        t.append("crashed", style="bold")
+        if state.exit_code is not None:
+            t.append(f" (exit {state.exit_code})")
+        if state.traceback:
+            t.append("\n")
+            for line in state.traceback[-6:]:
+                t.append(plain(line) + "\n")
+        return t
+    if state.status != "starting":
+        return t
+    s = state.startup
+    steps = [("args", s.server_args), ("KV cache", s.kv_allocated),
+             ("CUDA graphs", s.graph_capture == "done"), ("ready", s.ready)]
+    t.append("loading: ")
+    for label, done in steps:
+        t.append(("✔ " if done else "… ") + label + "  ")
+    if s.graph_capture == "capturing" and s.graph_batch_sizes:
+        t.append(f"capturing bs {s.graph_batch_sizes[0]}–{s.graph_batch_sizes[-1]}")
+    return t
+
+
+class SpeedupBar(Static):
+    """spec ÷ baseline at the same #running-req, with its uncertainty and what it implies."""
+
+    def show(self, sp: Speedup | None, have_both: bool, window_s: float) -> None:
+        t = Text()
+        if not have_both:
+            t.append("speedup N/A: needs one baseline and one speculative server")
+        elif sp is None:
+            t.append(f"speedup N/A: no batch size with ≥3 decode samples on both servers "
+                     f"in the last {window_s:.0f} s")
+        else:
+            t.append("speedup  ", style="bold")
+            t.append(f"{sp.ratio:.3f}×", style="bold")
+            t.append(f" (95% {sp.low:.3f}–{sp.high:.3f})")
+            t.append(f"  at bs {sp.running_req}: spec {sp.spec.median:.1f} / base "
+                     f"{sp.base.median:.1f} tok/s, medians, decode-only, last {window_s:.0f} s, "
+                     f"n {sp.spec.n}/{sp.base.n}")
+            t.append(f"\nms/token {sp.spec_ms_per_token:.1f} spec vs {sp.base_ms_per_token:.1f} "
+                     f"base")
+            cyc = sp.verify_cycle_ms
+            be = sp.break_even_accept_len
+            if cyc is not None and be is not None:
+                t.append(f" · implied verify cycle {cyc:.1f} ms · break-even accept len {be:.2f}"
+                         f" (now {sp.spec.accept_len:.2f})")
+        self.update(t)
+
+
+class GpuPanel(Static):
+    """Per-GPU clocks, reasons, thermals and power; clock-limited rows are marked."""
+
+    def show(self, gpus: list[Any], history: dict[int, Any], error: str | None) -> None:
+        if error and not gpus:
+            self.update(Text(f"GPUs: {plain(error)}"))
+            return
+        if not gpus:
+            self.update(Text("GPUs: N/A (no samples yet)"))
+            return
+        t = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+        for col in ("GPU", "SM MHz", "max", "reasons", "temp °C", "HBM °C", "power W",
+                    "limit W", "util %", "mem MiB", "SM clock trend"):
+            t.add_column(col, no_wrap=True)
+        for g in gpus:
+            reasons = getattr(g, "reasons", None)
+            if reasons is None:
+                reasons = getattr(g, "clock_reasons", None)
+            reasons_txt = ",".join(reasons) if reasons else ("none" if reasons is not None else NA)
+            limited = _clock_limited(g)
+            style = "bold reverse" if limited else ""
+            hist = history.get(getattr(g, "index", -1), [])
+            trend = _mini_spark([getattr(h, "clock_sm", None) for h in hist][-20:])
+            t.add_row(
+                str(getattr(g, "index", NA)), num(getattr(g, "clock_sm", None), "{}"),
+                num(getattr(g, "max_clock_sm", None), "{}"), plain(reasons_txt),
+                num(getattr(g, "temp_gpu", None), "{}"), num(getattr(g, "temp_mem", None), "{}"),
+                num(getattr(g, "power_w", None), "{:.0f}"),
+                num(getattr(g, "power_limit_w", None), "{:.0f}"),
+                num(getattr(g, "util_gpu", None), "{}"), num(getattr(g, "mem_used_mib", None), "{:,}"),
+                trend, style=style,
+            )
+        self.update(t)
+
+
+def _clock_limited(g: Any) -> bool:
+    try:
+        from specmon.parse.gpu import is_clock_limited  # type: ignore[attr-defined]
+
+        return bool(is_clock_limited(g))
+    except Exception:  # noqa: BLE001 - telemetry module absent or sample incomplete
+        clk, mx = getattr(g, "clock_sm", None), getattr(g, "max_clock_sm", None)
+        util = getattr(g, "util_gpu", None)
+        return bool(clk and mx and util and clk < 0.9 * mx)
+
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def _mini_spark(vals: list[float | None]) -> str:
+    xs = [v for v in vals if v is not None]
+    if not xs:
+        return NA
+    lo, hi = min(xs), max(xs)
+    span = (hi - lo) or 1.0
+    return "".join(" " if v is None else _BARS[int((v - lo) / span * 7)] for v in vals)
+
+
+def default_window() -> float:
+    return DEFAULT_WINDOW_S
