@@ -115,23 +115,20 @@ def speedup(base: ServerState, spec: ServerState, now: float,
     if not bp or not sp:
         return None
     common = {p.rec.running_req for p in bp} & {p.rec.running_req for p in sp}
-    common.discard(None)
-    best: tuple[int, int] | None = None
     prefer = spec.last_decode.running_req if spec.last_decode else None
-    for rr in common:
+    best: tuple[tuple[int, int], WindowStats, WindowStats] | None = None
+    for rr in sorted(r for r in common if r is not None):
         b = stats_for(bp, rr, window_s)
         s = stats_for(sp, rr, window_s)
         if b is None or s is None or b.n < MIN_N or s.n < MIN_N:
             continue
-        score = (1 if rr == prefer else 0, min(b.n, s.n))
-        if best is None or score > best[1:]:
-            best = (rr, *score)  # type: ignore[assignment]
+        score = (1 if rr == prefer else 0, min(b.n, s.n))  # the current batch size first
+        if best is None or score > best[0]:
+            best = (score, b, s)
     if best is None:
         return None
-    rr = best[0]
-    b = stats_for(bp, rr, window_s)
-    s = stats_for(sp, rr, window_s)
-    assert b is not None and s is not None
+    _, b, s = best
+    rr = b.running_req
     ratio = s.median / b.median
     se = math.sqrt((b.se_log or 0.0) ** 2 + (s.se_log or 0.0) ** 2)
     return Speedup(ratio=ratio, low=ratio * math.exp(-1.96 * se), high=ratio * math.exp(1.96 * se),

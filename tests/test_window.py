@@ -1,0 +1,99 @@
+"""Condition-matched statistics and the speedup: like with like, honest N/A, right numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.analysis.window import (
+    current_stats,
+    recomputed_accept_rate,
+    speedup,
+)
+from specmon.parse.sglang import parse_line
+from specmon.session.state import ServerState
+
+LINE = ("[2026-02-26 19:16:45 TP0] Decode batch, #running-req: {rr}, #token: 900, token usage: 0.04, "
+        "{acc}cuda graph: True, gen throughput (token/s): {gt:.2f}, #queue-req: 0")
+
+
+def feed(state: ServerState, values, rr=1, t0=1000.0, dt=1.0, accept=None):
+    for i, gt in enumerate(values):
+        acc = f"accept len: {accept:.2f}, accept rate: 0.70, " if accept is not None else ""
+        text = LINE.format(rr=rr, gt=gt, acc=acc)
+        state.apply(text, parse_line(text), t0 + i * dt)
+
+
+def test_current_stats_uses_only_current_batch_size_and_window():
+    s = ServerState("b", role="baseline")
+    feed(s, [50.0] * 5, rr=4, t0=1000)
+    feed(s, [10.0, 90.0, 88.0, 89.0, 87.0], rr=1, t0=1005)
+    st = current_stats(s, now=1009.5, window_s=4.0)  # keeps t >= 1005.5: 90, 88, 89, 87
+    assert st.running_req == 1 and st.n == 4
+    assert st.median == pytest.approx(88.5)
+    assert st.p10 == pytest.approx(87.3) and st.p90 == pytest.approx(89.7)
+
+
+def test_speedup_matches_batch_size_and_reports_derived_times():
+    base = ServerState("b", role="baseline")
+    spec = ServerState("s", role="speculative")
+    spec.args["speculative_num_draft_tokens"] = 3
+    feed(base, [88.0, 89.0, 90.0, 88.5, 89.5], rr=1)
+    feed(base, [400.0] * 5, rr=8, t0=1005)  # a different batch size: must not be compared
+    feed(spec, [93.0, 94.0, 95.0, 94.5, 93.5], rr=1, accept=2.4)
+    sp = speedup(base, spec, now=1010.0, window_s=60)
+    assert sp.running_req == 1
+    assert sp.ratio == pytest.approx(94.0 / 89.0)
+    assert sp.low < sp.ratio < sp.high
+    assert sp.base_ms_per_token == pytest.approx(1000 / 89.0)
+    assert sp.verify_cycle_ms == pytest.approx(2.4 * 1000 / 94.0)
+    assert sp.break_even_accept_len == pytest.approx(2.4 * 89.0 / 94.0)
+
+
+def test_speedup_is_none_without_common_batch_size():
+    base = ServerState("b", role="baseline")
+    spec = ServerState("s", role="speculative")
+    feed(base, [88.0] * 5, rr=1)
+    feed(spec, [300.0] * 5, rr=4, accept=2.0)
+    assert speedup(base, spec, now=1010.0) is None
+
+
+def test_speedup_needs_three_samples_each():
+    base = ServerState("b", role="baseline")
+    spec = ServerState("s", role="speculative")
+    feed(base, [88.0, 89.0], rr=1)
+    feed(spec, [94.0] * 5, rr=1, accept=2.0)
+    assert speedup(base, spec, now=1010.0) is None
+
+
+def test_recomputed_accept_rate():
+    assert recomputed_accept_rate(2.4, 3) == pytest.approx(0.7)
+    assert recomputed_accept_rate(1.0, 4) == 0.0
+    assert recomputed_accept_rate(2.4, None) is None
+    assert recomputed_accept_rate(None, 3) is None
+
+
+def test_state_status_transitions_and_traceback():
+    s = ServerState("x")
+    for text in [
+        "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=8, "
+        "speculative_algorithm='EAGLE3', speculative_num_draft_tokens=3)",
+        "[2026-01-01 00:00:01 TP0] Capture cuda graph bs [1, 2, 4]",
+    ]:
+        s.apply(text, parse_line(text), 1.0)
+    assert s.status == "starting" and s.role == "speculative" and s.num_draft_tokens == 3
+    assert s.startup.graph_capture == "capturing" and s.startup.graph_batch_sizes == [1, 2, 4]
+    text = "[2026-01-01 00:00:09] The server is fired up and ready to roll!"
+    s.apply(text, parse_line(text), 2.0)
+    assert s.status == "ready"
+    for text in ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+                 "RuntimeError: CUDA out of memory"]:
+        s.apply(text, parse_line(text), 3.0)
+    s.process_exited(1)
+    assert s.status == "crashed"
+    assert s.traceback[0].startswith("Traceback") and s.traceback[-1].startswith("RuntimeError")
+
+
+def test_clean_stop_is_stopped_not_crashed():
+    s = ServerState("x")
+    s.process_exited(-15)
+    assert s.status == "stopped"
