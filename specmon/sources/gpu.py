@@ -1,0 +1,477 @@
+"""Async GPU telemetry sources: each yields one `list[GpuSample]` per poll.
+
+- `RemoteAgentSource`: streams `gpu_agent.py` to a host's Python (the given interpreter, then
+  `python3`) and reads its JSON lines; falls back to `NvidiaSmiSource` when no interpreter has
+  pynvml (or NVML fails in Python).
+- `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
+  `specmon.parse.gpu`.
+- `LocalNvmlSource`: NVML in-process on one worker thread (`specmon connect local`).
+- `SimGpuSource`: reads the simulated host's GPU model (demo, tests).
+
+Failures end the iteration with `GpuSourceError`, whose message is one line fit for the UI
+("no GPUs", "NVML not available (driver not loaded?): ...", "nvidia-smi not found", ...).
+
+Remote commands go through a minimal `StreamHost` (below) so this module does not depend on the
+SSH layer; `SubprocessStreamHost` is the local implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from specmon.parse.gpu import (
+    AgentError,
+    AgentHello,
+    GpuSample,
+    SmiBatcher,
+    choose_smi_fields,
+    classify_smi_failure,
+    parse_agent_line,
+    parse_smi_line,
+)
+
+AGENT_PATH = Path(__file__).with_name("gpu_agent.py")
+
+#: Run by the remote Python: read "<n>\n" then n bytes of agent source from stdin and execute
+#: them as __main__. Unlike `python3 -`, this leaves stdin open, so the agent sees EOF (and
+#: exits) when the SSH channel or our pipe closes.
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "exec(compile(b.read(n),'specmon-gpu-agent','exec'))"
+)
+
+NVML_UNAVAILABLE = "NVML not available (driver not loaded?)"
+
+
+class GpuSourceError(RuntimeError):
+    """A source cannot (or can no longer) produce samples; the message is one line."""
+
+
+class StreamHost(Protocol):
+    """What the GPU sources need from a host.
+
+    `stream(argv, stdin)` runs `argv` (a program and its arguments, never a shell string; an
+    SSH host quotes each element with shlex.quote), writes `stdin` to it if given and then KEEPS
+    stdin open, and yields stdout lines without their newline until the program exits. Closing
+    the iterator (`aclose`, leaving an `async for`) must close stdin and end the program.
+    A missing program raises OSError (local) or simply yields nothing (SSH exit 127).
+    """
+
+    def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncIterator[str]: ...
+
+
+class SnapshotModel(Protocol):
+    """The simulated host's GPU model (`specmon.sim.gpu_model.SimGpuHost`)."""
+
+    def snapshot(self, now: float | None = None) -> list[dict[str, Any]]: ...
+
+
+class SubprocessStreamHost:
+    """`StreamHost` over local subprocesses; cleans up only the process it started."""
+
+    def __init__(self, term_grace: float = 2.0) -> None:
+        self.term_grace = term_grace
+
+    async def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncIterator[str]:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,  # terminal signals meant for the TUI do not reach it
+            limit=1 << 20,
+        )
+        try:
+            if stdin is not None and proc.stdin is not None:
+                proc.stdin.write(stdin)
+                with contextlib.suppress(ConnectionError):
+                    await proc.stdin.drain()
+            assert proc.stdout is not None
+            while True:
+                raw = await proc.stdout.readline()
+                if not raw:
+                    break
+                yield raw.decode("utf-8", "replace").rstrip("\r\n")
+            await proc.wait()
+        finally:
+            await self._stop(proc)
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        """Close stdin (the agent exits on EOF), then SIGTERM, then SIGKILL; if we are
+        cancelled meanwhile, SIGKILL at once so nothing outlives the stream."""
+        had_stdin = proc.stdin is not None
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        try:
+            # a program without our stdin (nvidia-smi) has no reason to exit: TERM it now
+            steps = (None, signal.SIGTERM, signal.SIGKILL) if had_stdin else (
+                signal.SIGTERM, signal.SIGKILL)
+            for sig in steps:
+                if proc.returncode is not None:
+                    break
+                if sig is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(sig)
+                try:
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), self.term_grace)
+                except asyncio.TimeoutError:
+                    continue
+        except BaseException:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            raise
+
+
+def _agent_payload() -> bytes:
+    src = AGENT_PATH.read_bytes()
+    return f"{len(src)}\n".encode() + src
+
+
+def agent_argv(
+    python: str, interval: float, extra: Sequence[str] = ()
+) -> list[str]:
+    """The remote command for the agent through `BOOTSTRAP` (stdin carries `_agent_payload`)."""
+    return [python, "-c", BOOTSTRAP, "--interval", f"{interval:g}", *extra]
+
+
+async def _next_line(it: AsyncIterator[str], timeout: float | None) -> str | None:
+    """Next line or None at end of stream; TimeoutError if nothing arrives in time."""
+    try:
+        return await asyncio.wait_for(it.__anext__(), timeout)
+    except StopAsyncIteration:
+        return None
+
+
+class NvidiaSmiSource:
+    """`nvidia-smi --query-gpu` streamed with `-lms`; needs only the driver on the host."""
+
+    kind = "nvidia-smi"
+
+    def __init__(
+        self,
+        host: StreamHost,
+        interval: float = 1.0,
+        fields: Sequence[str] | None = None,
+        read_timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host = host
+        self.interval = interval
+        self.fields = tuple(fields) if fields else None
+        self.read_timeout = read_timeout if read_timeout is not None else max(15.0, 5 * interval)
+        self.clock = clock
+        self.status: str | None = None
+
+    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+        return self._run()
+
+    async def _help_fields(self) -> tuple[str, ...]:
+        lines: list[str] = []
+        try:
+            gen = self.host.stream(["nvidia-smi", "--help-query-gpu"])
+            try:
+                while (line := await _next_line(gen, self.read_timeout)) is not None:
+                    lines.append(line)
+            finally:
+                await gen.aclose()
+        except FileNotFoundError:
+            raise GpuSourceError("nvidia-smi not found") from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise GpuSourceError(f"nvidia-smi --help-query-gpu failed: {exc}") from None
+        text = "\n".join(lines)
+        if '"index"' not in text:
+            raise GpuSourceError(classify_smi_failure(lines))
+        return choose_smi_fields(text)
+
+    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+        fields = self.fields or await self._help_fields()
+        self.fields = fields
+        argv = [
+            "nvidia-smi",
+            f"--query-gpu={','.join(fields)}",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            str(max(1, int(round(self.interval * 1000)))),
+        ]
+        batcher = SmiBatcher()
+        bad: list[str] = []
+        got_any = False
+        try:
+            gen = self.host.stream(argv)
+        except FileNotFoundError:
+            raise GpuSourceError("nvidia-smi not found") from None
+        try:
+            while True:
+                try:
+                    line = await _next_line(gen, self.read_timeout)
+                except FileNotFoundError:
+                    raise GpuSourceError("nvidia-smi not found") from None
+                except asyncio.TimeoutError:
+                    raise GpuSourceError(
+                        f"nvidia-smi silent for {self.read_timeout:g} s"
+                    ) from None
+                if line is None:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    sample = parse_smi_line(line, fields, ts=self.clock())
+                except ValueError:
+                    bad.append(line)
+                    if not got_any and len(bad) >= 3:
+                        raise GpuSourceError(classify_smi_failure(bad)) from None
+                    self.status = f"skipped unparsable nvidia-smi line: {line[:80]!r}"
+                    continue
+                got_any = True
+                batch = batcher.feed(sample)
+                if batch:
+                    yield batch
+        finally:
+            await gen.aclose()
+        rest = batcher.flush()
+        if rest:
+            yield rest
+        if not got_any:
+            raise GpuSourceError(classify_smi_failure(bad))
+        raise GpuSourceError("nvidia-smi exited")
+
+
+class RemoteAgentSource:
+    """The NVML agent on a host; falls back to nvidia-smi when pynvml/NVML is unusable.
+
+    `kind` becomes "nvml-agent" or "nvidia-smi" once started; `hello` holds the agent's versions.
+    """
+
+    def __init__(
+        self,
+        host: StreamHost,
+        interval: float = 1.0,
+        python: str | None = None,
+        fallback_smi: bool = True,
+        startup_timeout: float = 60.0,
+        read_timeout: float | None = None,
+        agent_args: Sequence[str] = (),
+    ) -> None:
+        self.host = host
+        self.interval = interval
+        self.pythons = [p for p in (python, "python3") if p]
+        self.pythons = list(dict.fromkeys(self.pythons))
+        self.fallback_smi = fallback_smi
+        self.startup_timeout = startup_timeout
+        self.read_timeout = read_timeout if read_timeout is not None else max(15.0, 5 * interval)
+        self.agent_args = tuple(agent_args)
+        self.kind: str | None = None
+        self.hello: AgentHello | None = None
+        self.status: str | None = None
+        self.attempts: list[str] = []
+
+    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+        return self._run()
+
+    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+        payload = _agent_payload()
+        nvml_error: str | None = None
+        for py in self.pythons:
+            argv = agent_argv(py, self.interval, self.agent_args)
+            try:
+                gen = self.host.stream(argv, stdin=payload)
+            except OSError as exc:
+                self.attempts.append(f"{py}: {exc}")
+                continue
+            try:
+                try:
+                    first = await _next_line(gen, self.startup_timeout)
+                except OSError as exc:
+                    self.attempts.append(f"{py}: {exc.strerror or exc}")
+                    continue
+                except asyncio.TimeoutError:
+                    self.attempts.append(f"{py}: no answer in {self.startup_timeout:g} s")
+                    continue
+                if first is None:
+                    self.attempts.append(f"{py}: no output (interpreter missing?)")
+                    continue
+                try:
+                    rec = parse_agent_line(first)
+                except ValueError:
+                    self.attempts.append(f"{py}: unexpected output {first[:80]!r}")
+                    continue
+                if isinstance(rec, AgentError):
+                    self.attempts.append(f"{py}: {rec.message}")
+                    if rec.code == "no-gpus":
+                        raise GpuSourceError("no GPUs")
+                    if rec.code == "no-pynvml":
+                        continue
+                    nvml_error = rec.message.removeprefix("NVML not available: ")
+                    break  # NVML itself failed: another interpreter will not help
+                if isinstance(rec, AgentHello):
+                    if rec.schema is not None and rec.schema > 1:
+                        self.status = f"agent schema {rec.schema} is newer than this specmon"
+                    self.hello, self.kind = rec, "nvml-agent"
+                    async for batch in self._agent_loop(gen):
+                        yield batch
+                    return
+                self.attempts.append(f"{py}: sample before hello")
+            finally:
+                await gen.aclose()
+        if not self.fallback_smi:
+            raise GpuSourceError(self._no_agent_message(nvml_error))
+        self.kind = "nvidia-smi"
+        smi = NvidiaSmiSource(self.host, self.interval, read_timeout=self.read_timeout)
+        try:
+            async for batch in smi:
+                self.status = smi.status
+                yield batch
+        except GpuSourceError as exc:
+            msg = str(exc)
+            if nvml_error and (msg == "nvidia-smi not found" or msg.startswith(NVML_UNAVAILABLE)):
+                raise GpuSourceError(f"{NVML_UNAVAILABLE}: {nvml_error}") from None
+            if msg == "nvidia-smi not found":
+                raise GpuSourceError(
+                    "no Python with pynvml (nvidia-ml-py) on the host and nvidia-smi not found"
+                ) from None
+            raise
+
+    def _no_agent_message(self, nvml_error: str | None) -> str:
+        if nvml_error:
+            return f"{NVML_UNAVAILABLE}: {nvml_error}"
+        return "GPU agent could not start: " + "; ".join(self.attempts)[:300]
+
+    async def _agent_loop(self, gen: AsyncIterator[str]) -> AsyncIterator[list[GpuSample]]:
+        while True:
+            try:
+                line = await _next_line(gen, self.read_timeout)
+            except asyncio.TimeoutError:
+                raise GpuSourceError(f"GPU agent silent for {self.read_timeout:g} s") from None
+            if line is None:
+                raise GpuSourceError("GPU agent exited")
+            if not line.strip():
+                continue
+            try:
+                rec = parse_agent_line(line)
+            except ValueError as exc:
+                self.status = str(exc)
+                continue
+            if isinstance(rec, AgentError):
+                raise GpuSourceError(f"GPU agent: {rec.message}")
+            if isinstance(rec, tuple):
+                yield list(rec)
+
+
+class LocalNvmlSource:
+    """NVML in this process, on one dedicated thread (NVML calls block; the UI loop must not)."""
+
+    kind = "nvml-local"
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        nvml: Any = None,
+        slow_interval: float = 30.0,
+        proc_interval: float = 5.0,
+    ) -> None:
+        self.interval = interval
+        self.nvml = nvml
+        self.slow_interval = slow_interval
+        self.proc_interval = proc_interval
+        self.hello: AgentHello | None = None
+
+    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+        return self._run()
+
+    def _open(self) -> Any:
+        from specmon.sources.gpu_agent import NvmlCollector
+
+        nvml = self.nvml
+        if nvml is None:
+            try:
+                import pynvml as nvml
+            except Exception as exc:
+                raise GpuSourceError(
+                    f"pynvml not importable ({exc}); install nvidia-ml-py"
+                ) from None
+        try:
+            return NvmlCollector(nvml, self.slow_interval, self.proc_interval)
+        except Exception as exc:
+            raise GpuSourceError(f"{NVML_UNAVAILABLE}: {exc}") from None
+
+    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+        loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specmon-nvml")
+        col = None
+        try:
+            col = await loop.run_in_executor(pool, self._open)
+            hello = parse_agent_line(_json_line(col.hello()))
+            self.hello = hello if isinstance(hello, AgentHello) else None
+            if not col.devices:
+                raise GpuSourceError("no GPUs")
+            next_t = loop.time()
+            while True:
+                rec = await loop.run_in_executor(pool, col.sample)
+                yield [GpuSample.from_agent_json(g, ts=rec["ts"]) for g in rec["gpus"]]
+                next_t += self.interval
+                delay = next_t - loop.time()
+                if delay < 0:
+                    next_t, delay = loop.time(), 0.0
+                await asyncio.sleep(delay)
+        finally:
+            if col is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loop.run_in_executor(pool, col.close))
+            pool.shutdown(wait=False)
+
+
+class SimGpuSource:
+    """Samples the simulated host's GPU model: `model` is a `SimGpuHost` or its sim dir."""
+
+    kind = "sim"
+
+    def __init__(
+        self,
+        model: SnapshotModel | Path | str,
+        interval: float = 1.0,
+        n_gpus: int = 8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            from specmon.sim.gpu_model import SimGpuHost  # type: ignore[import-not-found]
+
+            model = SimGpuHost(Path(model), n_gpus=n_gpus)
+        self.model: SnapshotModel = model
+        self.interval = interval
+        self.clock = clock
+
+    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+        return self._run()
+
+    def poll(self) -> list[GpuSample]:
+        """One synchronous poll (also used by tests)."""
+        now = self.clock()
+        snap = self.model.snapshot(now=now)
+        if not snap:
+            raise GpuSourceError("no GPUs")
+        return [
+            GpuSample.from_agent_json({"source": "sim", **d}, ts=now) for d in snap
+        ]
+
+    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+        while True:
+            yield self.poll()
+            await asyncio.sleep(self.interval)
+
+
+def _json_line(rec: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(rec, default=str)
+
+
+GpuSource = RemoteAgentSource | NvidiaSmiSource | LocalNvmlSource | SimGpuSource
