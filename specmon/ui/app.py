@@ -234,8 +234,10 @@ class SpecmonApp(App[None]):
         spec = self.session.by_role("speculative")
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
         self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
+        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+                       for st in self.session.servers.values())
         self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
-                                      self.session.gpu_error)
+                                      self.session.gpu_error, decoding)
         conn = self.query_one("#connection", Static)
         conn.display = self.session.connection != "connected"
         conn.update(self.session.connection)

@@ -20,6 +20,7 @@ from specmon.analysis.window import (
     recomputed_accept_rate,
     window_points,
 )
+from specmon.parse.gpu import GpuSample, is_clock_limited
 from specmon.session.state import ServerState
 from specmon.ui.safe import plain
 
@@ -278,49 +279,48 @@ class SpeedupBar(Static):
 
 
 class GpuPanel(Static):
-    """Per-GPU clocks, reasons, thermals and power; clock-limited rows are marked."""
+    """Per-GPU clocks, reasons, thermals and power, with short SM-clock and power trends.
 
-    def show(self, gpus: list[Any], history: dict[int, Any], error: str | None) -> None:
+    A row is marked when its SM clock is under 90% of max while a server decodes: that is when a
+    clock limit costs tokens. Reasons other than GpuIdle are highlighted.
+    """
+
+    def show(self, gpus: list[Any], history: dict[int, Any], error: str | None,
+             decoding: bool = False) -> None:
         if error and not gpus:
-            self.update(Text(f"GPUs: {plain(error)}"))
+            self.update(Text(f"no GPU telemetry: {plain(error)}"))
             return
         if not gpus:
             self.update(Text("GPUs: N/A (no samples yet)"))
             return
         t = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-        for col in ("GPU", "SM MHz", "max", "reasons", "temp °C", "HBM °C", "power W",
-                    "limit W", "util %", "mem MiB", "SM clock trend"):
+        for col in ("GPU", "SM MHz", "max", "clock reasons", "°C", "HBM °C", "W", "limit W",
+                    "util %", "mem MiB", "SM clock (last 30)", "power (last 30)"):
             t.add_column(col, no_wrap=True)
         for g in gpus:
-            reasons = getattr(g, "reasons", None)
-            if reasons is None:
-                reasons = getattr(g, "clock_reasons", None)
-            reasons_txt = ",".join(reasons) if reasons else ("none" if reasons is not None else NA)
-            limited = _clock_limited(g)
-            style = "bold reverse" if limited else ""
-            hist = history.get(getattr(g, "index", -1), [])
-            trend = _mini_spark([getattr(h, "clock_sm", None) for h in hist][-20:])
+            reasons = g.reasons if g.clocks_event_reasons is not None else None
+            busy = [r for r in reasons or () if r != "GpuIdle"]
+            reasons_txt = Text(",".join(reasons) if reasons else
+                               ("none" if reasons is not None else NA),
+                               style="bold" if busy else "dim")
+            limited = decoding and _clock_limited(g)
+            hist = list(history.get(g.index, []))[-30:]
+            mark = "▶ " if limited else ""
             t.add_row(
-                str(getattr(g, "index", NA)), num(getattr(g, "clock_sm", None), "{}"),
-                num(getattr(g, "max_clock_sm", None), "{}"), plain(reasons_txt),
-                num(getattr(g, "temp_gpu", None), "{}"), num(getattr(g, "temp_mem", None), "{}"),
-                num(getattr(g, "power_w", None), "{:.0f}"),
-                num(getattr(g, "power_limit_w", None), "{:.0f}"),
-                num(getattr(g, "util_gpu", None), "{}"), num(getattr(g, "mem_used_mib", None), "{:,}"),
-                trend, style=style,
+                f"{mark}{num(g.index, '{}')}", num(g.clock_sm, "{}"), num(g.max_clock_sm, "{}"),
+                reasons_txt, num(g.temp_gpu, "{:.0f}"), num(g.temp_mem, "{:.0f}"),
+                num(g.power_w, "{:.0f}"), num(g.power_limit_w, "{:.0f}"),
+                num(g.util_gpu, "{:.0f}"), num(g.mem_used_mib, "{:,.0f}"),
+                _mini_spark([h.clock_sm for h in hist]), _mini_spark([h.power_w for h in hist]),
+                style="reverse" if limited else "",
             )
+        if error:
+            t.caption = plain(error)
         self.update(t)
 
 
 def _clock_limited(g: Any) -> bool:
-    try:
-        from specmon.parse.gpu import is_clock_limited  # type: ignore[attr-defined]
-
-        return bool(is_clock_limited(g))
-    except Exception:  # noqa: BLE001 - telemetry module absent or sample incomplete
-        clk, mx = getattr(g, "clock_sm", None), getattr(g, "max_clock_sm", None)
-        util = getattr(g, "util_gpu", None)
-        return bool(clk and mx and util and clk < 0.9 * mx)
+    return isinstance(g, GpuSample) and is_clock_limited(g)
 
 
 _BARS = "▁▂▃▄▅▆▇█"
