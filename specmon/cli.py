@@ -42,6 +42,65 @@ def _add_parse(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_parse)
 
 
+def add_host_args(p: argparse.ArgumentParser) -> None:
+    """TARGET and the SSH/log options shared by `record` and `connect`."""
+    p.add_argument(
+        "target",
+        metavar="TARGET",
+        help="'local', [USER@]HOST[:PORT], or a Host alias from ~/.ssh/config",
+    )
+    p.add_argument(
+        "--log",
+        action="append",
+        metavar="NAME=PATH",
+        help="tail exactly this file as server NAME (repeatable); default: discover servers",
+    )
+    p.add_argument(
+        "--ssh-config", metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)"
+    )
+    p.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="known_hosts file (default: UserKnownHostsFile from the ssh config, else "
+        "~/.ssh/known_hosts)",
+    )
+    p.add_argument(
+        "--accept-new",
+        action="store_true",
+        help="add an unknown host key to known_hosts (OpenSSH accept-new); a changed key is "
+        "always refused",
+    )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="lines of existing log to read on first connect (default: 2000)",
+    )
+    p.add_argument("--whole-file", action="store_true", help="read each log from its start")
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    from specmon.commands.record import run
+
+    return run(args)
+
+
+def _add_record(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "record",
+        help="tail SGLang server logs on a host (no UI) and write them as JSON lines",
+        description="Connect to TARGET, find its SGLang servers (or use --log) and write one "
+        'JSON object per received log line: {"server","path","offset","line","received_at",'
+        '"record"}. Stops on Ctrl-C, SIGTERM or after --duration.',
+    )
+    add_host_args(p)
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
+    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    p.set_defaults(func=_cmd_record)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -50,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parse(sub)
+    _add_record(sub)
     return parser
 
 

@@ -177,7 +177,7 @@ class SshHost(Host):
         return self._conn
 
     # -- connecting --------------------------------------------------------------------------
-    def _kwargs(self) -> dict[str, Any]:
+    def _base_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(
             keepalive_interval=self.keepalive_interval,
             keepalive_count_max=self.keepalive_count_max,
@@ -197,9 +197,19 @@ class SshHost(Host):
             kw["client_keys"] = self.client_keys
         return kw
 
+    def _kwargs(self) -> dict[str, Any]:
+        """connect() arguments; known_hosts files that do not exist count as empty (like
+        OpenSSH) instead of failing, and no file at all means every key is unknown."""
+        kw = self._base_kwargs()
+        files = [f for f in self._known_hosts_files(self._options()) if f.is_file()]
+        kw["known_hosts"] = [str(f) for f in files] if files else asyncssh.SSHKnownHosts()
+        return kw
+
     def _options(self) -> asyncssh.SSHClientConnectionOptions:
-        kw = self._kwargs()
-        return asyncssh.SSHClientConnectionOptions(host=self.target.host, **kw)
+        kw = self._base_kwargs()
+        kw.pop("client_keys", None)
+        return asyncssh.SSHClientConnectionOptions(host=self.target.host, client_keys=None,
+                                                   **kw)
 
     def _known_hosts_files(self, opts: asyncssh.SSHClientConnectionOptions) -> list[Path]:
         kh = opts.known_hosts
@@ -243,7 +253,7 @@ class SshHost(Host):
         pat = _hostpat(host, port)
         try:
             key = await asyncssh.get_server_host_key(
-                self.target.host, port, config=self._kwargs().get("config", ())
+                self.target.host, port, config=self._base_kwargs().get("config", ())
             )
         except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as exc2:
             return HostKeyError(f"{self._where()}: host key not verifiable ({exc.reason}); "

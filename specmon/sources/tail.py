@@ -29,6 +29,18 @@ class TailSpec:
     name: str
     path: str
 
+    @classmethod
+    def parse(cls, text: str) -> TailSpec:
+        """`NAME=PATH` (or just PATH, named after the file); ValueError when malformed."""
+        name, sep, path = text.partition("=")
+        if not sep:
+            name, path = "", text
+        path = path.strip()
+        if not path:
+            raise ValueError(f"--log {text!r}: expected NAME=PATH")
+        name = name.strip() or path.rstrip("/").rsplit("/", 1)[-1]
+        return cls(name, path)
+
 
 @dataclass
 class FilePosition:

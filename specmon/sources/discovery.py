@@ -1,0 +1,209 @@
+"""Find SGLang servers on a host from its process table (through the host agent).
+
+A server is a process whose command line runs `sglang.launch_server`, `sglang serve`, or the
+simulated `specmon sim server`; its `sglang::scheduler*` descendants are its TP workers. Port,
+TP size and speculative flags come from the command line; the log file is where the main
+process's fd 2 (else fd 1) points when that is a regular file. A server writing to a terminal
+or a pipe cannot be tailed: it is listed with a hint to pass --log NAME=PATH.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from specmon.hosts.agent_client import AgentClient
+
+DEFAULT_PORT = 30000  # SGLang's default --port
+LOG_NOT_READABLE = "log not readable; pass --log NAME=PATH"
+ACCEPT_LEN_PROBE_BYTES = 256 << 10
+
+Kind = Literal["baseline", "speculative"]
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    uid: int
+    argv: list[str]
+
+
+@dataclass
+class DiscoveredServer:
+    pid: int
+    argv: list[str]
+    name: str
+    port: int
+    port_from_args: bool  # False: SGLang's default port was assumed
+    kind: Kind
+    kind_source: Literal["args", "log"]
+    spec_args: dict[str, str | bool] = field(default_factory=dict)
+    tp_size: int | None = None
+    model: str | None = None
+    simulated: bool = False
+    workers: list[tuple[int, str]] = field(default_factory=list)  # (pid, process title)
+    log_path: str | None = None
+    log_problem: str | None = None  # why the log cannot be tailed (None when it can)
+    log_target: str | None = None  # what fd 1/2 point to, e.g. "pipe:[1234]" or "/dev/pts/3"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        spec = self.spec_args.get("--speculative-algorithm")
+        kind = f"{self.kind} ({spec})" if spec and spec is not True else self.kind
+        log = self.log_path if self.log_path else self.log_problem
+        return f"{self.name}: pid {self.pid}, port {self.port}, {kind}, log: {log}"
+
+
+def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
+    """(is an SGLang server main process, is the simulated server)."""
+    if not argv or argv[0].startswith("sglang::"):
+        return False, False
+    for i, arg in enumerate(argv):
+        base = os.path.basename(arg)
+        if base in ("sglang.launch_server", "launch_server.py") and (
+            base != "launch_server.py" or "sglang" in arg
+        ):
+            return True, False
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if base == "sglang" and nxt == "serve":
+            return True, False
+        if base == "specmon" and nxt == "sim" and argv[i + 2: i + 3] == ["server"]:
+            return True, True
+        if arg == "specmon.sim" or arg.startswith("specmon.sim."):
+            return True, True
+    return False, False
+
+
+def _flag_values(argv: list[str]) -> dict[str, str | bool]:
+    """`--flag value`, `--flag=value` and bare `--flag` (True) from a command line."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and len(arg) > 2:
+            if "=" in arg:
+                k, v = arg.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[arg] = argv[i + 1]
+                i += 1
+            else:
+                out[arg] = True
+        i += 1
+    return out
+
+
+def _first(flags: dict[str, str | bool], *names: str) -> str | None:
+    for n in names:
+        v = flags.get(n)
+        if isinstance(v, str):
+            return v
+    return None
+
+
+def _int(s: str | None) -> int | None:
+    return int(s) if s is not None and s.isdigit() else None
+
+
+def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
+    """Pure: group a process table into servers (main process + scheduler workers)."""
+    by_pid = {p.pid: p for p in procs}
+    mains: dict[int, DiscoveredServer] = {}
+    for p in procs:
+        is_main, simulated = _is_launcher(p.argv)
+        if not is_main:
+            continue
+        # A launcher started by another launcher (e.g. a wrapper) belongs to the outer one.
+        if any(_is_launcher(a.argv)[0] for a in _ancestors(p, by_pid)):
+            continue
+        flags = _flag_values(p.argv)
+        port = _int(_first(flags, "--port"))
+        spec = {k: v for k, v in flags.items() if k.startswith("--speculative-")}
+        algo = spec.get("--speculative-algorithm")
+        speculative = isinstance(algo, str) and algo.upper() not in ("", "NONE")
+        mains[p.pid] = DiscoveredServer(
+            pid=p.pid,
+            argv=p.argv,
+            name="",
+            port=port if port is not None else DEFAULT_PORT,
+            port_from_args=port is not None,
+            kind="speculative" if speculative else "baseline",
+            kind_source="args",
+            spec_args=spec,
+            tp_size=_int(_first(flags, "--tp-size", "--tensor-parallel-size", "--tp")),
+            model=_first(flags, "--model-path", "--model"),
+            simulated=simulated,
+        )
+    for p in procs:
+        if p.argv and p.argv[0].startswith("sglang::scheduler"):
+            for a in _ancestors(p, by_pid):
+                if a.pid in mains:
+                    mains[a.pid].workers.append((p.pid, p.argv[0].split()[0]))
+                    break
+    servers = sorted(mains.values(), key=lambda s: (s.port, s.pid))
+    seen: dict[int, int] = {}
+    for s in servers:
+        seen[s.port] = seen.get(s.port, 0) + 1
+    for s in servers:
+        s.name = f"sglang-{s.port}" if seen[s.port] == 1 else f"sglang-{s.port}-{s.pid}"
+        s.workers.sort()
+    return servers
+
+
+def _ancestors(p: Proc, by_pid: dict[int, Proc]) -> list[Proc]:
+    out, seen = [], {p.pid}
+    cur = by_pid.get(p.ppid)
+    while cur is not None and cur.pid not in seen:
+        out.append(cur)
+        seen.add(cur.pid)
+        cur = by_pid.get(cur.ppid)
+    return out
+
+
+def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None, str | None]:
+    """(log path, problem, raw target) from the agent's fd info for fds 2 and 1."""
+    target = None
+    for fd in ("2", "1"):
+        info = fds.get(fd) or {}
+        t = info.get("target")
+        if t and target is None:
+            target = t
+        if t and info.get("regular") and t.startswith("/") and not t.endswith(" (deleted)"):
+            return t, None, t
+    return None, LOG_NOT_READABLE, target
+
+
+async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[DiscoveredServer]:
+    """List SGLang servers on the agent's host, with their log files when tailable."""
+    rows = await agent.request("procs")
+    procs = [Proc(int(r[0]), int(r[1]), int(r[2]), list(r[3])) for r in rows]
+    servers = find_servers(procs)
+    for s in servers:
+        try:
+            info = await agent.request("proc_info", pid=s.pid, fds=[1, 2])
+        except Exception as exc:  # the process may have exited meanwhile
+            s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
+            continue
+        s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
+        if s.log_path is None and s.workers:
+            # Workers usually share the launcher's stderr, but check them too.
+            winfo = await agent.request("proc_info", pid=s.workers[0][0], fds=[1, 2])
+            path, problem, _ = log_from_fds(winfo.get("fds", {}))
+            if path is not None:
+                s.log_path, s.log_problem = path, problem
+        if probe_log and s.log_path and s.kind == "baseline":
+            try:
+                res = await agent.request(
+                    "read", path=s.log_path, offset=-ACCEPT_LEN_PROBE_BYTES,
+                    size=ACCEPT_LEN_PROBE_BYTES,
+                )
+            except Exception:
+                continue
+            if b"accept len" in base64.b64decode(res["b64"]):
+                s.kind, s.kind_source = "speculative", "log"
+    return servers
