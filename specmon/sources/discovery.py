@@ -63,7 +63,12 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
     """(is an SGLang server main process, is the simulated server)."""
     if not argv or argv[0].startswith("sglang::"):
         return False, False
+    # Only an interpreter running the module/script, or the script itself, counts: a
+    # `grep sglang.launch_server` or `tail -F sglang.launch_server.log` must not.
+    interp = os.path.basename(argv[0]).startswith("python")
     for i, arg in enumerate(argv):
+        if i > 0 and not interp:
+            break
         base = os.path.basename(arg)
         if base in ("sglang.launch_server", "launch_server.py") and (
             base != "launch_server.py" or "sglang" in arg

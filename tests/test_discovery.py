@@ -1,0 +1,164 @@
+"""Finding SGLang servers: pure grouping of a process table, then real fake processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specmon.hosts.agent_client import AgentClient
+from specmon.hosts.base import Host
+from specmon.hosts.local import LocalHost
+from specmon.sources.discovery import (
+    LOG_NOT_READABLE,
+    Proc,
+    discover,
+    find_servers,
+    log_from_fds,
+)
+
+PY = "/usr/bin/python3"
+
+
+def test_find_servers_groups_workers_and_reads_flags():
+    procs = [
+        Proc(1, 0, 0, ["/sbin/init"]),
+        Proc(10, 1, 0, ["bash"]),
+        Proc(100, 10, 0, [PY, "-m", "sglang.launch_server", "--model-path", "m/llama",
+                          "--port", "30001", "--tp-size", "2",
+                          "--speculative-algorithm", "EAGLE3",
+                          "--speculative-num-steps=3", "--enable-metrics"]),
+        Proc(101, 100, 0, ["sglang::scheduler_TP0"]),
+        Proc(102, 100, 0, ["sglang::scheduler_TP1"]),
+        Proc(103, 100, 0, ["sglang::detokenizer"]),
+        Proc(200, 10, 0, [PY, "/usr/local/bin/sglang", "serve", "--model-path", "m"]),
+        Proc(201, 200, 0, [PY, "-c", "from multiprocessing.spawn import spawn_main"]),
+        Proc(202, 201, 0, ["sglang::scheduler"]),  # a grandchild still belongs to 200
+        Proc(300, 10, 0, [PY, "/venv/bin/specmon", "sim", "server", "--port", "31000",
+                          "--speculative-algorithm", "NONE"]),
+        Proc(400, 10, 0, ["grep", "sglang.launch_server"]),
+        Proc(401, 10, 0, ["tail", "-F", "/logs/sglang.launch_server.log"]),
+        Proc(402, 10, 0, [PY, "-m", "specmon", "record", "local"]),
+        Proc(500, 1, 0, ["sglang::scheduler_TP0"]),  # orphan worker: no launcher above it
+    ]
+    servers = {s.pid: s for s in find_servers(procs)}
+    assert set(servers) == {100, 200, 300}
+    spec, serve, sim = servers[100], servers[200], servers[300]
+    assert (spec.port, spec.port_from_args, spec.kind, spec.tp_size) == (30001, True,
+                                                                         "speculative", 2)
+    assert spec.spec_args == {"--speculative-algorithm": "EAGLE3",
+                              "--speculative-num-steps": "3"}
+    assert spec.model == "m/llama" and spec.name == "sglang-30001"
+    assert spec.workers == [(101, "sglang::scheduler_TP0"), (102, "sglang::scheduler_TP1")]
+    assert (serve.port, serve.port_from_args, serve.kind) == (30000, False, "baseline")
+    assert serve.workers == [(202, "sglang::scheduler")]
+    assert sim.simulated and sim.kind == "baseline" and sim.port == 31000
+
+
+def test_log_from_fds_prefers_stderr_file_and_rejects_pipes_ttys_deleted():
+    assert log_from_fds({"1": {"target": "/x/out.log", "regular": True},
+                         "2": {"target": "/x/err.log", "regular": True}})[0] == "/x/err.log"
+    for target in ("pipe:[1234]", "/dev/pts/3", "socket:[9]", "/x/gone.log (deleted)"):
+        path, problem, raw = log_from_fds({"1": {"target": target, "regular": False},
+                                           "2": {"target": target, "regular": False}})
+        assert path is None and problem == LOG_NOT_READABLE and raw == target
+    assert log_from_fds({"2": {"target": "/dev/null", "regular": False},
+                         "1": {"target": "/x/o.log", "regular": True}})[0] == "/x/o.log"
+
+
+FAKE_SERVER = textwrap.dedent("""
+    import subprocess, sys, time
+    tp = int(sys.argv[sys.argv.index("--tp-size") + 1]) if "--tp-size" in sys.argv else 1
+    for i in range(tp):
+        subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP%d sleep 120" % i])
+    msg = sys.argv[1]
+    print(msg, file=sys.stderr, flush=True)
+    print("ready", flush=True)
+    time.sleep(120)
+""")
+
+
+class FakeServers:
+    """Fake `sglang.launch_server` processes, each in its own process group (killed by pgid)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str, log: Path | None = None, msg: str = "hello") -> int:
+        out = open(log, "ab") if log else subprocess.PIPE
+        p = subprocess.Popen(
+            [sys.executable, "-c", FAKE_SERVER, msg, "sglang.launch_server", *args],
+            stdout=out, stderr=out, start_new_session=True,
+        )
+        self.procs.append(p)
+        return p.pid
+
+    def wait_ready(self) -> None:
+        """Each fake has printed 'ready' (so its workers exist)."""
+        for p in self.procs:
+            if p.stdout is not None:
+                assert p.stdout.readline() == b"ready\n"
+
+    def stop(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the group we created, nothing else
+            except ProcessLookupError:
+                pass
+            p.wait(5)
+
+
+@pytest.fixture
+def fakes():
+    f = FakeServers()
+    yield f
+    f.stop()
+
+
+async def wait_log(path: Path, text: bytes) -> None:
+    from tailkit import until
+
+    await until(lambda: path.exists() and text in path.read_bytes(), what=f"{text!r} in log")
+
+
+async def run_discovery(host: Host, fakes: FakeServers, tmp_path: Path) -> dict:
+    spec_log = tmp_path / "spec.log"
+    base_log = tmp_path / "base.log"
+    spec_pid = fakes.start("--port", "30001", "--tp-size", "2",
+                           "--speculative-algorithm", "EAGLE", log=spec_log)
+    base_pid = fakes.start("--port", "30002", log=base_log,
+                           msg="Decode batch, #running-req: 1, accept len: 2.50, ")
+    pipe_pid = fakes.start("--port", "30003")
+    fakes.wait_ready()
+    await wait_log(spec_log, b"ready")
+    await wait_log(base_log, b"ready")
+    agent = AgentClient(host)
+    await agent.start()
+    try:
+        servers = {s.pid: s for s in await discover(agent)}
+    finally:
+        await agent.close()
+    assert {spec_pid, base_pid, pipe_pid} <= set(servers)
+    spec, base, pipe = servers[spec_pid], servers[base_pid], servers[pipe_pid]
+    assert (spec.port, spec.kind, spec.kind_source) == (30001, "speculative", "args")
+    assert spec.spec_args == {"--speculative-algorithm": "EAGLE"}
+    assert spec.log_path == str(spec_log) and spec.log_problem is None
+    assert [t for _, t in spec.workers] == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+    # no spec flags, but the log shows acceptance lengths
+    assert (base.port, base.kind, base.kind_source) == (30002, "speculative", "log")
+    assert base.log_path == str(base_log)
+    assert pipe.log_path is None and pipe.log_problem == LOG_NOT_READABLE
+    assert pipe.log_target.startswith("pipe:")
+    assert "log not readable; pass --log NAME=PATH" in pipe.describe()
+    return servers
+
+
+async def test_discovery_of_fake_servers_locally(fakes, tmp_path):
+    host = LocalHost()
+    await host.connect()
+    await run_discovery(host, fakes, tmp_path)
