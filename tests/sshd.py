@@ -42,7 +42,7 @@ def keygen(path: Path, kind: str = "ed25519") -> Path:
     return path
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -59,7 +59,7 @@ def _children(pid: int) -> list[int]:
 def descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
-        for child in _children(todo.pop()):
+        for child in children(todo.pop()):
             found.append(child)
             todo.append(child)
     return found
