@@ -11,13 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from sshd import children, keygen, sshd_server  # noqa: F401  (session fixture)
+import sshd
+from sshd import children, keygen
 from tailkit import Collector, until
 from test_discovery import FakeServers, run_discovery, wait_log
 
 from specmon.hosts.base import HostAuthError, HostKeyChanged, HostKeyUnknown
 from specmon.hosts.ssh import SshHost, parse_target
 from specmon.sources.tail import LogTailer, TailSpec
+
+sshd_server = sshd.sshd_server  # the session-scoped sshd fixture
 
 
 def fingerprint(pub: Path) -> str:
