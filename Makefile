@@ -15,7 +15,8 @@ venv: $(BIN)/python
 
 # Integration tests need a real OpenSSH server (started by the tests on loopback) and tmux.
 sysdeps:
-	@if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] || ! command -v tmux >/dev/null 2>&1; then \
+	@if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] || ! command -v tmux >/dev/null 2>&1 \
+		|| ! command -v ssh-keygen >/dev/null 2>&1 || ! command -v ssh >/dev/null 2>&1; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client tmux >/dev/null; \
 	fi
@@ -30,8 +31,9 @@ test: venv sysdeps
 demo: venv
 	$(BIN)/specmon demo
 
-bench: venv
+bench: venv sysdeps
 	$(BIN)/python bench/parse_speed.py
+	$(BIN)/python bench/tail_throughput.py
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

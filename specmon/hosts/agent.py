@@ -11,10 +11,10 @@ Protocol (version 1), one JSON object per line in each direction:
 * client -> agent: {"id": N, "op": OP, ...arguments}
 * agent -> client: {"t": "reply", "id": N, "ok": true, "result": ...}
                    or {"t": "reply", "id": N, "ok": false, "error": "..."}
-* tail events (asynchronous, after "tail_start"):
-  {"t": "line", "tail": T, "ino": I, "off": O, "end": E, "text": "...",
-   ["b64": raw bytes when not valid UTF-8], ["cut": full length when the line was capped],
-   ["noeol": true when a rotated file ended without a newline]}
+* tail events (asynchronous, after "tail_start"); consecutive lines of one file are batched:
+  {"t": "lines", "tail": T, "ino": I, "lines": [[OFF, END, "text"], ...]} where an item may
+   carry a 4th element {"b64": raw bytes when not valid UTF-8, "cut": full length when the
+   line was capped, "noeol": true when a rotated file ended without a newline}
   {"t": "tail", "tail": T, "ev": "opened" | "truncated" | "rotated" | "missing" | "lost" |
    "history_end" | "error", ...details}
 
@@ -42,24 +42,51 @@ def _emit(out, objs):
     """Write a batch of JSON objects, one per line, in one write."""
     if not objs:
         return
+    objs = _batch(objs)
     data = "".join(json.dumps(o, ensure_ascii=False, separators=(",", ":")) + "\n" for o in objs)
     out.write(data.encode("utf-8", "surrogateescape"))
     out.flush()
 
 
+BATCH_BYTES = 256 << 10  # text per "lines" message
+
+
 def _line_event(tid, ino, off, end, raw, cut, noeol=False):
-    ev = {"t": "line", "tail": tid, "ino": ino, "off": off, "end": end}
+    """One line as (tail, ino, item); _batch() groups these into "lines" messages."""
+    extra = {}
     try:
-        ev["text"] = raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        ev["text"] = raw.decode("utf-8", "replace")
-        ev["b64"] = base64.b64encode(raw).decode("ascii")
+        text = raw.decode("utf-8", "replace")
+        extra["b64"] = base64.b64encode(raw).decode("ascii")
     if cut is not None:
-        ev["cut"] = cut
-        ev["text"] += " \u2026[specmon: line cut at %d of %d bytes]" % (len(raw), cut)
+        extra["cut"] = cut
+        text += " \u2026[specmon: line cut at %d of %d bytes]" % (len(raw), cut)
     if noeol:
-        ev["noeol"] = True
-    return ev
+        extra["noeol"] = True
+    item = [off, end, text, extra] if extra else [off, end, text]
+    return (tid, ino, item)
+
+
+def _batch(out):
+    """Group consecutive line tuples of one (tail, inode) into "lines" messages, keeping
+    every other event in order."""
+    res = []
+    cur = None
+    size = 0
+    for ev in out:
+        if type(ev) is tuple:
+            tid, ino, item = ev
+            if cur is None or cur["tail"] != tid or cur["ino"] != ino or size > BATCH_BYTES:
+                cur = {"t": "lines", "tail": tid, "ino": ino, "lines": []}
+                size = 0
+                res.append(cur)
+            cur["lines"].append(item)
+            size += len(item[2]) + 24
+        else:
+            cur = None
+            res.append(ev)
+    return res
 
 
 class Tail:
@@ -184,6 +211,20 @@ class Tail:
     # -- reading -----------------------------------------------------------------------
     def _consume(self, data, out):
         """Frame new bytes into complete lines (appending events to out)."""
+        if not self.buf and self.cut is None and data.isascii():
+            # Fast path (the common case: ASCII log text): split once, offsets by length.
+            parts = data.decode("ascii").split("\n")
+            rest = parts.pop()
+            if parts and max(map(len, parts)) <= self.max_line:
+                pos, tid, ino = self.pos, self.tid, self.ino
+                for p in parts:
+                    end = pos + len(p) + 1
+                    out.append((tid, ino, [pos, end, p]))
+                    pos = end
+                self.pos = self.line_start = pos
+                if rest:
+                    self._consume(data[len(data) - len(rest):], out)
+                return
         start = 0
         n = len(data)
         while start < n:
