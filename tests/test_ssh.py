@@ -305,3 +305,15 @@ async def test_record_end_to_end_over_ssh(sshd_server, tmp_path):
     else:
         assert rows[1]["record"] is not None
     await host.close()
+
+
+def test_record_refuses_unknown_host_key_with_one_line(sshd_server, tmp_path):
+    make_host(sshd_server, tmp_path, known=False)
+    res = subprocess.run(record_cmd(tmp_path / "ssh_config", tmp_path / "o.jsonl",
+                                    "--log", "x=/tmp/x"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert fingerprint(sshd_server.host_key.with_suffix(".pub")) in res.stderr
+    assert "--accept-new" in res.stderr
+    assert not (tmp_path / "o.jsonl").exists()

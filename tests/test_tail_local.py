@@ -177,3 +177,42 @@ async def test_agent_death_resumes_at_exact_byte_even_across_rotation(host, tmp_
         assert_contiguous(col.lines)
     finally:
         await col.close()
+
+
+async def test_unopenable_path_reports_one_error_then_recovers(host, tmp_path):
+    path = tmp_path / "odd.log"
+    path.mkdir()  # opening a directory fails with an OSError other than "missing"
+    ok = tmp_path / "ok.log"
+    ok.write_bytes(b"")
+    col = Collector(LogTailer(host, [TailSpec("o", str(path)), TailSpec("k", str(ok))]))
+    try:
+        await until(lambda: col.notices("error"), what="error notice")
+        assert "IsADirectoryError" in col.notices("error")[0].detail["error"]
+        # each line of the other file needs another agent poll, which retries the bad path
+        for i in range(3):
+            append(ok, b"tick\n")
+            await col.wait_lines(i + 1)
+        assert len(col.notices("error")) == 1  # reported once, not once per poll
+        path.rmdir()
+        path.write_bytes(b"fine\n")
+        await until(lambda: "fine" in col.texts("o"), what="recovered tail")
+    finally:
+        await col.close()
+
+
+async def test_agent_exits_when_the_client_goes_silent(host):
+    agent = AgentClient(host)
+    await agent.start()
+    try:
+        await agent.request("config", idle_timeout=0.3)
+        await until(agent.closed.is_set, 10, "agent idle exit")
+    finally:
+        await agent.close()
+
+
+def test_headless_modules_do_not_import_textual():
+    code = ("import sys, specmon.commands.record, specmon.hosts.ssh, specmon.sources.discovery; "
+            "assert 'textual' not in sys.modules")
+    import subprocess
+
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

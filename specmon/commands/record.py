@@ -158,12 +158,15 @@ async def _main(args: argparse.Namespace, host: Host, specs: list[TailSpec]) -> 
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    host.add_state_listener(lambda st: _log(f"{host.name}: {st.describe()}"))
     try:
         try:
             await host.connect()
         except HostError as exc:
             raise CliError(str(exc)) from None
+        # from now on, report reconnects (the first connect's failure is the CLI error)
+        host.add_state_listener(
+            lambda st: st.state != "closed" and _log(f"{host.name}: {st.describe()}")
+        )
         if not specs:
             try:
                 specs = await discover_specs(host)

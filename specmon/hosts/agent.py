@@ -105,6 +105,8 @@ class Tail:
         self.cut = None  # full length so far of a line being cut (None when not cutting)
         self.missing_reported = False
         self.history_end = None  # size at start: "history_end" is reported once we pass it
+        self.pending_start = None  # arguments of a tail_start that failed, retried on poll
+        self.last_error = None
 
     # -- opening -----------------------------------------------------------------------
     def _open(self, path, offset):
@@ -117,7 +119,30 @@ class Tail:
         return st
 
     def start(self, resume_ino=None, resume_dev=None, resume_off=None, history=2000):
-        """Open the file; return the events describing how (resume, history, missing)."""
+        """Open the file; return the events describing how (resume, history, missing).
+
+        An error other than "missing" is reported once and the start retried on each poll.
+        """
+        args = (resume_ino, resume_dev, resume_off, history)
+        try:
+            evs = self._start(*args)
+        except OSError as e:
+            self.close()
+            self.pending_start = args
+            return self.error(e)
+        self.pending_start = None
+        self.last_error = None
+        return evs
+
+    def error(self, e):
+        """An "error" event, once per distinct message (polls must not flood the channel)."""
+        msg = "%s: %s" % (type(e).__name__, e)
+        if msg == self.last_error:
+            return []
+        self.last_error = msg
+        return [self._ev("error", error=msg)]
+
+    def _start(self, resume_ino, resume_dev, resume_off, history):
         evs = []
         try:
             st = os.stat(self.path)
@@ -270,10 +295,16 @@ class Tail:
 
     def poll(self, out):
         """Read what is new; detect truncation and rotation. Return True if more is pending."""
+        if self.pending_start is not None:
+            # tail_start failed (e.g. permission denied): retry it as asked, so a resume
+            # still resumes at its offset instead of re-reading from 0.
+            out.extend(self.start(*self.pending_start))
+            if self.pending_start is not None or self.f is None:
+                return False
         if self.f is None:
             try:
                 self._open(self.path, 0)
-            except OSError:
+            except FileNotFoundError:
                 out.extend(self._missing())
                 return False
             self.missing_reported = False
@@ -433,6 +464,9 @@ class Agent:
         self.out = out
         self.tails = {}
         self.poll_interval = 0.1
+        # Exit when the client has been silent this long (it pings): a vanished client whose
+        # sshd has not noticed yet must not leave the agent running for hours.
+        self.idle_timeout = 120.0
         self.inbuf = b""
 
     def handle(self, req, out):
@@ -451,7 +485,8 @@ class Agent:
                 result = op_stat(req)
             elif op == "config":
                 self.poll_interval = float(req.get("poll_interval", self.poll_interval))
-                result = {"poll_interval": self.poll_interval}
+                self.idle_timeout = float(req.get("idle_timeout", self.idle_timeout))
+                result = {"poll_interval": self.poll_interval, "idle_timeout": self.idle_timeout}
             elif op == "tail_start":
                 tid = req["tail"]
                 if tid in self.tails:
@@ -503,19 +538,25 @@ class Agent:
         _emit(self.out, [{"t": "hello", "v": PROTOCOL_VERSION, "pid": os.getpid(),
                           "python": sys.version.split()[0], "host": socket.gethostname()}])
         busy = False
+        last_input = time.monotonic()
         while True:
             out = []
             timeout = 0 if busy else self.poll_interval
             r, _, _ = select.select([self.inp_fd], [], [], timeout)
-            if r and not self.read_requests(out):
-                _emit(self.out, out)
+            now = time.monotonic()
+            if r:
+                last_input = now
+                if not self.read_requests(out):
+                    _emit(self.out, out)
+                    return
+            elif self.idle_timeout > 0 and now - last_input > self.idle_timeout:
                 return
             busy = False
             for t in list(self.tails.values()):
                 try:
                     busy = t.poll(out) or busy
                 except OSError as e:
-                    out.append(t._ev("error", error="%s: %s" % (type(e).__name__, e)))
+                    out.extend(t.error(e))
             _emit(self.out, out)
 
 

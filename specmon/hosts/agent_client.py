@@ -20,6 +20,7 @@ from specmon.hosts.base import Host, HostError, HostProcess
 PROTOCOL_VERSION = 1
 AGENT_PATH = Path(__file__).with_name("agent.py")
 EVENT_QUEUE_MAX = 20_000  # a slow consumer blocks the reader, which backpressures the channel
+HEARTBEAT_S = 20.0  # the agent exits after idle_timeout (120 s) without input
 
 
 def agent_source() -> bytes:
@@ -59,6 +60,7 @@ class AgentClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
 
     async def start(self, timeout: float = 30.0) -> None:
@@ -90,6 +92,19 @@ class AgentClient:
                              f"{PROTOCOL_VERSION}")
         self.hello = hello
         self._reader = asyncio.create_task(self._read_loop())
+        self._heartbeat = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        """Keep the agent's idle watchdog fed; the reply (id 0) is ignored."""
+        while not self.closed.is_set():
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                async with self._write_lock:
+                    assert self.proc is not None
+                    self.proc.write(b'{"id":0,"op":"ping"}\n')
+                    await self.proc.drain()
+            except HostError:
+                return
 
     async def _read_loop(self) -> None:
         assert self.proc is not None
@@ -110,6 +125,8 @@ class AgentClient:
                     await self.events.put(msg)
         finally:
             self.closed.set()
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(AgentError(f"{self.host.name}: the agent went away"))
@@ -133,6 +150,8 @@ class AgentClient:
         """Close stdin (the agent exits on EOF) and the channel."""
         if self.proc is None:
             return
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         self.proc.close_stdin()
         await self.proc.wait(2.0)
         self.proc.terminate()
