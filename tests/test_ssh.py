@@ -71,6 +71,9 @@ async def test_known_key_one_connection_many_channels(sshd_server, tmp_path):
         assert [r.stdout for r in results] == [f"a b;{i}\n" for i in range(8)]  # quoted argv
         (tmp_path / "bin").write_bytes(bytes(range(256)))
         assert await host.read_file(str(tmp_path / "bin"), 10, 5) == bytes(range(10, 15))
+        async for line in host.stream(["cat"], b"kept open\n"):  # stdin stays open
+            assert line == "kept open"
+            break
         assert ssh_connections(sshd_server) == 1
         assert host.state.state == "connected"
     finally:
@@ -298,12 +301,8 @@ async def test_record_end_to_end_over_ssh(sshd_server, tmp_path):
     assert all(set(r) == {"server", "path", "offset", "line", "received_at", "record"}
                for r in rows)
     assert rows[0]["server"] == "srv" and rows[0]["record"] is None
-    try:
-        import specmon.parse.sglang  # noqa: F401
-    except ImportError:
-        pass  # TODO(parser): always assert once the parser is in main
-    else:
-        assert rows[1]["record"] is not None
+    rec = rows[1]["record"]
+    assert rec is not None and rec["gen_throughput"] == 88.8, rec
     await host.close()
 
 

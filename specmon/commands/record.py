@@ -15,21 +15,14 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import IO, Any
 
 from specmon.cli import CliError
 from specmon.hosts import Host, HostError, make_host
 from specmon.hosts.agent_client import AgentClient
+from specmon.parse.sglang import parse_line
 from specmon.sources.discovery import discover
 from specmon.sources.tail import LogLine, LogTailer, TailNotice, TailSpec
-
-try:
-    from specmon.parse.sglang import parse_line as _parse_line
-except ImportError:  # TODO(parser): remove once specmon.parse.sglang lands in main
-    _parse_line = None
-
-LineParser = Callable[[str], Any]
 
 NOTICE_KINDS = {"truncated", "rotated", "missing", "lost", "resumed", "error", "disconnected"}
 
@@ -39,12 +32,10 @@ def _log(msg: str) -> None:
 
 
 def parse_record(text: str) -> dict[str, Any] | None:
-    """The parsed record as JSON, or None (unrecognised line, or no parser available)."""
-    if _parse_line is None:
-        return None
+    """The parsed record as JSON, or None for lines the parser does not use."""
     try:
-        rec = _parse_line(text)
-    except Exception:  # a parser bug must not stop a recording
+        rec = parse_line(text)
+    except Exception:  # parse_line promises not to raise; a recording must survive anyway
         return None
     return rec.to_json() if rec is not None else None
 

@@ -41,6 +41,10 @@ class HostKeyChanged(HostKeyError):
     """known_hosts holds a different key for this host: possible man-in-the-middle."""
 
 
+class CommandNotFound(HostError, OSError):
+    """A local program could not be started (also an OSError, as subprocess would raise)."""
+
+
 class HostAuthError(HostError):
     """Authentication failed: retrying with the same credentials cannot help."""
 
@@ -208,19 +212,22 @@ class Host(abc.ABC):
             rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
         )
 
-    async def stream(
-        self, cmd: Command, *, stdin: bytes | None = None
-    ) -> AsyncIterator[bytes]:
-        """Yield a command's stdout line by line (bytes, including the newline)."""
+    async def stream(self, cmd: Command, stdin: bytes | None = None) -> AsyncIterator[str]:
+        """Yield a command's stdout lines (decoded, without the newline) until it exits.
+
+        `stdin` is written first and stdin then stays OPEN (agents exit when it closes);
+        leaving the iterator closes stdin and ends the command. This is the `StreamHost`
+        protocol of specmon.sources.gpu, so a Host can feed the GPU sources too.
+        """
         proc = await self.open_process(cmd)
         try:
             if stdin is not None:
                 proc.write(stdin)
                 await proc.drain()
-                proc.close_stdin()
             while line := await proc.readline():
-                yield line
+                yield line.rstrip(b"\n").decode("utf-8", "replace")
         finally:
+            proc.close_stdin()
             proc.terminate()
 
     @abc.abstractmethod

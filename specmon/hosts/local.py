@@ -10,6 +10,7 @@ import sys
 
 from specmon.hosts.base import (
     Command,
+    CommandNotFound,
     ConnectionState,
     Host,
     HostError,
@@ -101,7 +102,9 @@ class LocalHost(Host):
             try:
                 proc = await asyncio.create_subprocess_exec(*cmd, **kwargs)
             except OSError as exc:
-                raise HostError(f"cannot run {command_text(cmd)}: {exc.strerror}") from exc
+                raise CommandNotFound(
+                    exc.errno, f"cannot run {command_text(cmd)}: {exc.strerror}"
+                ) from exc
         return LocalProcess(proc)
 
     async def forward_port(
