@@ -101,6 +101,24 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_record)
 
 
+def _cmd_connect(args: argparse.Namespace) -> int:
+    from specmon.commands.connect_cmd import run
+
+    return run(args)
+
+
+def _add_connect(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "connect",
+        help="open the live UI on a host's SGLang servers ('local' or over SSH)",
+        description="Connect to TARGET over SSH (or 'local'), find its SGLang servers (or tail "
+        "--log NAME=PATH), and show them live. A --log NAME containing 'base' or 'spec' sets "
+        "the server's role; otherwise it is read from the log.",
+    )
+    add_host_args(p)
+    p.set_defaults(func=_cmd_connect)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -110,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parse(sub)
     _add_record(sub)
+    _add_connect(sub)
     return parser
 
 
