@@ -1,0 +1,165 @@
+"""The built-in demo: a simulated SGLang host with a baseline and a speculative server.
+
+It runs the real code paths: the servers are `specmon sim server` processes started on this
+machine (each in its own session, stopped by that process group only), their logs are followed
+by the same resumable tail as `specmon connect local`, and the GPUs come from the simulated
+host's NVML-like model. The UI cannot tell it from a real host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specmon.feed import FeedSink
+from specmon.feeds.common import pump_gpus, pump_tail
+from specmon.hosts.local import LocalHost
+from specmon.sources.gpu import SimGpuSource
+from specmon.sources.tail import LogTailer, TailSpec
+
+NCCL_TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
+N_GPUS = 16  # two tp-8 servers side by side on one simulated box
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SimServer:
+    name: str
+    role: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    log: Path | None = None
+    proc: asyncio.subprocess.Process | None = None
+
+    def argv(self, sim_dir: Path) -> list[str]:
+        assert self.log is not None
+        return [sys.executable, "-m", "specmon", "sim", "server", "--name", self.name,
+                "--log-file", str(self.log), "--sim-dir", str(sim_dir),
+                "--n-gpus", str(N_GPUS), *self.args]
+
+
+def default_servers(format_version: str | None = None, load_concurrency: int = 1,
+                    seed: int = 1) -> list[SimServer]:
+    common = ["--tp-size", "8", "--load-concurrency", str(load_concurrency),
+              "--load-output-len", "512", "--startup-s", "2"]
+    if format_version:
+        common += ["--format-version", format_version]
+    return [
+        SimServer("baseline", "baseline",
+                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(NCCL_TUNING)),
+        SimServer("speculative", "speculative",
+                  [*common, "--port", str(free_port()), "--seed", str(seed + 1),
+                   "--base-gpu-id", "8", "--speculative-algorithm", "EAGLE3",
+                   "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-70B",
+                   "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                   "--speculative-num-draft-tokens", "3"], dict(NCCL_TUNING)),
+    ]
+
+
+class DemoFeed:
+    """Starts the simulated servers, tails their logs, samples their GPUs; stops what it started."""
+
+    def __init__(self, servers: list[SimServer] | None = None, workdir: Path | None = None,
+                 gpu_interval: float = 1.0) -> None:
+        self.servers = servers if servers is not None else default_servers()
+        self._own_dir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="specmon-demo-"))
+        self.sim_dir = self.workdir / "host"
+        self.gpu_interval = gpu_interval
+
+    async def start_server(self, srv: SimServer) -> None:
+        self.sim_dir.mkdir(parents=True, exist_ok=True)
+        srv.log = srv.log or self.workdir / f"{srv.name}.log"
+        srv.log.touch()
+        err = open(srv.log, "ab")  # noqa: SIM115 - a crash before logging starts lands here
+        try:
+            srv.proc = await asyncio.create_subprocess_exec(
+                *srv.argv(self.sim_dir), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True,
+                env={**os.environ, **srv.env, "SPECMON_SIM_DIR": str(self.sim_dir)},
+            )
+        finally:
+            err.close()
+
+    async def run(self, sink: FeedSink) -> None:
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for srv in self.servers:
+                await self.start_server(srv)
+                sink.declare_server(srv.name, srv.role, str(srv.log))
+            specs = [TailSpec(s.name, str(s.log)) for s in self.servers]
+            tasks.append(asyncio.create_task(
+                pump_tail(LogTailer(LocalHost("demo"), specs, history_lines=2000), sink)))
+            tasks.append(asyncio.create_task(pump_gpus(
+                SimGpuSource(self.sim_dir, interval=self.gpu_interval, n_gpus=N_GPUS), sink)))
+            tasks.extend(asyncio.create_task(self._watch(s, sink)) for s in self.servers)
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            await self.stop_all()
+
+    async def _watch(self, srv: SimServer, sink: FeedSink) -> None:
+        assert srv.proc is not None
+        code = await srv.proc.wait()
+        sink.server_exited(srv.name, code)
+
+    async def stop_server(self, srv: SimServer, grace: float = 5.0) -> None:
+        """SIGTERM the process group we started, then SIGKILL what is left of it."""
+        proc = srv.proc
+        if proc is None or proc.returncode is not None:
+            _reap_group(proc.pid if proc else None)
+            return
+        if not _ours(proc.pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        _reap_group(proc.pid)
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop_server(s) for s in self.servers))
+
+    def stop_all_sync(self) -> None:
+        """Last resort after the event loop is gone (the app crashed): kill our groups."""
+        for s in self.servers:
+            if s.proc is not None and s.proc.returncode is None and _ours(s.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(s.proc.pid, signal.SIGKILL)
+
+
+def _ours(pid: int) -> bool:
+    """The group leader is still the simulated server we started (not a recycled pid)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"sim" in cmd and b"server" in cmd and any(b"specmon" in c for c in cmd)
+
+
+def _reap_group(pgid: int | None) -> None:
+    """Workers of a crashed launcher may outlive it: they are still in our group."""
+    if pgid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
