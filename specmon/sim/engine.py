@@ -21,6 +21,7 @@ from specmon.sim import formats
 from specmon.sim.gpu_model import decode_intensity
 from specmon.sim.perf import PerfModel, RankSpeed, SpecConfig, uniform_ranks
 
+IDLE_AFTER_S = 1.0  # a pause longer than this lets the GPUs go idle
 TokenSink = Callable[[int, bool], None]  # (new tokens, finished)
 
 
@@ -219,11 +220,13 @@ class Engine:
         else:
             if self._idle_since is None:
                 self._idle_since = now
-                self._busy_since = None
             return None
-        if self._busy_since is None:
+        # short pauses between requests do not count as idle for the GPU model
+        if self._busy_since is None or (
+            self._idle_since is not None and now - self._idle_since > IDLE_AFTER_S
+        ):
             self._busy_since = now
-            self._idle_since = None
+        self._idle_since = None
         return res
 
     def _kv_in_use(self) -> int:
@@ -359,7 +362,12 @@ class Engine:
                 self.running.remove(r)
             r.finish_time = end
             self.finished.append(r)
-            res.tokens.append((r, 0, True))
+            for i, (req, n, _) in enumerate(res.tokens):
+                if req is r:
+                    res.tokens[i] = (req, n, True)
+                    break
+            else:
+                res.tokens.append((r, 0, True))
             if r.synthetic:
                 if self.rng.random() < self.cfg.load_pause_prob:
                     gap = self.rng.uniform(1.5, 6.0)
@@ -383,16 +391,20 @@ class Engine:
         return True
 
     def load_state(self, now: float) -> dict[str, Any]:
-        """What the GPU model needs: busy or not since when, and how hard the GPUs work."""
-        busy = self.has_work()
+        """What the GPU model needs: busy or idle since when, and how hard the GPUs work."""
+        idle_for = now - self._idle_since if self._idle_since is not None else 0.0
+        busy = self._busy_since is not None and (self.has_work() or idle_for <= IDLE_AFTER_S)
         bs = len(self.running) or self._recent_bs
         intensity = decode_intensity(bs) if busy else 0.0
         if self.cfg.spec is not None and busy:
             intensity = min(1.0, intensity * 1.25)
-        since = self._busy_since if busy else self._idle_since
+        if busy:
+            since = self._busy_since
+        else:
+            since = (self._idle_since + IDLE_AFTER_S) if self._idle_since is not None else now
         return {
             "busy": busy,
-            "since": since if since is not None else now,
+            "since": since,
             "intensity": round(intensity, 4),
             "running_req": len(self.running),
             "queue_req": len(self.waiting),
