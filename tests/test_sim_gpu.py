@@ -109,3 +109,15 @@ def test_power_limit_command(tmp_path):
         [sys.executable, "-m", "specmon", "sim", "power-limit", "400", "--gpu", "9",
          "--sim-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_workers_clock_ratio_follows_the_power_limit(tmp_path):
+    server(tmp_path, intensity=0.23, since=900.0)
+    host = SimGpuHost(tmp_path)
+    assert host.sm_clock_ratio(0, now=1000.0) == 1.0
+    host.set_power_limit(None, 330)
+    ratio = host.sm_clock_ratio(0, now=1000.0)
+    assert 0.88 < ratio < 0.94
+    reported = host.snapshot(now=1000.0)[0]["clock_sm"] / 1980
+    assert abs(reported - ratio) < 0.02
+    assert host.sm_clock_ratio(5, now=1000.0) == 1.0  # an unused GPU does not slow anyone

@@ -133,6 +133,17 @@ class SimGpuHost:
     def __init__(self, sim_dir: Path, n_gpus: int = 8) -> None:
         self.sim_dir = Path(sim_dir)
         self.n_gpus = n_gpus
+        self._smooth_clock: dict[int, float] = {}
+
+    def sm_clock_ratio(self, index: int, now: float | None = None) -> float:
+        """f/fmax that a busy GPU settles at, without sensor jitter: what sim workers use for
+        their step time (the reported clock_sm jitters by one 15 MHz step around it)."""
+        self._smooth_clock.pop(index, None)
+        snap = self.snapshot(now)[index]
+        clock = self._smooth_clock.get(index, float(snap["clock_sm"]))
+        if clock <= IDLE_CLOCK_SM:
+            return 1.0
+        return max(0.05, min(1.0, clock / snap["max_clock_sm"]))
 
     # ------------------------------------------------------------------ settings
     @property
@@ -275,6 +286,7 @@ class SimGpuHost:
             p_ss = busy_power(f_ss, intensity)
             ramp = 1.0 - math.exp(-dt / TAU_POWER)
             power = P_IDLE_CTX + (p_ss - P_IDLE_CTX) * ramp + jp
+            self._smooth_clock[i] = f_ss
             if f_ss < fmax - 1:
                 clock = f_ss + j * CLOCK_STEP
                 reasons |= REASON_SW_POWER_CAP

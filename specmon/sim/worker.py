@@ -142,10 +142,9 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
         if host is None:
             return 1.0
         try:
-            g = host.snapshot()[gpu]
+            return host.sm_clock_ratio(gpu)
         except (IndexError, OSError, ValueError):
             return 1.0
-        return max(0.05, g["clock_sm"] / g["max_clock_sm"]) if g["clock_sm"] > 345 else 1.0
 
     try:
         conn.send(
