@@ -117,6 +117,51 @@ def _add_connect(sub: argparse._SubParsersAction) -> None:
     )
     add_host_args(p)
     p.set_defaults(func=_cmd_connect)
+def _cmd_sim_server(args: argparse.Namespace) -> int:
+    from specmon.commands.sim_cmd import run_server
+
+    return run_server(args)
+
+
+def _cmd_sim_gpus(args: argparse.Namespace) -> int:
+    from specmon.commands.sim_cmd import run_gpus
+
+    return run_gpus(args)
+
+
+def _cmd_sim_power_limit(args: argparse.Namespace) -> int:
+    from specmon.commands.sim_cmd import run_power_limit
+
+    return run_power_limit(args)
+
+
+def _add_sim(sub: argparse._SubParsersAction) -> None:
+    from specmon.sim.cli_args import add_server_arguments
+
+    p = sub.add_parser(
+        "sim",
+        help="simulated SGLang host (server processes, logs, HTTP, H200 GPUs) for demos/tests",
+    )
+    simsub = p.add_subparsers(dest="sim_command", metavar="SIMCOMMAND", required=True)
+    srv = simsub.add_parser(
+        "server",
+        help="run a simulated `python -m sglang.launch_server`",
+        description="Behaves like sglang.launch_server from outside: TP worker processes, "
+        "version-exact log lines, /health, /get_server_info, /metrics, /generate.",
+    )
+    add_server_arguments(srv)
+    srv.set_defaults(func=_cmd_sim_server)
+    for name, func, help_ in (
+        ("gpus", _cmd_sim_gpus, "print the simulated GPUs as JSON lines"),
+        ("power-limit", _cmd_sim_power_limit, "set a simulated power limit (like nvidia-smi -pl)"),
+    ):
+        q = simsub.add_parser(name, help=help_)
+        q.add_argument("--sim-dir", default=None, help="default $SPECMON_SIM_DIR")
+        q.add_argument("--n-gpus", type=int, default=8)
+        if name == "power-limit":
+            q.add_argument("watts", type=float)
+            q.add_argument("--gpu", type=int, default=None, help="one GPU (default: all)")
+        q.set_defaults(func=func)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(sub)
     _add_record(sub)
     _add_connect(sub)
+    _add_sim(sub)
     return parser
 
 

@@ -1,0 +1,198 @@
+"""A simulated TP rank (`sglang::scheduler_TP<r>`), started with multiprocessing *spawn*.
+
+It does what matters to a monitor, the way SGLang's scheduler processes do: sets its process
+title with setproctitle (which wipes /proc/PID/environ unless SPT_NOENV=1), reads the NCCL
+variables from ITS OWN environment once, at "communicator init" (so a variable the launcher sets
+in its os.environ after the spawn never arrives here), logs NCCL's "set by environment" lines
+when NCCL_DEBUG=INFO, and reports its per-step communication cost and its GPU's clock to the
+main process. On a crash it logs a traceback and sends SIGQUIT to its parent, as SGLang does.
+
+Keep imports light: every worker is a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from specmon.sim import formats
+from specmon.sim.perf import nccl_comm_ms, nccl_vars
+
+NCCL_VERSION = "2.27.3+cuda12.9"
+_NCCL_SILENT = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}
+
+
+class LogWriter:
+    """Appends whole lines to the log file (O_APPEND: several processes share it) or stderr."""
+
+    def __init__(self, path: str | None, fallback_fd: int = 2) -> None:
+        if path:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._own = True
+        else:
+            self.fd = fallback_fd
+            self._own = False
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        data = (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace")
+        with self._lock:
+            try:
+                while data:
+                    n = os.write(self.fd, data)
+                    data = data[n:]
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._own:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+def nccl_debug_lines(env: dict[str, str], rank: int, pid: int, tid: int) -> list[str]:
+    """What NCCL_DEBUG=INFO prints on this rank about the variables it read."""
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    host = socket.gethostname().split(".")[0]
+    out = []
+    if rank == 0:
+        out.append(f"{host}:{pid}:{tid} [{rank}] NCCL INFO NCCL version {NCCL_VERSION}")
+    for var, value in nccl_vars(env).items():
+        if var not in _NCCL_SILENT:
+            out.append(formats.nccl_env_line(host, pid, tid, rank, var, value))
+    return out
+
+
+def _nccl_debug_writer(env: dict[str, str], log: LogWriter) -> LogWriter:
+    """NCCL_DEBUG_FILE=/tmp/nccl.%h.%p gets one file per host/pid, like real NCCL."""
+    path = env.get("NCCL_DEBUG_FILE")
+    if not path:
+        return log
+    host = socket.gethostname().split(".")[0]
+    path = path.replace("%h", host).replace("%p", str(os.getpid()))
+    try:
+        return LogWriter(path)
+    except OSError:
+        return log
+
+
+def _forward_decode(rank: int) -> None:
+    raise RuntimeError(
+        "CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    )
+
+
+def _run_batch(rank: int) -> None:
+    _forward_decode(rank)
+
+
+def _event_loop_overlap(rank: int) -> None:
+    _run_batch(rank)
+
+
+def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
+    """Entry point of a spawned rank. `cfg` is plain data (picklable)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl+C and stops us
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    title = cfg.get("title")
+    if title:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    log = LogWriter(cfg.get("log_file"))
+    version: str = cfg["version"]
+    tag: str = cfg["tag"]
+    log_ms = bool(cfg.get("log_ms"))
+    parent = os.getppid()
+
+    def emit(msg: str) -> None:
+        log.write(formats.line(version, time.time(), msg, tag, log_ms=log_ms))
+
+    # "communicator init": the environment is read here, once, like NCCL_PARAM's cache
+    env = dict(os.environ)
+    comm = nccl_comm_ms(int(cfg["tp_size"]), env)
+    emit("Init torch distributed begin.")
+    dbg = _nccl_debug_writer(env, log)
+    for text in nccl_debug_lines(env, rank, os.getpid(), threading.get_native_id()):
+        dbg.write(text)
+    emit("Init torch distributed ends. mem usage=0.97 GB")
+    host = None
+    gpu = int(cfg["gpu"])
+    if cfg.get("sim_dir"):
+        from specmon.sim.gpu_model import SimGpuHost
+
+        host = SimGpuHost(Path(cfg["sim_dir"]), n_gpus=int(cfg.get("n_gpus", 8)))
+
+    def clock_ratio() -> float:
+        if host is None:
+            return 1.0
+        try:
+            return host.sm_clock_ratio(gpu)
+        except (IndexError, OSError, ValueError):
+            return 1.0
+
+    try:
+        conn.send(
+            {
+                "type": "ready",
+                "rank": rank,
+                "pid": os.getpid(),
+                "comm_ms": comm,
+                "nccl": nccl_vars(env),
+                "clock_ratio": clock_ratio(),
+            }
+        )
+        while not stop.is_set():
+            if os.getppid() != parent:
+                break  # the launcher is gone: do not linger as an orphan
+            if conn.poll(0.5):
+                msg = conn.recv()
+                if msg == "stop":
+                    break
+                if msg == "crash":
+                    try:
+                        _event_loop_overlap(rank)
+                    except Exception:
+                        emit(f"Scheduler hit an exception: {traceback.format_exc()}")
+                        os.kill(parent, signal.SIGQUIT)
+                        log.close()
+                        sys.exit(1)
+            conn.send({"type": "speed", "rank": rank, "clock_ratio": clock_ratio()})
+    except (EOFError, BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass
+    finally:
+        log.close()
+
+
+def detokenizer_main(cfg: dict[str, Any], conn: Connection) -> None:
+    """`sglang::detokenizer`: present in the process tree, otherwise idle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if cfg.get("title"):
+        import setproctitle
+
+        setproctitle.setproctitle(cfg["title"])
+    parent = os.getppid()
+    try:
+        conn.send({"type": "ready", "pid": os.getpid()})
+        while not stop.is_set() and os.getppid() == parent:
+            if conn.poll(0.5) and conn.recv() == "stop":
+                break
+    except (EOFError, BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass
