@@ -164,6 +164,25 @@ def _add_sim(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(func=func)
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from specmon.commands.demo_cmd import run
+
+    return run(args)
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the live UI on a simulated host: a baseline and a speculative server (no GPU needed)",
+    )
+    p.add_argument("--format-version", metavar="V", default=None,
+                   help="SGLang release whose log format the simulated servers write (default newest)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="requests the built-in clients keep in flight per server (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    p.set_defaults(func=_cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -174,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(sub)
     _add_record(sub)
     _add_connect(sub)
+    _add_demo(sub)
     _add_sim(sub)
     return parser
 

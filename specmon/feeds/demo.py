@@ -89,6 +89,7 @@ class DemoFeed:
                 *srv.argv(self.sim_dir), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True,
                 env={**os.environ, **srv.env, "SPECMON_SIM_DIR": str(self.sim_dir)},
+                preexec_fn=_die_with_parent,
             )
         finally:
             err.close()
@@ -146,6 +147,16 @@ class DemoFeed:
             if s.proc is not None and s.proc.returncode is None and _ours(s.proc.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(s.proc.pid, signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the demo dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _ours(pid: int) -> bool:

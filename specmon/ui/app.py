@@ -111,7 +111,8 @@ class SpecmonApp(App[None]):
 
     def __init__(self, session: Session, feed: Feed | None = None, *, window_s: float =
                  DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
-                 keymap: dict[str, str] | None = None, clock: Any = time.time) -> None:
+                 keymap: dict[str, str] | None = None, clock: Any = time.time,
+                 show_clock: bool = True) -> None:
         super().__init__()
         self.session = session
         self.feed = feed
@@ -119,6 +120,7 @@ class SpecmonApp(App[None]):
         self.refresh_hz = refresh_hz
         self._keymap = keymap or {}
         self.clock = clock
+        self.show_clock = show_clock
         self._pending: dict[str, list[str]] = {}
         self._panels: dict[str, ServerPanel] = {}
         self.lines_received = 0
@@ -128,11 +130,12 @@ class SpecmonApp(App[None]):
     # --- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
         yield Horizontal(id="servers")
         yield SpeedupBar("", id="speedup")
-        yield GpuPanel("", id="gpus")
+        with VerticalScroll(id="gpu-box"):
+            yield GpuPanel("", id="gpus")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -161,6 +164,7 @@ class SpecmonApp(App[None]):
             container.mount(panel, before=0)
         else:
             container.mount(panel)
+        self.call_after_refresh(self.refresh_view)
         return panel
 
     def panels(self) -> list[ServerPanel]:
@@ -230,6 +234,7 @@ class SpecmonApp(App[None]):
             view.set_source(state.log)
             if pending:
                 view.append(pending)
+            view.keep_following()
         base = self.session.by_role("baseline")
         spec = self.session.by_role("speculative")
         sp = speedup(base, spec, now, self.window_s) if base and spec else None

@@ -7,8 +7,10 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Input, Log, Sparkline, Static
 
@@ -84,6 +86,44 @@ class ServerSummary(Static):
         self.update(t)
 
 
+class StickyLog(Log):
+    """A Log that stops following as soon as the user scrolls up, and says so."""
+
+    def _pause(self) -> None:
+        if self.auto_scroll:
+            self.auto_scroll = False
+            self.post_message(StickyLog.Paused())
+
+    class Paused(Message):
+        pass
+
+    class Resumed(Message):
+        pass
+
+    def action_scroll_end(self) -> None:
+        """End resumes following (the Log's own End binding wins while it has focus)."""
+        super().action_scroll_end()
+        if not self.auto_scroll:
+            self.auto_scroll = True
+            self.post_message(StickyLog.Resumed())
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self._pause()
+        super()._on_mouse_scroll_up(event)
+
+    def action_scroll_up(self) -> None:
+        self._pause()
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self._pause()
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self._pause()
+        super().action_scroll_home()
+
+
 class LogView(Vertical):
     """A sticky tail: scrolling up pauses it, End resumes, a badge counts what arrived since."""
 
@@ -98,7 +138,7 @@ class LogView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (plain text)", id=f"filter-{self.server}", classes="filter")
-        yield Log(max_lines=5000, auto_scroll=True, id=f"log-{self.server}")
+        yield StickyLog(max_lines=5000, auto_scroll=True, id=f"log-{self.server}")
         yield Static("", classes="badge", id=f"badge-{self.server}")
 
     @property
@@ -124,12 +164,12 @@ class LogView(Vertical):
         if not lines:
             return
         log = self.log_widget
-        if log.auto_scroll and not log.is_vertical_scroll_end and log.max_scroll_y > 0:
-            # the user scrolled up since the last refresh: pause following
-            log.auto_scroll = False
         if not log.auto_scroll:
             self.new_while_paused += len(lines)
-        log.write_lines(lines)
+        # Log only follows while already at the end; following is our decision, not layout's
+        log.write_lines(lines, scroll_end=False)
+        if log.auto_scroll:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
         self._update_badge()
 
     def _update_badge(self) -> None:
@@ -141,9 +181,22 @@ class LogView(Vertical):
             badge.update("")
             badge.display = False
 
-    def pause(self) -> None:
-        self.log_widget.auto_scroll = False
+    def keep_following(self) -> None:
+        """Layout changes (a panel growing) can leave a following log short of its end."""
+        log = self.log_widget
+        if log.auto_scroll and log.scroll_y < log.max_scroll_y:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def on_sticky_log_resumed(self, _msg: StickyLog.Resumed) -> None:
+        self.resume()
+
+    def on_sticky_log_paused(self, _msg: StickyLog.Paused) -> None:
         self._update_badge()
+        self.query_one(".badge", Static).update("paused · End resumes")
+        self.query_one(".badge", Static).display = True
+
+    def pause(self) -> None:
+        self.log_widget._pause()
 
     def resume(self) -> None:
         log = self.log_widget
@@ -157,7 +210,9 @@ class LogView(Vertical):
             return
         log = self.log_widget
         log.clear()
-        log.write_lines([plain(x) for x in self._source if self._matches(x)])
+        log.write_lines([plain(x) for x in self._source if self._matches(x)], scroll_end=False)
+        if log.auto_scroll:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
         self.new_while_paused = 0
         self._update_badge()
 

@@ -1,0 +1,47 @@
+"""`specmon demo`: a simulated SGLang host with a baseline and a speculative server, live."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import signal
+
+from specmon.cli import CliError
+from specmon.session.state import Session
+
+
+def run(args: argparse.Namespace) -> int:
+    from specmon.feeds.demo import DemoFeed, default_servers
+    from specmon.sim.formats import check_version
+
+    if args.format_version:
+        try:
+            check_version(args.format_version)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency))
+    from specmon.ui.app import SpecmonApp
+
+    app = SpecmonApp(Session(host="demo (simulated host)"), feed)
+
+    def _quit(_signum: int, _frame: object) -> None:
+        # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started
+        try:
+            asyncio.get_running_loop().call_soon_threadsafe(app.exit)
+        except RuntimeError:  # not inside the app's loop: stop now
+            feed.stop_all_sync()
+            raise SystemExit(1) from None
+
+    old = {sig: signal.signal(sig, _quit) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        app.run()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        feed.stop_all_sync()
+        if not args.keep:
+            shutil.rmtree(feed.workdir, ignore_errors=True)
+        else:
+            print(f"demo logs kept in {feed.workdir}")
+    return 0

@@ -1,0 +1,166 @@
+"""Pilot tests of the app on deterministic data: numbers, labels, escaping, sticky tail, filter."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Input
+
+from specmon.session.state import Session
+from specmon.ui.app import HelpScreen, SpecmonApp
+from specmon.ui.widgets import LogView, ServerPanel, SpeedupBar, StickyLog
+from tests.uikit import T0, ScriptFeed, decode_line, populated_session
+
+SIZE = (160, 50)
+
+
+def rendered(content, width: int = 120) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    console.print(content)
+    return console.export_text()
+
+
+def text_of(widget) -> str:
+    return rendered(widget.content)
+
+
+async def wait_for(pilot, cond, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await pilot.pause(0.05)
+
+
+async def test_panels_show_labelled_numbers_and_matched_speedup():
+    session = populated_session(30)
+    app = SpecmonApp(session, clock=lambda: T0 + 31, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        panels = {p.server: p for p in app.query(ServerPanel)}
+        assert set(panels) == {"baseline", "speculative"}
+        # baseline on the left
+        assert [p.server for p in app.query(ServerPanel)] == ["baseline", "speculative"]
+        out = rendered(app.query_one("#summary-speculative").content)
+        assert "decode-only, bs 1" in out
+        assert "accept rate (recomputed)" in out and "draft tokens 3" in out
+        bar = rendered(app.query_one(SpeedupBar).content, width=200)
+        base = session.server("baseline")
+        spec = session.server("speculative")
+        from specmon.analysis.window import speedup
+
+        sp = speedup(base, spec, T0 + 31, 60)
+        assert f"{sp.ratio:.3f}×" in bar
+        assert "decode-only" in bar and "n 30/30" in bar and "at bs 1" in bar
+
+
+async def test_speedup_na_when_no_common_batch_size():
+    session = Session()
+    session.server("b").role = "baseline"
+    session.server("s").role = "speculative"
+    app = SpecmonApp(session, clock=lambda: T0 + 5, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "speedup N/A" in text_of(app.query_one(SpeedupBar))
+
+
+async def test_remote_text_is_shown_literally():
+    evil = ["[bold red]x[/] \x1b[31mred\x1b[0m \x07bell", "[link=http://evil]click[/link]"]
+    feed = ScriptFeed([("base", evil)])
+    app = SpecmonApp(Session(), feed, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.lines_received == 2)
+        await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 2)
+        log = app.query_one(StickyLog)
+        lines = list(log.lines)
+        assert lines[0] == "[bold red]x[/] \\x1b[31mred\\x1b[0m \\x07bell"
+        assert lines[1] == "[link=http://evil]click[/link]"
+        rendered = "".join(seg.text for seg in log.render_line(0))
+        assert "[bold red]x[/]" in rendered and "\x1b" not in rendered
+
+
+async def test_sticky_tail_pauses_counts_and_resumes():
+    lines = [decode_line(i, 88.0) for i in range(200)]
+    feed = ScriptFeed([("base", lines[:100])])
+    app = SpecmonApp(Session(), feed, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 100)
+        log = app.query_one(StickyLog)
+        view = app.query_one(LogView)
+        await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y)
+        log.focus()
+        await pilot.press("pageup")
+        assert log.auto_scroll is False
+        y = log.scroll_y
+        from specmon.parse.sglang import parse_line
+        from specmon.ui.messages import ServerLines
+
+        app.post_message(ServerLines("base", [(x, parse_line(x), T0) for x in lines[100:130]]))
+        await wait_for(pilot, lambda: view.new_while_paused == 30)
+        await pilot.pause(0.3)
+        assert log.scroll_y == y  # did not jump to the end
+        assert "+30 new" in text_of(app.query_one("#badge-base"))
+        await pilot.press("end")
+        await wait_for(pilot, lambda: log.auto_scroll and log.scroll_y == log.max_scroll_y)
+        assert view.new_while_paused == 0
+
+
+async def test_live_filter_shows_only_matching_lines():
+    lines = [decode_line(i, 88.0) for i in range(5)] + ["WARNING KV cache pool is full", "other"]
+    feed = ScriptFeed([("base", lines)])
+    app = SpecmonApp(Session(), feed, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 7)
+        app.query_one(ServerPanel).focus()
+        await pilot.press("slash")
+        box = app.query_one(Input)
+        assert box.has_focus
+        await pilot.press(*"kv cache")
+        log = app.query_one(StickyLog)
+        await wait_for(pilot, lambda: log.line_count == 1)
+        assert list(log.lines) == ["WARNING KV cache pool is full"]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: log.line_count == 7)
+
+
+async def test_help_screen_and_command_palette_entries():
+    app = SpecmonApp(populated_session(5), clock=lambda: T0 + 6, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "decode-only" in text_of(app.screen.query_one("#help-text"))
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for t in ("Help", "Filter log", "Follow log", "Pause log", "Cycle window", "Quit"):
+            assert any(t.lower() in x.lower() for x in titles), t
+
+
+async def test_keys_are_remappable_by_binding_id():
+    app = SpecmonApp(populated_session(5), clock=lambda: T0 + 6, show_clock=False,
+                     keymap={"window.cycle": "ctrl+w"})
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.window_s == 60.0
+        await pilot.press("ctrl+w")
+        assert app.window_s == 300.0
+
+
+async def test_thousand_lines_per_second_per_server_is_batched():
+    n = 1000
+    batches = []
+    for k in range(10):  # 2 servers x 1,000 lines in 0.5 s of feed time
+        batches.append(("b", [decode_line(k * 100 + i, 88.0) for i in range(100)]))
+        batches.append(("s", [decode_line(k * 100 + i, 94.0, 2.4) for i in range(100)]))
+    feed = ScriptFeed(batches, delay=0.05)
+    app = SpecmonApp(Session(), feed, show_clock=False, refresh_hz=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.lines_received == 2 * n)
+        await pilot.pause(0.5)
+        assert app.session.server("b").decode_total == n
+        assert app.session.server("s").decode_total == n
+        # widgets refresh on the timer, not per line
+        assert app.refreshes < 40
+        logs = {lv.server: lv.log_widget.line_count for lv in app.query(LogView)}
+        assert logs == {"b": n, "s": n}
