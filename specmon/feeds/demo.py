@@ -136,6 +136,11 @@ class DemoFeed:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+        # the launcher is gone; its workers must follow within the grace period
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while group_members(proc.pid) and loop.time() < end:
+            await asyncio.sleep(0.05)
         _reap_group(proc.pid)
 
     async def stop_all(self) -> None:
@@ -168,9 +173,25 @@ def _ours(pid: int) -> bool:
     return b"sim" in cmd and b"server" in cmd and any(b"specmon" in c for c in cmd)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(p.name))
+    return out
+
+
 def _reap_group(pgid: int | None) -> None:
     """Workers of a crashed launcher may outlive it: they are still in our group."""
-    if pgid is None:
+    if pgid is None or not group_members(pgid):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)

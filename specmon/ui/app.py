@@ -7,6 +7,7 @@ on a timer at a few Hz, so 1,000 log lines per second per server cost a handful 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +19,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static
+from textual.worker import Worker
 
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.feed import Feed, LineItem
@@ -123,6 +125,7 @@ class SpecmonApp(App[None]):
         self.show_clock = show_clock
         self._pending: dict[str, list[str]] = {}
         self._panels: dict[str, ServerPanel] = {}
+        self._feed_worker: Worker[None] | None = None
         self.lines_received = 0
         self.refreshes = 0
         self.sub_title = session.host
@@ -145,9 +148,25 @@ class SpecmonApp(App[None]):
             self._ensure_panel(name)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         if self.feed is not None:
-            self.run_worker(self.feed.run(_Sink(self)), name="feed", group="feed",
-                            exit_on_error=False)
+            self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
+                                                group="feed", exit_on_error=False)
         self.refresh_view()
+
+    async def stop_feed(self) -> None:
+        """Cancel the feed and wait for its cleanup (it stops what it started)."""
+        worker, self._feed_worker = self._feed_worker, None
+        if worker is None:
+            return
+        worker.cancel()
+        with contextlib.suppress(Exception):
+            await worker.wait()
+
+    async def action_quit(self) -> None:
+        await self.stop_feed()
+        self.exit()
+
+    async def on_unmount(self) -> None:
+        await self.stop_feed()
 
     def _ensure_panel(self, name: str) -> ServerPanel | None:
         panel = self._panels.get(name)

@@ -289,8 +289,10 @@ def _startup_text(state: ServerState) -> Text:
         if state.exit_code is not None:
             t.append(f" (exit {state.exit_code})")
         if state.traceback:
+            tb = state.traceback
+            shown = tb if len(tb) <= 7 else [tb[0], "  …", *tb[-5:]]
             t.append("\n")
-            for line in state.traceback[-6:]:
+            for line in shown:
                 t.append(plain(line) + "\n")
         return t
     if state.status != "starting":
