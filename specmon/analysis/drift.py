@@ -66,6 +66,7 @@ class DriftParams:
     artefact_frac: float = 0.5  # tok/s < artefact_frac * recent median -> idle gap
     ctx_bucket_log2: int = 2  # context bucket width in log2 units (0: ignore context)
     report_max: int = 400  # live samples kept for the alert's estimate
+    accept_window: int = 60  # accept len swings ~30 % line to line: a longer window for it
 
     @property
     def thr_min(self) -> float:
@@ -201,6 +202,8 @@ class SampleFilter:
         prefill, self.prefill_pending = self.prefill_pending, False
         prev_rr, self.prev_rr = self.prev_rr, rr
         ts = parse_ts(rec.timestamp)
+        if ts is None:
+            ts = t  # no log time: receive time (a backlog read at once just disables the rule)
         interval = ts - self.prev_ts if ts is not None and self.prev_ts is not None else None
         if ts is not None:
             self.prev_ts = ts
@@ -400,6 +403,23 @@ def _feed(f: SampleFilter, rec: Record | None, t: float | None, line_no: int | N
     return None
 
 
+def _split(ys: Sequence[float], mu: float) -> int:
+    """Change point inside a window: index j minimising L1 cost of (mu before, median after).
+
+    Used only when an alert is raised, so the estimate starts at the change rather than at
+    the window's start (which still holds pre-change samples).
+    """
+    n = len(ys)
+    best_j, best_cost = 0, math.inf
+    for j in range(0, max(1, n - 3)):
+        post = ys[j:]
+        m = median(post) or mu
+        cost = sum(abs(y - mu) for y in ys[:j]) + sum(abs(y - m) for y in post)
+        if cost < best_cost - 1e-12:
+            best_j, best_cost = j, cost
+    return best_j
+
+
 # --------------------------------------------------------------------------------------------
 # The detector of one stratum
 # --------------------------------------------------------------------------------------------
@@ -446,6 +466,8 @@ class StratumDetector:
         self.onset_count = 0
         self.onset_t: float | None = None
         self.onset_line: int | None = None
+        self.raised_line: int | None = None
+        self.raised_t: float | None = None
         self.last: Evaluation | None = None
 
     def value(self, s: Sample) -> float:
@@ -463,7 +485,8 @@ class StratumDetector:
         v = self.value(s)
         self.fast_run = self.fast_run + 1 if v <= mu + math.log(p.fast_frac) else 0
         newest = s.t
-        win = [x for x in list(self.live)[-p.window:]
+        w = p.accept_window if self.metric == "accept" else p.window
+        win = [x for x in list(self.live)[-w:]
                if newest is None or x.t is None or newest - x.t <= p.max_age_s]
         if len(win) < p.min_live:
             return None
@@ -490,7 +513,7 @@ class StratumDetector:
             if self.calm >= p.clear_after:
                 self.level = None
         fast = self.fast_run >= p.fast_n and self.metric == "y"
-        if self.crit_hits >= p.persist or fast:
+        if (self.crit_hits >= p.persist and self.metric == "y") or fast:
             self.level = "critical"
         elif self.down_hits >= p.persist and self.level != "critical":
             self.level = "warning"
@@ -499,15 +522,14 @@ class StratumDetector:
         if self.level != prev:
             self.calm = 0
             if self.level is not None and (prev is None or (prev == "info") != (self.level == "info")):
-                start = max(0, len(self.live) - len(win))
-                self.onset_count = self.count - (len(self.live) - start)
-                first = self.live[start]
-                self.onset_t, self.onset_line = first.t, first.line_no
+                self.raised_line = s.line_no
+                self.raised_t = s.t
+                k = len(win) - _split(ys, mu)  # samples since the estimated change point
                 if fast:  # the fast path's run is the evidence: start the estimate there
                     k = min(p.fast_n, len(self.live))
-                    self.onset_count = self.count - k
-                    first = self.live[-k]
-                    self.onset_t, self.onset_line = first.t, first.line_no
+                self.onset_count = self.count - k
+                first = self.live[-k]
+                self.onset_t, self.onset_line = first.t, first.line_no
         self.last = Evaluation(d, thr, self.level)
         return self.last
 
@@ -713,10 +735,10 @@ class DriftMonitor:
         if akind == "cycle" and est is not None:
             text += "; " + self._spec_split(k)
         causes = self._causes if self._causes_for == (k, akind) else ()
-        self.alert = Alert(level, text, causes, det.onset_t, False, est, akind, det.onset_line, k)
+        self.alert = Alert(level, text, causes, det.onset_t, False, est, akind, det.raised_line, k)
         self.raised.add(level)
-        if level != "info" and self.first_alert_line is None:
-            self.first_alert_line = det.onset_line if det.onset_line is not None else -1
+        if level != "info" and self.first_alert is None:
+            self.first_alert_line = det.raised_line
             self.first_alert = self.alert
 
     def _spec_split(self, key: str) -> str:
