@@ -113,13 +113,17 @@ def run_naive(base_recs: list, live_recs: list, frac: float = 0.05) -> list[int]
 
 
 def evaluate(sigma: float, rho: float, trials: int, params: DriftParams, seed: int,
-             n_base: int = 60, n_stat: int = 1000) -> dict:
+             n_base: int = 75, n_stat: int = 1000) -> dict:
     rng = random.Random(seed)
     fa = {"specmon": 0, "naive": 0}
     lines = 0
     det: dict[str, dict[float, list[int | None]]] = {"specmon": {}, "naive": {}}
     for _ in range(trials):
-        base = series(rng, n_base, sigma, rho)
+        while True:  # a baseline with >= min_base clean lines at bs 1 (else the run is "insufficient")
+            base = series(rng, n_base, sigma, rho)
+            stats = baseline_from_records(base, params)
+            if any(b.n >= params.min_base and b.stratum.rr == 1 for b in stats.strata.values()):
+                break
         live = series(rng, n_stat, sigma, rho)
         lines += n_stat
         fa["specmon"] += len(run_monitor(base, live, params))
@@ -147,7 +151,7 @@ def simulated_table(trials: int, params: DriftParams, seed: int, quick: bool) ->
     grid = [(0.02, 0.0), (0.02, 0.5)] if quick else [
         (0.01, 0.0), (0.01, 0.3), (0.02, 0.0), (0.02, 0.3), (0.02, 0.6), (0.04, 0.0), (0.04, 0.3),
         (0.04, 0.6)]
-    print(f"Simulated series: baseline n=60 lines, live 1,000 stationary lines x {trials} trials;"
+    print(f"Simulated series: baseline 75 lines (>= 30 clean at bs 1), live 1,000 stationary lines x {trials} trials;"
           f" steps at line {CHANGE_AT}, {AFTER} lines after; ~1% stragglers, 2% idle-gap lines,"
           " 5% prefills, 1% batch-size excursions\n")
     head = "| noise | AC | detector | false alarms / 1,000 | " + " | ".join(

@@ -495,7 +495,7 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
                           + ", ".join(diffs[:5]) + more)
     # 6. GPU settings and host
     if rec.gpus and live.gpus:
-        checked.append("GPU driver and power limit")
+        checked.append("GPU driver and persistence mode")
         rg = {g.index: g for g in rec.gpus}
         drivers = {(rg[g.index].driver, g.driver) for g in live.gpus if g.index in rg
                    and rg[g.index].driver and g.driver and rg[g.index].driver != g.driver}
