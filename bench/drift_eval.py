@@ -151,7 +151,8 @@ def simulated_table(trials: int, params: DriftParams, seed: int, quick: bool) ->
     grid = [(0.02, 0.0), (0.02, 0.5)] if quick else [
         (0.01, 0.0), (0.01, 0.3), (0.02, 0.0), (0.02, 0.3), (0.02, 0.6), (0.04, 0.0), (0.04, 0.3),
         (0.04, 0.6)]
-    print(f"Simulated series: baseline 75 lines (>= 30 clean at bs 1), live 1,000 stationary lines x {trials} trials;"
+    print("Simulated series: baseline 75 lines (>= 30 clean at bs 1), live 1,000 stationary lines x "
+          f"{trials} trials;"
           f" steps at line {CHANGE_AT}, {AFTER} lines after; ~1% stragglers, 2% idle-gap lines,"
           " 5% prefills, 1% batch-size excursions\n")
     head = "| noise | AC | detector | false alarms / 1,000 | " + " | ".join(

@@ -85,8 +85,10 @@ def test_real_setproctitle_worker_environ_reads_as_unreadable():
 
 
 def test_nccl_debug_lines_per_rank():
-    env = nccl_debug_env(nccl_lines({"NCCL_PROTO": "LL"}, ranks=2) + ["unrelated line"])
-    assert env == {"rank 0": {"NCCL_PROTO": "LL"}, "rank 1": {"NCCL_PROTO": "LL"}}
+    env = nccl_debug_env(nccl_lines({"NCCL_PROTO": "LL"}, ranks=2) + ["unrelated line"]
+                         + ["h:9:9 [2] NCCL INFO NCCL version 2.27.3"])
+    # rank 2 logged at INFO but set nothing: authoritative "nothing set", not "unknown"
+    assert env == {"rank 0": {"NCCL_PROTO": "LL"}, "rank 1": {"NCCL_PROTO": "LL"}, "rank 2": {}}
 
 
 def test_worker_env_trust_order():
@@ -253,7 +255,8 @@ def _fake_dist(tmp_path, content: bytes, recorded: bytes):
     def h(b: bytes) -> str:
         return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
 
-    (info / "RECORD").write_text(f"sglang/mod.py,{h(recorded)},1\nsglang/same.py,{h(b'x = 1' + bytes([10]))},1\n"
+    same = h(b"x = 1\n")
+    (info / "RECORD").write_text(f"sglang/mod.py,{h(recorded)},1\nsglang/same.py,{same},1\n"
                                  "sglang-0.5.9.dist-info/RECORD,,\n")
 
 

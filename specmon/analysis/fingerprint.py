@@ -34,6 +34,7 @@ _RE_NCCL_LINE = re.compile(
     r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<rank>\d+)\] NCCL INFO "
     r"(?P<var>\w+) set by environment to (?P<value>\S*)")
 _RE_NCCL_LOOSE = re.compile(r"\b(NCCL_\w+|NVSHMEM_\w+) set by environment to (\S*)")
+_RE_NCCL_INFO = re.compile(r"[\w.-]+:\d+:\d+ \[(\d+)\] NCCL INFO ")
 
 
 def _hash(value: str) -> str:
@@ -110,6 +111,9 @@ def nccl_debug_env(lines: Iterable[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for line in lines:
         if "set by environment to" not in line:
+            info = _RE_NCCL_INFO.search(line)
+            if info:  # NCCL_DEBUG=INFO was on for this rank: no "set by" line means not set
+                out.setdefault(f"rank {info.group(1)}", {})
             continue
         m = _RE_NCCL_LINE.search(line)
         if m:
@@ -257,7 +261,7 @@ class LogEvidence:
             self.nccl_lines.append(text)
 
     def add_line(self, text: str) -> None:
-        if "set by environment to" in text:
+        if "set by environment to" in text or "NCCL INFO" in text:
             self.nccl_lines.append(text)
 
     def fingerprint(self) -> Fingerprint:

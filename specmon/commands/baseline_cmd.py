@@ -59,7 +59,7 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
             rec = parse_line(raw)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
-            elif b"set by environment to" in raw:
+            elif b"set by environment to" in raw or b"NCCL INFO" in raw:
                 out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
     except OSError as exc:
         raise CliError(f"{name}: read error ({exc})") from None

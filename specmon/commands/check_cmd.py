@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 line_no += 1
                 rec = parse_line(raw)
                 if rec is None:
-                    if b"set by environment" in raw or b"NCCL version" in raw:
+                    if b"NCCL INFO" in raw or b"set by environment" in raw:
                         evidence.add_line(raw.decode("utf-8", "replace"))
                     continue
                 if isinstance(rec, EventRecord):
