@@ -312,3 +312,48 @@ async def test_collect_through_the_agent():
                             "/etc/nccl.conf": None}
     assert fp.version == "0.5.9" and fp.server_pids == [1, 2] and fp.gpus[0].clock_sm == 1980
     assert fp.collected_at is not None and fp.collected_at <= time.time()
+
+
+LAUNCHER = r"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import setproctitle, sys; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+    "print('ready', flush=True); sys.stdin.read()"], stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
+    """Launcher env readable, a retitled worker 'unreadable', the probe run with host.run."""
+    import signal
+
+    from specmon.hosts.agent_client import AgentClient
+    from specmon.hosts.local import LocalHost
+
+    env = {**os.environ, **TUNED, "HOME": str(tmp_path)}
+    env.pop("SPT_NOENV", None)
+    (tmp_path / ".nccl.conf").write_text("NCCL_BUFFSIZE=4194304\n")
+    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, "--tp-size", "1"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env, start_new_session=True)
+    host = LocalHost()
+    await host.connect()
+    agent = AgentClient(host)
+    try:
+        worker = int(p.stdout.readline())  # type: ignore[union-attr]
+        await agent.start()
+        fp = await fpm.collect(agent, launcher_pid=p.pid, argv=[sys.executable, "-c", "x", "--tp-size", "1"],
+                               workers=[(worker, "sglang::scheduler_TP0")], host=host)
+    finally:
+        await agent.close()
+        await host.close()
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+    assert fp.launcher is not None and fp.launcher.status == "ok"
+    assert {k: fp.launcher.vars[k] for k in TUNED} == TUNED
+    assert fp.workers[0].status == "unreadable"
+    assert fp.nccl_conf["~/.nccl.conf"] == {"NCCL_BUFFSIZE": "4194304"}
+    env_, src = worker_nccl_env(fp)
+    assert src == "launcher environ + NCCL config files" and env_["all"]["NCCL_PROTO"] == "LL"
+    assert fp.host.get("kernel") and fp.modified_method is not None and fp.tp_size == 1
