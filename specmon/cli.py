@@ -183,6 +183,64 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from specmon.commands.check_cmd import run
+
+    return run(args)
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="compare a decode log with a baseline (exit 0 ok/improved, 1 drift, 3 insufficient)",
+        description="Stream a decode log through the drift detector and print the verdict. "
+        "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.",
+    )
+    p.add_argument("log", metavar="LOG", help="SGLang log file, or '-' for stdin")
+    p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
+    p.add_argument("--baseline-value", metavar="TOKS", type=float,
+                   help="a known baseline gen throughput (tok/s) instead of a recorded baseline")
+    p.add_argument("--baseline-spread", metavar="PCT", type=float,
+                   help="per-sample robust spread of --baseline-value in %% (default: the live spread)")
+    p.add_argument("--running-req", metavar="N", type=int, help="compare only lines at this #running-req")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_check)
+
+
+def _cmd_baseline(args: argparse.Namespace) -> int:
+    from specmon.commands.baseline_cmd import run
+
+    return run(args)
+
+
+def _add_baseline(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="record, list, show and delete drift baselines",
+                       description="Recorded baselines live in SQLite under the user data dir "
+                       "(override with SPECMON_DATA_DIR).")
+    bs = p.add_subparsers(dest="baseline_action", metavar="ACTION")
+    r = bs.add_parser("record", help="record a baseline from a log file")
+    r.add_argument("name", metavar="NAME")
+    r.add_argument("--log", metavar="FILE", help="SGLang log ('-' for stdin); the last server run is used")
+    r.add_argument("--server-info", metavar="JSON", help="/get_server_info output (a file or inline JSON)")
+    r.add_argument("--running-req", metavar="N", type=int, help="keep only this #running-req")
+    r.add_argument("--last", metavar="LINES", type=int, help="only the last LINES decode lines")
+    r.add_argument("--host", help="host the server ran on (default: local)")
+    r.add_argument("--server", help="server name (e.g. sglang-30000)")
+    r.add_argument("--role", choices=["baseline", "speculative"], help="default: from the log")
+    r.add_argument("--note", help="free text kept with the baseline")
+    r.add_argument("--replace", action="store_true", help="replace a baseline of the same name")
+    ls = bs.add_parser("list", help="list recorded baselines")
+    ls.add_argument("--host")
+    ls.add_argument("--server")
+    ls.add_argument("--json", action="store_true")
+    sh = bs.add_parser("show", help="show one baseline: strata and fingerprint")
+    sh.add_argument("name", metavar="NAME")
+    sh.add_argument("--json", action="store_true")
+    d = bs.add_parser("delete", help="delete a baseline")
+    d.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_cmd_baseline, baseline_action=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -191,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parse(sub)
+    _add_check(sub)
+    _add_baseline(sub)
     _add_record(sub)
     _add_connect(sub)
     _add_demo(sub)

@@ -1,0 +1,715 @@
+"""Server fingerprints (what a baseline was measured under) and the diff that names a cause.
+
+The core is pure: `env_from_environ` reads an already-fetched `/proc/PID/environ`, `diff`
+compares two fingerprints, `gpu_evidence` compares live GPU samples with the recording, and
+`causes_for_alert` orders everything most specific first. `collect` (async) gathers the raw
+data through the host agent (`proc_info` with `environ_prefixes`, `read`) and a one-shot probe.
+
+/proc facts that shape this (telemetry-and-drift.md 6.2): a worker retitled by setproctitle has
+an all-NUL environ, which is "unreadable", never "variable missing"; values set in-process after
+exec never show; NCCL's own "X set by environment to Y" lines (NCCL_DEBUG=INFO) are what the
+rank really used, so they win over everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specmon.analysis.stats import median
+from specmon.parse.gpu import GpuSample, decode_reasons, reasons_explanation
+from specmon.parse.sglang import EventRecord
+
+ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
+NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
+# NCCL's verification channel only; never the cause of a slowdown.
+NCCL_SILENT = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+UNREADABLE = "unreadable"
+
+_RE_NCCL_LINE = re.compile(
+    r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<rank>\d+)\] NCCL INFO "
+    r"(?P<var>\w+) set by environment to (?P<value>\S*)")
+_RE_NCCL_LOOSE = re.compile(r"\b(NCCL_\w+|NVSHMEM_\w+) set by environment to (\S*)")
+_RE_NCCL_INFO = re.compile(r"[\w.-]+:\d+:\d+ \[(\d+)\] NCCL INFO ")
+
+
+def _hash(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EnvSnapshot:
+    """One process's exec-time environment: filtered variables kept, the others hashed."""
+
+    pid: int | None
+    title: str  # "launcher" or the process title, e.g. "sglang::scheduler_TP0"
+    status: str  # "ok" | "unreadable" (empty / all NUL: setproctitle) | "error: ..."
+    vars: dict[str, str] = field(default_factory=dict)
+    hashed: dict[str, str] = field(default_factory=dict)  # name -> sha256(value)[:12]
+
+    @property
+    def readable(self) -> bool:
+        return self.status == "ok"
+
+
+def env_from_environ(raw: bytes | None, pid: int | None, title: str, error: str | None = None,
+                     prefixes: Sequence[str] = ENV_PREFIXES) -> EnvSnapshot:
+    """Pure core of environment collection from `/proc/PID/environ` bytes."""
+    if error is not None or raw is None:
+        return EnvSnapshot(pid, title, f"error: {error or 'not read'}")
+    if not raw.strip(b"\0"):
+        return EnvSnapshot(pid, title, UNREADABLE)
+    keep: dict[str, str] = {}
+    hashed: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        k, sep, v = item.decode("utf-8", "replace").partition("=")
+        if not sep or not k:
+            continue
+        if k.startswith(tuple(prefixes)):
+            keep[k] = v
+        else:
+            hashed[k] = _hash(v)
+    return EnvSnapshot(pid, title, "ok", dict(sorted(keep.items())), dict(sorted(hashed.items())))
+
+
+def env_from_mapping(env: Mapping[str, str] | None, pid: int | None, title: str,
+                     status: str | None = None) -> EnvSnapshot:
+    """Same as `env_from_environ` for an agent's decoded dict (None/"empty" -> unreadable)."""
+    if status is not None and status not in ("ok",):
+        return EnvSnapshot(pid, title, UNREADABLE if status == "empty" else f"error: {status}")
+    if env is None:
+        return EnvSnapshot(pid, title, "error: not read")
+    raw = b"\0".join(f"{k}={v}".encode() for k, v in env.items())
+    return env_from_environ(raw, pid, title)
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """`KEY=VALUE` lines of an NCCL config file (comments and blanks skipped)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, _, v = line.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def nccl_debug_env(lines: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Per-rank variables from NCCL_DEBUG=INFO lines: {"rank 0 (pid 123)": {var: value}}."""
+    out: dict[str, dict[str, str]] = {}
+    for line in lines:
+        if "set by environment to" not in line:
+            info = _RE_NCCL_INFO.search(line)
+            if info:  # NCCL_DEBUG=INFO was on for this rank: no "set by" line means not set
+                out.setdefault(f"rank {info.group(1)}", {})
+            continue
+        m = _RE_NCCL_LINE.search(line)
+        if m:
+            key = f"rank {m.group('rank')}"
+            out.setdefault(key, {})[m.group("var")] = m.group("value").rstrip(".")
+            continue
+        m2 = _RE_NCCL_LOOSE.search(line)
+        if m2:
+            out.setdefault("rank ?", {})[m2.group(1)] = m2.group(2).rstrip(".")
+    return out
+
+
+@dataclass
+class GpuState:
+    """A GPU during the recording: medians over the window, reasons seen, static settings."""
+
+    index: int | None
+    name: str | None = None
+    driver: str | None = None
+    clock_sm: float | None = None  # median over busy samples
+    max_clock_sm: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    persistence: bool | None = None
+    reasons: list[str] = field(default_factory=list)
+    processes: list[int] | None = None
+
+
+def gpu_states(samples: Iterable[GpuSample], persistence: Mapping[int, bool] | None = None
+               ) -> list[GpuState]:
+    """Summarise GPU samples (one or many per GPU) into one GpuState per GPU."""
+    by: dict[int | None, list[GpuSample]] = {}
+    for s in samples:
+        if s.error is None:
+            by.setdefault(s.index, []).append(s)
+    out = []
+    for idx, ss in sorted(by.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        busy = [s for s in ss if not (s.clocks_event_reasons or 0) & 0x1]
+        clocks = [float(s.clock_sm) for s in (busy or ss) if s.clock_sm is not None]
+        power = [s.power_w for s in ss if s.power_w is not None]
+        reasons: list[str] = []
+        for s in ss:
+            for r in decode_reasons(s.clocks_event_reasons):
+                if r not in reasons and r != "GpuIdle":
+                    reasons.append(r)
+        last = ss[-1]
+        procs = sorted({p.pid for s in ss for p in (s.processes or ())}) if any(
+            s.processes is not None for s in ss) else None
+        out.append(GpuState(idx, last.name, last.driver_version, median(clocks) if clocks else None,
+                            last.max_clock_sm, median(power) if power else None, last.power_limit_w,
+                            (persistence or {}).get(idx) if idx is not None else None, reasons, procs))
+    return out
+
+
+@dataclass
+class Fingerprint:
+    """Everything a baseline was measured under; None/empty means "not known", never "absent"."""
+
+    collected_at: float | None = None
+    argv: list[str] | None = None
+    server_args: dict[str, Any] = field(default_factory=dict)
+    version: str | None = None
+    model: str | None = None
+    tp_size: int | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+    server_pids: list[int] = field(default_factory=list)
+    launcher: EnvSnapshot | None = None
+    workers: list[EnvSnapshot] = field(default_factory=list)
+    nccl_conf: dict[str, dict[str, str] | None] = field(default_factory=dict)  # None: no file
+    nccl_debug: dict[str, dict[str, str]] = field(default_factory=dict)
+    modified_files: list[str] | None = None
+    modified_method: str | None = None  # "RECORD" | "git" | why it could not be checked
+    gpus: list[GpuState] = field(default_factory=list)
+    host: dict[str, str | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> Fingerprint | None:
+        if not d:
+            return None
+        kw = dict(d)
+        kw["launcher"] = EnvSnapshot(**kw["launcher"]) if kw.get("launcher") else None
+        kw["workers"] = [EnvSnapshot(**w) for w in kw.get("workers") or []]
+        kw["gpus"] = [GpuState(**g) for g in kw.get("gpus") or []]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in kw.items() if k in known})
+
+    def summary(self) -> list[str]:
+        """Human lines for `baseline show`."""
+        out = []
+        if self.version or self.model:
+            out.append(f"SGLang {self.version or 'N/A'}, model {self.model or 'N/A'}, "
+                       f"tp {self.tp_size or 'N/A'}")
+        if self.spec:
+            out.append("spec: " + ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items())))
+        if self.argv:
+            out.append("launch: " + " ".join(self.argv))
+        if self.launcher is not None:
+            out.append(f"launcher env ({self.launcher.status}): " + (
+                " ".join(f"{k}={v}" for k, v in self.launcher.vars.items()) or "no tracked variables"))
+        for w in self.workers:
+            out.append(f"{w.title} env ({w.status}): " + (
+                " ".join(f"{k}={v}" for k, v in w.vars.items()) if w.readable else "-"))
+        for rank, env in sorted(self.nccl_debug.items()):
+            out.append(f"NCCL_DEBUG {rank}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+        for path, conf in self.nccl_conf.items():
+            out.append(f"{path}: " + ("absent" if conf is None else " ".join(
+                f"{k}={v}" for k, v in conf.items()) or "empty"))
+        if self.modified_method:
+            files = self.modified_files
+            out.append(f"modified SGLang files ({self.modified_method}): " + (
+                "N/A" if files is None else ", ".join(files) or "none"))
+        for g in self.gpus:
+            out.append(f"GPU {g.index}: {g.name or ''} driver {g.driver or 'N/A'}, SM "
+                       f"{_num(g.clock_sm)}/{_num(g.max_clock_sm)} MHz, power limit "
+                       f"{_num(g.power_limit_w)} W, reasons {','.join(g.reasons) or 'none'}")
+        if self.host:
+            out.append("host: " + ", ".join(f"{k} {v}" for k, v in self.host.items() if v))
+        return out
+
+
+def _num(x: float | None) -> str:
+    return "N/A" if x is None else f"{x:.0f}"
+
+
+# --------------------------------------------------------------------------------------------
+# Fingerprint from log lines (what `specmon check` and `baseline record --log` can see)
+# --------------------------------------------------------------------------------------------
+
+
+class LogEvidence:
+    """Collects server args and NCCL_DEBUG lines from a log as it streams past."""
+
+    def __init__(self) -> None:
+        self.args: dict[str, Any] = {}
+        self.nccl_lines: list[str] = []
+
+    def add_event(self, ev: EventRecord, text: str) -> None:
+        if ev.kind == "server_args":
+            self.args = dict(ev.data)  # a restart replaces the previous run's args
+            self.nccl_lines.clear()
+        elif ev.kind == "nccl_env":
+            self.nccl_lines.append(text)
+
+    def add_line(self, text: str) -> None:
+        if "set by environment to" in text or "NCCL INFO" in text:
+            self.nccl_lines.append(text)
+
+    def fingerprint(self) -> Fingerprint:
+        return fingerprint_from(server_args=self.args, nccl_lines=self.nccl_lines)
+
+
+def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequence[str] | None = None,
+                     version: str | None = None, nccl_lines: Iterable[str] = (),
+                     launcher: EnvSnapshot | None = None, workers: Sequence[EnvSnapshot] = (),
+                     nccl_conf: Mapping[str, dict[str, str] | None] | None = None,
+                     modified_files: list[str] | None = None, modified_method: str | None = None,
+                     gpus: Sequence[GpuState] = (), host: Mapping[str, str | None] | None = None,
+                     server_pids: Sequence[int] = (), collected_at: float | None = None) -> Fingerprint:
+    """Assemble a fingerprint from already-read pieces (pure)."""
+    args = dict(server_args or {})
+    version = version or _str(args.get("version"))
+    spec = {k: v for k, v in args.items() if k.startswith("speculative_") and v is not None}
+    if argv:
+        flags = flag_values(argv)
+        for k, v in flags.items():
+            if k.startswith("--speculative-"):
+                spec.setdefault(k[2:].replace("-", "_"), v)
+    model = _str(args.get("model_path")) or (_str(flag_values(argv).get("--model-path")) if argv else None)
+    tp = args.get("tp_size")
+    if tp is None and argv:
+        t = flag_values(argv).get("--tp-size") or flag_values(argv).get("--tp")
+        tp = int(t) if isinstance(t, str) and t.isdigit() else None
+    return Fingerprint(
+        collected_at=collected_at, argv=list(argv) if argv else None, server_args=args,
+        version=version, model=model, tp_size=tp if isinstance(tp, int) else None, spec=spec,
+        server_pids=list(server_pids), launcher=launcher, workers=list(workers),
+        nccl_conf=dict(nccl_conf or {}), nccl_debug=nccl_debug_env(nccl_lines),
+        modified_files=modified_files, modified_method=modified_method, gpus=list(gpus),
+        host=dict(host or {}))
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def flag_values(argv: Sequence[str]) -> dict[str, str | bool]:
+    """`--flag value`, `--flag=value` and bare `--flag` (True) from a command line."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and len(arg) > 2:
+            if "=" in arg:
+                k, v = arg.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[arg] = argv[i + 1]
+                i += 1
+            else:
+                out[arg] = True
+        i += 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Diff -> causes
+# --------------------------------------------------------------------------------------------
+
+
+def worker_nccl_env(fp: Fingerprint) -> tuple[dict[str, dict[str, str]] | None, str]:
+    """Effective NCCL_* of each TP worker and where it came from; None when nothing says.
+
+    Order of trust: NCCL_DEBUG lines (what NCCL applied) > the worker's own readable environ >
+    the launcher's environ plus NCCL config files (spawned workers inherit it; conf values only
+    fill gaps, as NCCL's setenv(..., 0) does).
+    """
+    if fp.nccl_debug:
+        return ({r: {k: v for k, v in env.items() if k not in NCCL_SILENT}
+                 for r, env in fp.nccl_debug.items()}, "NCCL_DEBUG lines")
+    readable = [w for w in fp.workers if w.readable]
+    if readable:
+        return ({_worker_label(w): {k: v for k, v in w.vars.items()
+                                    if k.startswith("NCCL_") and k not in NCCL_SILENT}
+                 for w in readable}, "worker environ")
+    if fp.launcher is not None and fp.launcher.readable:
+        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
+        for conf in fp.nccl_conf.values():
+            for k, v in (conf or {}).items():
+                if k not in NCCL_SILENT:
+                    env.setdefault(k, v)
+        src = "launcher environ" + (" + NCCL config files" if any(fp.nccl_conf.values()) else "")
+        return {"all": env}, src
+    return None, "unreadable"
+
+
+def _worker_label(w: EnvSnapshot) -> str:
+    m = re.search(r"TP(\d+)", w.title)
+    return f"rank {m.group(1)}" if m else f"pid {w.pid}"
+
+
+def _fmt_vars(items: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in items)
+
+
+def _who(ranks: set[str], all_ranks: set[str]) -> str:
+    if ranks == all_ranks or ranks == {"all"} or len(all_ranks) <= 1:
+        return "TP workers"
+    nums = sorted(r.split()[-1] for r in ranks)
+    return "TP workers " + ", ".join(nums)
+
+
+def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | None]:
+    """Causes from the workers' effective NCCL env; second item: what was checked (or None)."""
+    r_env, r_src = worker_nccl_env(rec)
+    l_env, l_src = worker_nccl_env(live)
+    if r_env is None or l_env is None:
+        return [], None
+    # The recorded run's variables: the union over its ranks (ranks should agree).
+    r_all: dict[str, str] = {}
+    for env in r_env.values():
+        r_all.update(env)
+    lost: dict[tuple[str, str], set[str]] = {}
+    changed: dict[tuple[str, str, str], set[str]] = {}
+    added: dict[tuple[str, str], set[str]] = {}
+    for rank, env in l_env.items():
+        for k, v in r_all.items():
+            if k not in env:
+                lost.setdefault((k, v), set()).add(rank)
+            elif env[k] != v:
+                changed.setdefault((k, v, env[k]), set()).add(rank)
+        for k, v in env.items():
+            if k not in r_all:
+                added.setdefault((k, v), set()).add(rank)
+    ranks = set(l_env)
+    out: list[str] = []
+    src = "" if l_src == "NCCL_DEBUG lines" else f" (from {l_src})"
+    by_who: dict[str, list[tuple[str, str]]] = {}
+    for (k, v), rs in lost.items():
+        by_who.setdefault(_who(rs, ranks), []).append((k, v))
+    for who, items in by_who.items():
+        out.append(f"{who} lack {_fmt_vars(sorted(items))} that the recorded run had{src}")
+    for (k, old, new), rs in sorted(changed.items()):
+        out.append(f"{_who(rs, ranks)} use {k}={new} where the recorded run had {old}{src}")
+    by_who = {}
+    for (k, v), rs in added.items():
+        by_who.setdefault(_who(rs, ranks), []).append((k, v))
+    for who, items in by_who.items():
+        out.append(f"{who} have {_fmt_vars(sorted(items))} that the recorded run did not{src}")
+    checked = f"TP worker NCCL env ({l_src}" + (f" vs {r_src})" if r_src != l_src else ")")
+    return out, checked
+
+
+def _dict_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    removed = [f"{k}={old[k]}" for k in sorted(old) if k not in new]
+    added = [f"{k}={new[k]}" for k in sorted(new) if k not in old]
+    changed = [f"{k} {old[k]} -> {new[k]}" for k in sorted(old) if k in new and new[k] != old[k]]
+    return removed, added, changed
+
+
+def _flags_diff(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    a, b = flag_values(old), flag_values(new)
+    parts = []
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            parts.append(f"removed {k}" + ("" if a[k] is True else f" {a[k]}"))
+        elif k not in a:
+            parts.append(f"added {k}" + ("" if b[k] is True else f" {b[k]}"))
+        elif a[k] != b[k]:
+            parts.append(f"{k} {a[k]} -> {b[k]}")
+    return parts
+
+
+def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], list[str]]:
+    """(causes, what was checked) between the recorded and the live fingerprint, most specific first."""
+    causes: list[str] = []
+    checked: list[str] = []
+    if rec is None or live is None:
+        return causes, checked
+    # 1. what the TP workers really use
+    nccl, what = diff_nccl(rec, live)
+    causes += nccl
+    if what:
+        checked.append(what)
+    elif live.workers and not any(w.readable for w in live.workers) and not live.nccl_debug:
+        checked.append("TP worker env: unreadable (setproctitle wipes it; launch with SPT_NOENV=1 "
+                       "or NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV)")
+    # 2. the launcher's other tracked variables, then config files
+    if rec.launcher and live.launcher and rec.launcher.readable and live.launcher.readable:
+        checked.append("launcher env")
+        old = {k: v for k, v in rec.launcher.vars.items() if not (nccl and k.startswith("NCCL_"))}
+        new = {k: v for k, v in live.launcher.vars.items() if not (nccl and k.startswith("NCCL_"))}
+        removed, added, changed = _dict_diff(old, new)
+        if removed:
+            causes.append(f"launcher env lacks {', '.join(removed)} that the recorded run had")
+        if changed:
+            causes.append(f"launcher env changed: {'; '.join(changed)}")
+        if added:
+            causes.append(f"launcher env has {', '.join(added)} that the recorded run did not")
+    if rec.nccl_conf and live.nccl_conf:
+        checked.append("NCCL config files")
+        for path in sorted(set(rec.nccl_conf) | set(live.nccl_conf)):
+            a, b = rec.nccl_conf.get(path), live.nccl_conf.get(path)
+            if a == b:
+                continue
+            removed, added, changed = _dict_diff(a or {}, b or {})
+            what_changed = "; ".join([f"removed {x}" for x in removed] + [f"added {x}" for x in added]
+                                     + changed) or ("created" if a is None else "removed")
+            causes.append(f"NCCL config {path} changed since the recording: {what_changed}")
+    # 3. SGLang files and version
+    if rec.modified_files is not None and live.modified_files is not None:
+        checked.append(f"SGLang files ({live.modified_method or 'RECORD'})")
+        new_files = [f for f in live.modified_files if f not in set(rec.modified_files)]
+        if new_files:
+            more = f" (+{len(new_files) - 3} more)" if len(new_files) > 3 else ""
+            causes.append(f"SGLang files modified since the recording: {', '.join(new_files[:3])}{more}")
+    if rec.version and live.version:
+        checked.append("SGLang version")
+        if rec.version != live.version:
+            causes.append(f"SGLang version {rec.version} -> {live.version}")
+    # 4. launch args / server args
+    if rec.argv and live.argv:
+        checked.append("launch args")
+        parts = _flags_diff(rec.argv, live.argv)
+        if parts:
+            causes.append("launch args changed: " + "; ".join(parts))
+    elif rec.server_args and live.server_args:
+        checked.append("server args")
+        _, _, changed = _dict_diff({k: v for k, v in rec.server_args.items() if k in live.server_args},
+                                   live.server_args)
+        changed = [c for c in changed if not c.startswith("port ")]
+        if changed:
+            causes.append("server args changed: " + "; ".join(changed))
+    # 5. other environment (hashed values)
+    if rec.launcher and live.launcher and rec.launcher.readable and live.launcher.readable:
+        a, b = rec.launcher.hashed, live.launcher.hashed
+        diffs = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not _volatile(k))
+        if diffs:
+            more = f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else ""
+            causes.append("other launcher env variables differ (values hashed): "
+                          + ", ".join(diffs[:5]) + more)
+    # 6. GPU settings and host
+    if rec.gpus and live.gpus:
+        checked.append("GPU driver and persistence mode")
+        rg = {g.index: g for g in rec.gpus}
+        drivers = {(rg[g.index].driver, g.driver) for g in live.gpus if g.index in rg
+                   and rg[g.index].driver and g.driver and rg[g.index].driver != g.driver}
+        for old, new in sorted(drivers):  # type: ignore[type-var]
+            causes.append(f"GPU driver {old} -> {new}")
+        off = [g.index for g in live.gpus if g.index in rg and rg[g.index].persistence and
+               g.persistence is False]
+        if off:
+            causes.append(f"persistence mode off on GPU {_idx(off)} (was on)")
+    if rec.host and live.host:
+        checked.append("host")
+        for key in ("kernel", "cpu_governor"):
+            a2, b2 = rec.host.get(key), live.host.get(key)
+            if a2 and b2 and a2 != b2:
+                causes.append(f"{key.replace('_', ' ')} {a2} -> {b2}")
+    return causes, checked
+
+
+def _volatile(name: str) -> bool:
+    """Variables that differ between any two shells and explain nothing."""
+    return name in {"OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TERM",
+                    "XDG_SESSION_ID", "SSH_AUTH_SOCK", "TMUX", "TMUX_PANE", "WINDOWID", "DISPLAY",
+                    "LS_COLORS", "PWD", "STY", "INVOCATION_ID", "JOURNAL_STREAM"}
+
+
+def _idx(xs: Sequence[int | None]) -> str:
+    vals = sorted(x for x in xs if x is not None)
+    if len(vals) > 2 and vals == list(range(vals[0], vals[-1] + 1)):
+        return f"{vals[0]}-{vals[-1]}"
+    return ", ".join(str(x) for x in vals)
+
+
+def gpu_evidence(recorded: Sequence[GpuState], live: Sequence[GpuSample],
+                 server_pids: Sequence[int] = (), clock_drop: float = 0.03) -> tuple[list[str], list[str]]:
+    """(causes, checked) from the live GPU samples: lower clocks/power limit, other processes."""
+    causes: list[str] = []
+    checked: list[str] = []
+    samples = [g for g in live if g.error is None]
+    if not samples:
+        return causes, checked
+    rg = {g.index: g for g in recorded}
+    if rg:
+        checked.append("GPU clocks and power limit")
+        slow: list[tuple[int | None, float, float, tuple[str, ...]]] = []
+        caps: list[tuple[int | None, float, float]] = []
+        for s in samples:
+            r = rg.get(s.index)
+            if r is None:
+                continue
+            idle = bool((s.clocks_event_reasons or 0) & 0x1)
+            if (r.clock_sm and s.clock_sm is not None and not idle
+                    and s.clock_sm < (1 - clock_drop) * r.clock_sm):
+                slow.append((s.index, float(s.clock_sm), r.clock_sm, s.reasons))
+            if r.power_limit_w and s.power_limit_w and s.power_limit_w < r.power_limit_w - 1:
+                caps.append((s.index, s.power_limit_w, r.power_limit_w))
+        if slow:
+            now = median([x[1] for x in slow]) or 0.0
+            then = median([x[2] for x in slow]) or 1.0
+            reasons: list[str] = []
+            for x in slow:
+                reasons += [r for r in x[3] if r not in reasons and r != "GpuIdle"]
+            why = (f": {', '.join(reasons)} ({reasons_explanation(reasons)})" if reasons
+                   else ": no clock-event reason reported")
+            causes.append(f"GPU {_idx([x[0] for x in slow])} SM clock {now:.0f} MHz vs {then:.0f} recorded "
+                          f"({100 * (now / then - 1):+.0f}%){why}")
+        if caps:
+            causes.append(f"GPU {_idx([c[0] for c in caps])} power limit {caps[0][1]:.0f} W vs "
+                          f"{caps[0][2]:.0f} W recorded")
+    procs = [(s.index, p) for s in samples for p in (s.processes or ())]
+    if any(s.processes is not None for s in samples):
+        checked.append("GPU processes")
+        if server_pids:
+            others = [(i, p) for i, p in procs if p.pid not in set(server_pids)]
+        else:  # no pid list: compare with what each GPU ran during the recording
+            others = []
+            for s in samples:
+                r = rg.get(s.index)
+                if r is not None and r.processes is not None and s.processes is not None:
+                    known = set(r.processes)
+                    others += [(s.index, p) for p in s.processes if p.pid not in known] if len(
+                        s.processes) > len(r.processes) else []
+        if others:
+            desc = []
+            for i, p in others[:4]:
+                mem = f", {p.used_mib / 1024:.1f} GiB" if p.used_mib else ""
+                desc.append(f"pid {p.pid} on GPU {i}{mem}")
+            more = f" (+{len(others) - 4} more)" if len(others) > 4 else ""
+            causes.append("other GPU processes present: " + "; ".join(desc) + more)
+    return causes, checked
+
+
+def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, live: Fingerprint | None,
+                     gpus: Sequence[GpuSample] = ()) -> list[str]:
+    """The cause list shown with an alert, most specific first; never empty for an active alert.
+
+    Order: fingerprint diff (worker NCCL env, launcher env, config files), SGLang files and
+    version, launch args, GPU evidence (clocks with the reason, power limit, other processes),
+    then the speculative cycle-time split. With nothing found: "no cause found in: ...".
+    """
+    causes: list[str] = []
+    checked: list[str] = []
+    if getattr(alert, "kind", None) != "acceptance":
+        c, k = diff(recorded, live)
+        causes += c
+        checked += k
+        g, k2 = gpu_evidence(recorded.gpus if recorded else [], gpus,
+                             live.server_pids if live else ())
+        causes += g
+        checked += k2
+    else:  # acceptance: only what changes the workload or the draft explains it
+        if recorded and live:
+            c, k = diff(recorded, live)
+            causes += [x for x in c if "args" in x or "version" in x or "files" in x]
+            checked += [x for x in k if "args" in x or "version" in x or "files" in x]
+    split = monitor.spec_split() if monitor is not None else None
+    if not causes:
+        what = ", ".join(checked) if checked else "nothing (no fingerprint or GPU data to compare)"
+        causes.append(f"no cause found in: {what}")
+    if split:
+        causes.append(split)
+    return causes
+
+
+def make_explainer(recorded: Fingerprint | None, live_fp: Any) -> Any:
+    """An `explain` callback for DriftMonitor; `live_fp` is a Fingerprint or a callable returning one."""
+
+    def explain(alert: Any, gpus: Sequence[GpuSample], monitor: Any = None) -> list[str]:
+        live = live_fp() if callable(live_fp) else live_fp
+        return causes_for_alert(alert, monitor, recorded, live, gpus)
+
+    return explain
+
+
+# --------------------------------------------------------------------------------------------
+# Collection through a host
+# --------------------------------------------------------------------------------------------
+
+
+async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
+                  workers: Sequence[tuple[int, str]] = (), server_info: Mapping[str, Any] | None = None,
+                  nccl_lines: Iterable[str] = (), gpus: Sequence[GpuSample] = (),
+                  host: Any = None, python: str | None = None) -> Fingerprint:
+    """Gather a fingerprint through the host agent (`proc_info`, `read`) and an optional Host.
+
+    `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call; `host.run`
+    runs the stdlib probe (SGLang version, modified files, host info) with the server's python.
+    """
+    async def env_of(pid: int, title: str) -> EnvSnapshot:
+        try:
+            info = await agent.request("proc_info", pid=pid, fds=[], environ_prefixes=[""])
+        except Exception as exc:  # noqa: BLE001 - the process may be gone; say so
+            return EnvSnapshot(pid, title, f"error: {exc}")
+        return env_from_mapping(info.get("environ"), pid, title, info.get("environ_status"))
+
+    launcher = await env_of(launcher_pid, "launcher")
+    worker_envs = [await env_of(pid, title) for pid, title in workers]
+    conf: dict[str, dict[str, str] | None] = {}
+    home = None
+    # HOME is hashed in the snapshot; ask for it directly
+    try:
+        info = await agent.request("proc_info", pid=launcher_pid, fds=[], environ_prefixes=["HOME"])
+        home = (info.get("environ") or {}).get("HOME")
+    except Exception:  # noqa: BLE001
+        home = None
+    for spec in NCCL_CONF_PATHS:
+        path: str | None = spec
+        if spec == "$NCCL_CONF_FILE":
+            path = launcher.vars.get("NCCL_CONF_FILE")
+        elif spec.startswith("~/"):
+            path = f"{home}/{spec[2:]}" if home else None
+        if not path:
+            continue
+        conf[spec] = await _read_conf(agent, path)
+    probe: dict[str, Any] = {}
+    if host is not None:
+        probe = await run_probe(host, python or (argv[0] if argv and "python" in argv[0] else "python3"))
+    return fingerprint_from(
+        server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or probe.get(
+            "version"), nccl_lines=nccl_lines, launcher=launcher, workers=worker_envs, nccl_conf=conf,
+        modified_files=probe.get("modified_files"), modified_method=probe.get("method"),
+        gpus=gpu_states(gpus), host=probe.get("host"),
+        server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
+
+
+async def collect_for_server(agent: Any, server: Any, *, host: Any = None,
+                             server_info: Mapping[str, Any] | None = None, nccl_lines: Iterable[str] = (),
+                             gpus: Sequence[GpuSample] = ()) -> Fingerprint:
+    """`collect` for a `specmon.sources.discovery.DiscoveredServer` (launcher pid, argv, workers)."""
+    return await collect(agent, launcher_pid=server.pid, argv=server.argv, workers=server.workers,
+                         server_info=server_info, nccl_lines=nccl_lines, gpus=gpus, host=host)
+
+
+async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
+    import base64
+
+    try:
+        res = await agent.request("read", path=path, offset=0, size=1 << 16)
+    except Exception:  # noqa: BLE001 - absent or unreadable: no file
+        return None
+    return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
+
+
+async def run_probe(host: Any, python: str) -> dict[str, Any]:
+    """Run the stdlib probe on the host with the server's interpreter; {} on failure."""
+    import json
+
+    from specmon.sources.fp_probe import probe_source
+
+    try:
+        res = await host.run([python, "-c", probe_source()], timeout=60.0)
+        return dict(json.loads(res.stdout)) if res.rc == 0 else {}
+    except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
+        return {}

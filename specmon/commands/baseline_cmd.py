@@ -1,0 +1,172 @@
+"""`specmon baseline record|list|show|delete`: the recorded baselines drift alerts compare against."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from specmon.analysis.drift import DriftParams, baseline_from_records
+from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
+from specmon.cli import CliError
+from specmon.parse.sglang import EventRecord, Record, parse_line
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+
+
+def run(args: argparse.Namespace) -> int:
+    store = BaselineStore.open_default()
+    action = args.baseline_action
+    if action == "record":
+        return record(store, args)
+    if action == "list":
+        rows = store.list(host=args.host, server=args.server)
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        if not rows:
+            print("no baselines recorded")
+            return 0
+        for r in rows:
+            when = datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")
+            med = "N/A" if r["median"] is None else f"{r['median']:.1f} tok/s"
+            print(f"{r['name']}\t{r['host']}/{r['server'] or '-'}\t{when}\t{med}\t"
+                  f"n={r['n']} ({r['stratum']}, {r['strata']} strata)")
+        return 0
+    if action == "show":
+        b = store.get(args.name)
+        if b is None:
+            raise CliError(f"no baseline named {args.name!r}")
+        print(json.dumps(show_json(b)) if args.json else "\n".join(show_lines(b)))
+        return 0
+    if action == "delete":
+        if not store.delete(args.name):
+            raise CliError(f"no baseline named {args.name!r}")
+        print(f"deleted {args.name}")
+        return 0
+    raise CliError("expected one of: record, list, show, delete")
+
+
+def _read_log(name: str) -> list[tuple[Record, str]]:
+    from specmon.commands.parse_cmd import open_input
+
+    fh = open_input(name)
+    out: list[tuple[Record, str]] = []
+    try:
+        for raw in fh:
+            rec = parse_line(raw)
+            if rec is not None:
+                out.append((rec, raw.decode("utf-8", "replace")))
+            elif b"set by environment to" in raw or b"NCCL INFO" in raw:
+                out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
+    except OSError as exc:
+        raise CliError(f"{name}: read error ({exc})") from None
+    finally:
+        if name != "-":
+            fh.close()
+    return out
+
+
+def _server_info(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    p = Path(text)
+    try:
+        raw = p.read_text() if not text.lstrip().startswith("{") and p.is_file() else text
+    except OSError as exc:
+        raise CliError(f"--server-info {text}: cannot read ({exc.strerror})") from None
+    try:
+        d = json.loads(raw)
+    except ValueError as exc:
+        raise CliError(f"--server-info: not JSON ({exc})") from None
+    if not isinstance(d, dict):
+        raise CliError("--server-info: expected a JSON object (/get_server_info output)")
+    return d
+
+
+def record(store: BaselineStore, args: argparse.Namespace) -> int:
+    if not args.name.strip():
+        raise CliError("a baseline name must not be empty")
+    if args.log is None:
+        raise CliError("record needs --log FILE (recording from a live server is the TUI's key)")
+    params = DriftParams()
+    lines = _read_log(args.log)
+    # the last server run in the file (a restart starts a new configuration)
+    starts = [i for i, (r, _) in enumerate(lines) if isinstance(r, EventRecord) and r.kind == "server_args"]
+    run_lines = lines[starts[-1]:] if starts else lines
+    ev = LogEvidence()
+    recs: list[tuple[Record, float | None]] = []
+    for rec, text in run_lines:
+        if isinstance(rec, EventRecord):
+            if rec.kind == "nccl_env":
+                ev.add_line(text)
+            else:
+                ev.add_event(rec, text)
+        recs.append((rec, None))
+    decodes = [i for i, (r, _) in enumerate(recs) if getattr(r, "kind", None) == "decode"]
+    if args.last is not None and len(decodes) > args.last:
+        recs = recs[decodes[-args.last]:]
+    stats = baseline_from_records(recs, params)
+    if args.running_req is not None:
+        stats.strata = {k: b for k, b in stats.strata.items()
+                        if args.running_req in b.rr and min(b.rr) == max(b.rr)}
+    usable = [b for b in stats.strata.values() if b.n >= params.min_base]
+    if not usable:
+        best = stats.best()
+        raise CliError(f"{args.log}: not enough clean decode samples for a baseline "
+                       f"(best stratum n={best.n if best else 0}, need {params.min_base}; "
+                       f"excluded: {sum(stats.excluded.values())})")
+    info = _server_info(args.server_info)
+    args_seen = dict(ev.args)
+    args_seen.update({k: v for k, v in info.items() if not isinstance(v, (dict, list))})
+    fp = fingerprint_from(server_args=args_seen, nccl_lines=ev.nccl_lines,
+                          version=info.get("version") if isinstance(info.get("version"), str) else None,
+                          collected_at=time.time())
+    role = args.role or ("speculative" if any(b.stratum.spec for b in usable) else "baseline")
+    b = Baseline(args.name, stats, fp, host=args.host or "local", server=args.server or "", role=role,
+                 source={"log": str(args.log), "decode_lines": len(decodes), "last": args.last},
+                 note=args.note)
+    try:
+        store.save(b, replace=args.replace)
+    except BaselineExists:
+        raise CliError(f"a baseline named {args.name!r} exists (use --replace)") from None
+    best = max(usable, key=lambda x: x.n)
+    print(f"recorded {args.name}: {best.median_thr:.1f} tok/s median, n={best.n} "
+          f"({best.stratum.describe()}), {len(usable)} usable strata, "
+          f"excluded {sum(stats.excluded.values())}")
+    return 0
+
+
+def show_json(b: Baseline) -> dict[str, Any]:
+    strata = []
+    for s in sorted(b.stats.strata.values(), key=lambda s: -s.n):
+        strata.append({"stratum": s.stratum.describe(), "key": s.stratum.key, "n": s.n,
+                       "median": s.median_thr, "robust_cv": round(s.sig, 5),
+                       "autocorr": round(s.rho, 3), "accept_len": s.median_accept,
+                       "t_cycle_ms": s.t_cycle_ms, "t_first": s.t_first, "t_last": s.t_last})
+    return {"name": b.name, "host": b.host, "server": b.server, "role": b.role,
+            "created_at": b.created_at, "source": b.source, "note": b.note,
+            "excluded": b.stats.excluded, "strata": strata,
+            "fingerprint": b.fingerprint.to_json() if b.fingerprint else None}
+
+
+def show_lines(b: Baseline) -> list[str]:
+    when = datetime.fromtimestamp(b.created_at).strftime("%Y-%m-%d %H:%M:%S")
+    out = [f"{b.name}: {b.host}/{b.server or '-'} ({b.role or 'N/A'}), recorded {when}"]
+    if b.source:
+        out.append("source: " + ", ".join(f"{k} {v}" for k, v in b.source.items() if v is not None))
+    for s in sorted(b.stats.strata.values(), key=lambda s: -s.n):
+        extra = ""
+        if s.stratum.spec:
+            extra = f", accept len {s.median_accept or 0:.2f}, t_cycle {s.t_cycle_ms or 0:.1f} ms"
+        out.append(f"  {s.stratum.describe()}: {s.median_thr or 0:.1f} tok/s, n={s.n}, "
+                   f"robust sd {100 * s.sig:.2f}% (log), lag-1 AC {s.rho:.2f}{extra}")
+    if b.stats.excluded:
+        out.append("excluded: " + ", ".join(f"{k} {v}" for k, v in sorted(b.stats.excluded.items())))
+    fp: Fingerprint | None = b.fingerprint
+    if fp is not None:
+        out.append("fingerprint:")
+        out += ["  " + x for x in fp.summary()] or ["  (empty)"]
+    return out

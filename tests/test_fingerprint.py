@@ -1,0 +1,359 @@
+"""Fingerprints: environ semantics, NCCL_DEBUG lines, the diff, GPU evidence, cause order, probe."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+from specmon.analysis import fingerprint as fpm
+from specmon.analysis.drift import Alert
+from specmon.analysis.fingerprint import (
+    EnvSnapshot,
+    Fingerprint,
+    GpuState,
+    causes_for_alert,
+    diff,
+    env_from_environ,
+    fingerprint_from,
+    gpu_evidence,
+    gpu_states,
+    nccl_debug_env,
+    worker_nccl_env,
+)
+from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
+
+TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
+
+
+def environ(d: dict[str, str]) -> bytes:
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in d.items())
+
+
+def workers(env: dict[str, str] | None, n: int = 8) -> list[EnvSnapshot]:
+    out = []
+    for i in range(n):
+        raw = environ(env) if env is not None else b"\0" * 1923
+        out.append(env_from_environ(raw, 100 + i, f"sglang::scheduler_TP{i}"))
+    return out
+
+
+def nccl_lines(env: dict[str, str], ranks: int = 8) -> list[str]:
+    return [f"h200:{200 + r}:{300 + r} [{r}] NCCL INFO {k} set by environment to {v}"
+            for r in range(ranks) for k, v in env.items()]
+
+
+# --- /proc/PID/environ ----------------------------------------------------------------------
+
+def test_environ_filtered_and_others_hashed():
+    snap = env_from_environ(environ({"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_X": "1",
+                                     "TORCH_NCCL_BLOCKING_WAIT": "1", "NVSHMEM_DISABLE": "0",
+                                     "HF_TOKEN": "secret", "PATH": "/usr/bin"}), 1, "launcher")
+    assert snap.status == "ok"
+    assert set(snap.vars) == {"NCCL_PROTO", "CUDA_VISIBLE_DEVICES", "SGLANG_X", "TORCH_NCCL_BLOCKING_WAIT",
+                              "NVSHMEM_DISABLE"}
+    assert "secret" not in json.dumps(snap.__dict__)
+    assert snap.hashed["HF_TOKEN"] == hashlib.sha256(b"secret").hexdigest()[:12]
+
+
+def test_empty_or_all_nul_environ_is_unreadable_not_missing():
+    assert env_from_environ(b"", 1, "w").status == "unreadable"
+    assert env_from_environ(b"\0" * 1923, 1, "w").status == "unreadable"
+    assert env_from_environ(None, 1, "w", error="Permission denied").status.startswith("error")
+
+
+def test_real_setproctitle_worker_environ_reads_as_unreadable():
+    """What SGLang's retitled workers look like to specmon (measured semantics, 6.2)."""
+    code = ("import setproctitle, sys; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+            "print('ready', flush=True); sys.stdin.read()")
+    env = {**os.environ, "NCCL_PROTO": "LL"}
+    env.pop("SPT_NOENV", None)
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         env=env)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+        raw = open(f"/proc/{p.pid}/environ", "rb").read()
+        snap = env_from_environ(raw, p.pid, "sglang::scheduler_TP0")
+        assert snap.status == "unreadable" and snap.vars == {}
+    finally:
+        p.stdin.close()  # type: ignore[union-attr]
+        p.wait(timeout=30)
+
+
+def test_nccl_debug_lines_per_rank():
+    env = nccl_debug_env(nccl_lines({"NCCL_PROTO": "LL"}, ranks=2) + ["unrelated line"]
+                         + ["h:9:9 [2] NCCL INFO NCCL version 2.27.3"])
+    # rank 2 logged at INFO but set nothing: authoritative "nothing set", not "unknown"
+    assert env == {"rank 0": {"NCCL_PROTO": "LL"}, "rank 1": {"NCCL_PROTO": "LL"}, "rank 2": {}}
+
+
+def test_worker_env_trust_order():
+    launcher = env_from_environ(environ({"NCCL_PROTO": "Simple"}), 1, "launcher")
+    fp = fingerprint_from(launcher=launcher, workers=workers(None),
+                          nccl_conf={"/etc/nccl.conf": {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}})
+    env, src = worker_nccl_env(fp)
+    assert env == {"all": {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree"}}  # real env wins over conf
+    assert src == "launcher environ + NCCL config files"
+    fp.workers = workers({"NCCL_PROTO": "LL128"}, 2)
+    assert worker_nccl_env(fp) == ({"rank 0": {"NCCL_PROTO": "LL128"}, "rank 1": {"NCCL_PROTO": "LL128"}},
+                                   "worker environ")
+    fp.nccl_debug = nccl_debug_env(nccl_lines({"NCCL_PROTO": "LL", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}, 1))
+    assert worker_nccl_env(fp) == ({"rank 0": {"NCCL_PROTO": "LL"}}, "NCCL_DEBUG lines")
+
+
+# --- diff -> causes ----------------------------------------------------------------------------
+
+def test_lost_nccl_tuning_named_like_the_issue():
+    rec = fingerprint_from(nccl_lines=nccl_lines({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}))
+    live = fingerprint_from(nccl_lines=nccl_lines({"NCCL_CUMEM_ENABLE": "0"}))
+    causes, checked = diff(rec, live)
+    assert causes[0] == "TP workers lack NCCL_ALGO=Ring, NCCL_PROTO=LL that the recorded run had"
+    assert causes[1] == "TP workers have NCCL_CUMEM_ENABLE=0 that the recorded run did not"
+    assert checked == ["TP worker NCCL env (NCCL_DEBUG lines)"]
+
+
+def test_only_some_ranks_lack_a_variable_and_changed_values():
+    rec = fingerprint_from(workers=workers(TUNED, 4))
+    live_w = workers(TUNED, 4)
+    live_w[2] = env_from_environ(environ({"NCCL_PROTO": "Simple", "NCCL_P2P_LEVEL": "NVL"}), 9,
+                                 "sglang::scheduler_TP2")
+    causes, _ = diff(rec, fingerprint_from(workers=live_w))
+    assert "TP workers 2 lack NCCL_ALGO=Ring that the recorded run had (from worker environ)" in causes
+    assert "TP workers 2 use NCCL_PROTO=Simple where the recorded run had LL (from worker environ)" in causes
+
+
+def test_unreadable_workers_are_not_reported_as_missing_variables():
+    launcher = env_from_environ(environ(TUNED), 1, "launcher")
+    rec = fingerprint_from(launcher=launcher, workers=workers(TUNED))
+    live = fingerprint_from(launcher=launcher, workers=workers(None))
+    causes, checked = diff(rec, live)
+    assert not any("lack" in c for c in causes)
+    # compared through the launcher instead, and said so
+    assert any("launcher environ" in c for c in checked)
+
+
+def test_unreadable_everything_is_said_in_checked():
+    rec = fingerprint_from(workers=workers(TUNED))
+    live = fingerprint_from(workers=workers(None))
+    causes, checked = diff(rec, live)
+    assert causes == []
+    assert any("unreadable" in c and "SPT_NOENV=1" in c for c in checked)
+
+
+def test_files_version_args_conf_env_host_gpu_settings():
+    rec = fingerprint_from(argv=["python", "-m", "sglang.launch_server", "--tp", "8", "--attention-backend",
+                                 "fa3"], version="0.5.9", modified_files=[], modified_method="RECORD",
+                           nccl_conf={"/etc/nccl.conf": {"NCCL_PROTO": "LL"}},
+                           launcher=env_from_environ(environ({"CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                                                              "LD_PRELOAD": "a"}), 1, "launcher"),
+                           host={"kernel": "6.8.0", "cpu_governor": "performance"},
+                           gpus=[GpuState(0, driver="580.1", persistence=True)])
+    live = fingerprint_from(argv=["python", "-m", "sglang.launch_server", "--tp", "8", "--attention-backend",
+                                  "triton", "--disable-custom-all-reduce"], version="0.5.10",
+                            modified_files=["sglang/srt/layers/communicator.py"], modified_method="RECORD",
+                            nccl_conf={"/etc/nccl.conf": None},
+                            launcher=env_from_environ(environ({"LD_PRELOAD": "b"}), 2, "launcher"),
+                            host={"kernel": "6.8.0", "cpu_governor": "powersave"},
+                            gpus=[GpuState(0, driver="580.2", persistence=False)])
+    causes, checked = diff(rec, live)
+    text = "\n".join(causes)
+    assert "launcher env lacks CUDA_DEVICE_MAX_CONNECTIONS=1 that the recorded run had" in causes
+    assert "NCCL config /etc/nccl.conf changed since the recording: removed NCCL_PROTO=LL" in causes
+    assert "SGLang files modified since the recording: sglang/srt/layers/communicator.py" in causes
+    assert "SGLang version 0.5.9 -> 0.5.10" in causes
+    assert ("launch args changed: --attention-backend fa3 -> triton; added --disable-custom-all-reduce"
+            in causes)
+    assert "other launcher env variables differ (values hashed): LD_PRELOAD" in causes
+    assert "GPU driver 580.1 -> 580.2" in causes and "persistence mode off on GPU 0 (was on)" in causes
+    assert "cpu governor performance -> powersave" in causes
+    # most specific first: env before files before args before GPU settings
+    assert text.index("launcher env") < text.index("SGLang files") < text.index("launch args") < text.index(
+        "GPU driver")
+    assert "SGLang files (RECORD)" in checked
+
+
+def test_files_already_modified_at_recording_are_not_new():
+    rec = fingerprint_from(modified_files=["a.py"], modified_method="RECORD")
+    live = fingerprint_from(modified_files=["a.py"], modified_method="RECORD")
+    assert diff(rec, live)[0] == []
+
+
+# --- GPU evidence ------------------------------------------------------------------------------
+
+def gpu(i: int, clock: int, reasons: tuple[str, ...] = (), limit: float = 700.0,
+        procs: tuple[GpuProcess, ...] | None = None) -> GpuSample:
+    return GpuSample(index=i, clock_sm=clock, max_clock_sm=1980, clocks_event_reasons=encode_reasons(reasons),
+                     power_limit_w=limit, power_w=650.0, processes=procs, driver_version="580.1")
+
+
+def test_clocks_below_recording_with_reason_and_power_limit():
+    rec = gpu_states([gpu(i, 1980) for i in range(8)] * 3)
+    live = [gpu(i, 1500, ("SwPowerCap",), limit=550.0) for i in range(8)]
+    causes, checked = gpu_evidence(rec, live)
+    assert causes[0] == ("GPU 0-7 SM clock 1500 MHz vs 1980 recorded (-24%): SwPowerCap "
+                         "(at the software power limit)")
+    assert causes[1] == "GPU 0-7 power limit 550 W vs 700 W recorded"
+    assert checked == ["GPU clocks and power limit"]
+    idle = [gpu(0, 345, ("GpuIdle",))]
+    assert gpu_evidence(rec, idle)[0] == []  # an idle GPU is not "slow"
+
+
+def test_other_gpu_processes_by_pid_list_and_by_recording():
+    rec = gpu_states([gpu(0, 1980, procs=(GpuProcess(100, 70000.0),))])
+    live = [gpu(0, 1980, procs=(GpuProcess(100, 70000.0), GpuProcess(4242, 12288.0)))]
+    causes, checked = gpu_evidence(rec, live, server_pids=[100])
+    assert causes == ["other GPU processes present: pid 4242 on GPU 0, 12.0 GiB"]
+    assert "GPU processes" in checked
+    assert gpu_evidence(rec, live)[0] == causes  # no pid list: what the recording ran
+    assert gpu_evidence(rec, [gpu(0, 1980, procs=(GpuProcess(100, 1.0),))], server_pids=[100])[0] == []
+
+
+def test_cause_list_order_and_no_cause_text():
+    rec = fingerprint_from(nccl_lines=nccl_lines(TUNED), gpus=gpu_states([gpu(0, 1980)]),
+                           modified_files=[], modified_method="RECORD")
+    live = fingerprint_from(nccl_lines=nccl_lines({}), modified_files=["x.py"], modified_method="RECORD")
+    live.nccl_debug = {"rank 0": {}}
+    alert = Alert("warning", "t", (), 0.0, False, kind="throughput")
+    causes = causes_for_alert(alert, None, rec, live, [gpu(0, 1500, ("SwPowerCap",))])
+    assert causes[0].startswith("TP workers lack ")
+    assert causes[1].startswith("SGLang files modified")
+    assert causes[2].startswith("GPU 0 SM clock 1500 MHz")
+    same = causes_for_alert(alert, None, rec, rec, [gpu(0, 1980)])
+    assert same == ["no cause found in: TP worker NCCL env (NCCL_DEBUG lines), SGLang files (RECORD), "
+                    "GPU driver and persistence mode, GPU clocks and power limit"]
+    assert causes_for_alert(alert, None, None, None, ()) == [
+        "no cause found in: nothing (no fingerprint or GPU data to compare)"]
+
+
+def test_fingerprint_json_round_trip():
+    fp = fingerprint_from(argv=["python", "-m", "sglang.launch_server", "--tp-size", "8",
+                                "--speculative-algorithm", "EAGLE3"],
+                          launcher=env_from_environ(environ(TUNED), 1, "launcher"), workers=workers(None, 2),
+                          nccl_lines=nccl_lines(TUNED, 2), gpus=gpu_states([gpu(0, 1980)]),
+                          host={"hostname": "h"})
+    assert fp.tp_size == 8 and fp.spec == {"speculative_algorithm": "EAGLE3"}
+    back = Fingerprint.from_json(json.loads(json.dumps(fp.to_json())))
+    assert back == fp
+    assert any("unreadable" in line for line in fp.summary())
+
+
+# --- collection: the probe and the agent path ---------------------------------------------------
+
+def _fake_dist(tmp_path, content: bytes, recorded: bytes):
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "mod.py").write_bytes(content)
+    (pkg / "same.py").write_bytes(b"x = 1\n")
+    info = tmp_path / "sglang-0.5.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+
+    def h(b: bytes) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+
+    same = h(b"x = 1\n")
+    (info / "RECORD").write_text(f"sglang/mod.py,{h(recorded)},1\nsglang/same.py,{same},1\n"
+                                 "sglang-0.5.9.dist-info/RECORD,,\n")
+
+
+def test_probe_finds_files_that_differ_from_record(tmp_path):
+    from specmon.sources.fp_probe import modified_files
+
+    _fake_dist(tmp_path, b"patched = True\n", b"original = True\n")
+    version, method, files = modified_files("sglang", path=[str(tmp_path)])
+    assert (version, method, files) == ("0.5.9", "RECORD", ["sglang/mod.py"])
+    assert modified_files("no-such-dist-xyz")[1].startswith("unavailable")
+
+
+def test_probe_runs_as_python_c(tmp_path):
+    from specmon.sources.fp_probe import probe_source
+
+    out = subprocess.run([sys.executable, "-c", probe_source(), "no-such-dist-xyz"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    d = json.loads(out.stdout)
+    assert d["method"].startswith("unavailable") and d["host"]["kernel"]
+
+
+class FakeAgent:
+    def __init__(self, environs: dict[int, bytes], files: dict[str, bytes]) -> None:
+        self.environs, self.files = environs, files
+
+    async def request(self, op, **args):
+        if op == "proc_info":
+            raw = self.environs[args["pid"]]
+            if not raw.strip(b"\0"):
+                return {"environ": None, "environ_status": "empty"}
+            env = dict(x.decode().split("=", 1) for x in raw.split(b"\0") if x)
+            return {"environ": {k: v for k, v in env.items()
+                                if any(k.startswith(p) for p in args["environ_prefixes"])},
+                    "environ_status": "ok"}
+        if op == "read":
+            if args["path"] not in self.files:
+                raise OSError("No such file")
+            return {"b64": base64.b64encode(self.files[args["path"]]).decode()}
+        raise AssertionError(op)
+
+
+async def test_collect_through_the_agent():
+    agent = FakeAgent({1: environ({**TUNED, "HOME": "/home/u", "NCCL_CONF_FILE": "/opt/n.conf"}),
+                       2: b"\0" * 100},
+                      {"/opt/n.conf": b"NCCL_BUFFSIZE=8388608\n# c\n", "/home/u/.nccl.conf": b""})
+    fp = await fpm.collect(agent, launcher_pid=1, argv=["python3", "-m", "sglang.launch_server"],
+                           workers=[(2, "sglang::scheduler_TP0")], server_info={"version": "0.5.9"},
+                           gpus=[gpu(0, 1980)])
+    assert fp.launcher is not None and fp.launcher.vars["NCCL_PROTO"] == "LL"
+    assert "HOME" in fp.launcher.hashed
+    assert fp.workers[0].status == "unreadable"
+    assert fp.nccl_conf == {"$NCCL_CONF_FILE": {"NCCL_BUFFSIZE": "8388608"}, "~/.nccl.conf": {},
+                            "/etc/nccl.conf": None}
+    assert fp.version == "0.5.9" and fp.server_pids == [1, 2] and fp.gpus[0].clock_sm == 1980
+    assert fp.collected_at is not None and fp.collected_at <= time.time()
+
+
+LAUNCHER = r"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import setproctitle, sys; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+    "print('ready', flush=True); sys.stdin.read()"], stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
+    """Launcher env readable, a retitled worker 'unreadable', the probe run with host.run."""
+    import signal
+
+    from specmon.hosts.agent_client import AgentClient
+    from specmon.hosts.local import LocalHost
+
+    env = {**os.environ, **TUNED, "HOME": str(tmp_path)}
+    env.pop("SPT_NOENV", None)
+    (tmp_path / ".nccl.conf").write_text("NCCL_BUFFSIZE=4194304\n")
+    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, "--tp-size", "1"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, env=env, start_new_session=True)
+    host = LocalHost()
+    await host.connect()
+    agent = AgentClient(host)
+    try:
+        worker = int(p.stdout.readline())  # type: ignore[union-attr]
+        await agent.start()
+        fp = await fpm.collect(agent, launcher_pid=p.pid, argv=[sys.executable, "-c", "x", "--tp-size", "1"],
+                               workers=[(worker, "sglang::scheduler_TP0")], host=host)
+    finally:
+        await agent.close()
+        await host.close()
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+    assert fp.launcher is not None and fp.launcher.status == "ok"
+    assert {k: fp.launcher.vars[k] for k in TUNED} == TUNED
+    assert fp.workers[0].status == "unreadable"
+    assert fp.nccl_conf["~/.nccl.conf"] == {"NCCL_BUFFSIZE": "4194304"}
+    env_, src = worker_nccl_env(fp)
+    assert src == "launcher environ + NCCL config files" and env_["all"]["NCCL_PROTO"] == "LL"
+    assert fp.host.get("kernel") and fp.modified_method is not None and fp.tp_size == 1
