@@ -420,13 +420,15 @@ def decode(raw: bytes, where: str = "snapshot") -> Snapshot:
     if not raw.strip():
         raise SnapshotError(f"{where}: empty file, not a specmon snapshot")
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise SnapshotError(f"{where}: not a specmon snapshot (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"{where}: not a valid snapshot: JSON error at line {exc.lineno} "
                             f"column {exc.colno} ({exc.msg}); the file is damaged or truncated"
                             ) from None
+    except RecursionError:
+        raise SnapshotError(f"{where}: not a valid snapshot: nested too deeply") from None
     return from_doc(doc, where)
 
 
