@@ -23,6 +23,7 @@ from specmon.analysis.window import (
     recomputed_accept_rate,
     stats_for,
 )
+from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
@@ -223,6 +224,22 @@ Block = tuple[Any, ...]
 
 
 def build_blocks(snap: Snapshot) -> list[Block]:
+    """The report's content; every text passes redaction again (a --no-redact snapshot too)."""
+    return [_redact_block(blk) for blk in _build_blocks(snap)]
+
+
+def _redact_block(blk: Block) -> Block:
+    if blk[0] == "h":
+        return ("h", blk[1], redact_text(blk[2]))
+    if blk[0] == "p":
+        return ("p", redact_text(blk[1]))
+    if blk[0] == "table":
+        return ("table", [redact_text(str(h)) for h in blk[1]],
+                [[redact_text(str(c)) for c in row] for row in blk[2]])
+    return blk
+
+
+def _build_blocks(snap: Snapshot) -> list[Block]:
     b: list[Block] = []
     tr = snap.time_range
     span = (tr[1] - tr[0]) if tr else 0.0
