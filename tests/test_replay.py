@@ -4,6 +4,10 @@ replay feed's clock, seeking, GPU batches and re-fired alerts."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
 
 import pytest
 from snapshot_data import (
@@ -259,3 +263,55 @@ def test_gpu_samples_reach_the_session_in_replay(tmp_path):
     assert [(g.index, g.ts) for g in snap.gpu_samples] == [
         (0, T0 + 2), (1, T0 + 2), (0, T0 + 6), (1, T0 + 6)]
     assert all(isinstance(g, GpuSample) for g in snap.gpu_samples)
+
+
+async def test_real_record_then_export_then_replay_end_to_end(shared, tmp_path, capsys):
+    """The real `specmon record local` (run twice, the second time --append re-reading both
+    files), `specmon export`, then replay: the numbers of the live pipeline, no duplicates."""
+    base_lines = [BASE_ARGS] + fixture_lines(shared, BASE_LOG, 200)
+    spec_lines = [SPEC_ARGS] + fixture_lines(shared, SPEC_LOG)
+    (tmp_path / "base.log").write_text("\n".join(base_lines) + "\n")
+    (tmp_path / "spec.log").write_text("\n".join(spec_lines) + "\n")
+    out = tmp_path / "rec.jsonl"
+    want = len(base_lines) + len(spec_lines)
+
+    async def record(append: bool) -> None:
+        cmd = [sys.executable, "-m", "specmon", "record", "local", "--whole-file",
+               "--log", f"base={tmp_path / 'base.log'}", "--log", f"spec={tmp_path / 'spec.log'}",
+               "--out", str(out)] + (["--append"] if append else [])
+        target = want * (2 if append else 1)
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            for _ in range(3000):
+                if out.exists() and out.read_bytes().count(b"\n") >= target:
+                    break
+                await asyncio.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0, proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+
+    await record(append=False)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == want
+    ref_rows = [(r["server"], r["line"], r["received_at"]) for r in rows]
+    await record(append=True)  # re-reads both files: every line a second time
+    assert main(["export", str(out), "-o", str(tmp_path / "s.json.gz")]) == 0
+    assert "duplicate lines dropped" in capsys.readouterr().err
+    snap = read_snapshot(tmp_path / "s.json.gz")
+    assert {s.name: s.counts["lines"] for s in snap.servers} == {
+        "base": len(base_lines), "spec": len(spec_lines)}
+    live = reference_session(ref_rows)
+    end = max(r[2] for r in ref_rows)
+    assert _numbers(live, end)["speedup"] is not None
+    app = ReplayApp(snap, playing=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("G")
+        await _until(pilot, lambda: app.session.servers["spec"].lines_total == len(spec_lines)
+                     and app.session.servers["base"].lines_total == len(base_lines), "end")
+        await pilot.pause()
+        assert _numbers(app.session, end) == _numbers(live, end)
