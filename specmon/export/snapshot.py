@@ -567,14 +567,25 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "host"
 
 
-def export_session(session: Session, folder: str | Path, *, compress: bool = True,
-                   now: float | None = None) -> Path:
-    """The UI's export key: snapshot of `session` into `folder`, named by host and local time."""
+def snapshot_path(host: str, folder: str | Path, *, compress: bool = True,
+                  now: float | None = None) -> Path:
+    """`folder/specmon-HOST-YYYYmmdd-HHMMSS.json[.gz]` (local time); creates the folder."""
     d = Path(folder).expanduser()
     d.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    name = f"specmon-{_safe_name(session.host)}-{stamp}.json" + (".gz" if compress else "")
-    return write_snapshot(snapshot_from_session(session), d / name, compress=compress)
+    return d / (f"specmon-{_safe_name(host)}-{stamp}.json" + (".gz" if compress else ""))
+
+
+def export_session(session: Session, folder: str | Path, *, compress: bool = True,
+                   now: float | None = None) -> Path:
+    """The UI's export key: snapshot of `session` into `folder`, named by host and local time.
+
+    Must run where the session is mutated (the UI loop). A UI that wants to keep painting can
+    call `snapshot_from_session` there and `write_snapshot` in a thread (encoding + gzip of two
+    full 20k-point servers takes about a second).
+    """
+    path = snapshot_path(session.host, folder, compress=compress, now=now)
+    return write_snapshot(snapshot_from_session(session), path, compress=compress)
 
 
 # --- record files (`specmon record --out FILE.jsonl`) -------------------------------------------

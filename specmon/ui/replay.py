@@ -3,7 +3,8 @@
 `ReplayApp` is `SpecmonApp` with a `ReplayFeed` (same sink, same handlers, same widgets), the
 feed's virtual time as the app clock, a status bar and keys: space play/pause, , and . seek 10 s,
 < and > seek 60 s, [ and ] speed, g / G start / end. `SnapshotKeysMixin` adds the export key (e)
-and the SVG screenshot key (s); the live app can mix it in too.
+and the SVG screenshot key (s); the live app can mix it in too (it needs `.session` and
+`.export_dir`), or call `specmon.export.snapshot.export_session(session, folder)` itself.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from specmon.export.replay import ReplayFeed, replay_session
-from specmon.export.snapshot import Snapshot, export_session
+from specmon.export.snapshot import (
+    Snapshot,
+    snapshot_from_session,
+    snapshot_path,
+    write_snapshot,
+)
 from specmon.ui.app import SpecmonApp
 
 
@@ -43,14 +49,26 @@ class SnapshotKeysMixin:
     export_dir: Path
 
     def action_export_snapshot(self) -> None:
+        """Copy the session on the UI loop (it is mutated there), encode and write in a thread."""
         app: Any = self
         try:
-            path = export_session(app.session, self.export_dir)
+            path = snapshot_path(app.session.host, self.export_dir)
         except OSError as exc:
             app.notify(f"export failed: {exc.strerror or exc} ({self.export_dir})",
                        severity="error", markup=False)
             return
-        app.notify(f"snapshot written: {path}", markup=False)
+        snap = snapshot_from_session(app.session)
+
+        def write() -> None:
+            try:
+                write_snapshot(snap, path)
+            except OSError as exc:
+                app.call_from_thread(app.notify, f"export failed: {exc.strerror or exc} ({path})",
+                                     severity="error", markup=False)
+                return
+            app.call_from_thread(app.notify, f"snapshot written: {path}", markup=False)
+
+        app.run_worker(write, thread=True, group="export", exit_on_error=False)
 
     def action_screenshot(self) -> None:
         app: Any = self
