@@ -258,11 +258,22 @@ def test_virtual_clock_follows_speed_pause_and_seek():
     assert feed.speed == 1.0
 
 
-def test_gpu_samples_reach_the_session_in_replay(tmp_path):
+async def test_gpu_samples_and_alerts_reach_the_session_in_replay(tmp_path):
     snap = _feed_snapshot(tmp_path)
     assert [(g.index, g.ts) for g in snap.gpu_samples] == [
         (0, T0 + 2), (1, T0 + 2), (0, T0 + 6), (1, T0 + 6)]
-    assert all(isinstance(g, GpuSample) for g in snap.gpu_samples)
+    app = ReplayApp(snap, playing=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.replay.seek(T0 + 4)
+        await _until(pilot, lambda: app.session.servers["b"].decode_total == 5, "t0+4")
+        assert [(g.index, g.ts) for g in app.session.gpus] == [(0, T0 + 2), (1, T0 + 2)]
+        assert not app.session.servers["b"].notices
+        await pilot.press("G")
+        await _until(pilot, lambda: app.session.servers["b"].status == "crashed", "exit")
+        assert [(g.index, g.ts) for g in app.session.gpus] == [(0, T0 + 6), (1, T0 + 6)]
+        assert all(isinstance(g, GpuSample) for g in app.session.gpus)
+        assert list(app.session.servers["b"].notices) == [
+            "alert: throughput fell (likely cause: power cap)"]
 
 
 async def test_real_record_then_export_then_replay_end_to_end(shared, tmp_path, capsys):
