@@ -241,6 +241,77 @@ def _add_baseline(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_baseline, baseline_action=None)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from specmon.commands.export_cmd import run
+
+    return run(args)
+
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="turn a `specmon record` JSONL file into a session snapshot",
+        description="Convert RECORD.jsonl (one object per received line: server, path, offset, "
+        "line, received_at, record) into a specmon.snapshot/1 document. Written atomically; "
+        "secrets are redacted; gzip when -o ends in .gz or with --gzip.",
+    )
+    p.add_argument("record", metavar="RECORD.jsonl")
+    p.add_argument("-o", "--out", required=True, metavar="SNAPSHOT", help="snapshot file to write")
+    p.add_argument("--gzip", action="store_true", help="gzip the snapshot whatever its name")
+    p.add_argument("--host", help="host name to record in the snapshot (default: unknown)")
+    p.add_argument("--log-lines", type=int, default=5000, metavar="N",
+                   help="raw log lines kept per server (records are always all kept; default 5000)")
+    p.add_argument("--gpu-max-samples", type=int, default=2000, metavar="N",
+                   help="GPU samples per GPU before downsampling (default 2000)")
+    p.add_argument("--no-redact", action="store_true",
+                   help="keep secrets (tokens, keys, passwords) in the snapshot; off by default")
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from specmon.commands.report_cmd import run
+
+    return run(args)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a Markdown or HTML report of a snapshot, with charts",
+        description="Servers and fingerprints, throughput per batch size (median, p10-p90, n), "
+        "speedup with its 95%% interval, accept length, GPU clocks and power, alerts, and SVG "
+        "charts of throughput over time.",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--format", choices=["md", "html"], default="md")
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="report file (default: next to SNAPSHOT, .report.md/.report.html); '-' "
+                   "prints Markdown without chart files")
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from specmon.ui.replay import run_replay  # Textual only here
+
+    return run_replay(args)
+
+
+def _add_replay(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="open a snapshot in the UI, read-only: play, pause, seek, speed",
+        description="Replay SNAPSHOT through the live UI on its recorded times. Keys: space "
+        "play/pause, , . seek 10 s, < > seek 60 s, [ ] speed, g/G start/end, e export, "
+        "s SVG screenshot.",
+    )
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1)")
+    p.add_argument("--paused", action="store_true", help="start paused at the beginning")
+    p.add_argument("--export-dir", default=".", metavar="DIR",
+                   help="folder for exports and screenshots (default: current folder)")
+    p.set_defaults(func=_cmd_replay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -255,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connect(sub)
     _add_demo(sub)
     _add_sim(sub)
+    _add_export(sub)
+    _add_report(sub)
+    _add_replay(sub)
     return parser
 
 

@@ -1,0 +1,145 @@
+"""Secret redaction for anything specmon writes out (snapshots, reports).
+
+Snapshots get pasted into team threads, so every string in them passes through here: values of
+env vars and arguments whose *names* look secret (HF_TOKEN, *_API_KEY, --api-key, *PASSWORD*),
+credentials inside URLs, and well-known token shapes (hf_..., sk-..., ghp_...) wherever they
+appear, including raw log lines. Names like `max_total_num_tokens` are not secrets: a name is
+secret only when one of its words is (`token`, not `tokens`).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+MASK = "***REDACTED***"
+
+# Words that make a name secret when they appear as a whole word of the name.
+_SECRET_WORDS = {
+    "token", "secret", "secrets", "password", "passwd", "passphrase", "pwd", "credential",
+    "credentials", "apikey", "auth", "authorization", "cookie", "signature",
+}
+_WORD_SPLIT = re.compile(r"[^a-z0-9]+")
+
+# A name = value pair in env dumps, shell lines, Python reprs, JSON and YAML-ish text.
+_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_RE_PAIR = re.compile(
+    r"""(?P<q1>['"]?)(?P<name>""" + _NAME + r""")(?P=q1)"""
+    r"""(?P<sep>\s*[=:]\s*)"""
+    r"""(?P<val>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;)}\]'"]+)"""
+)
+# --api-key VALUE / --api-key=VALUE / -api_key VALUE on a command line.
+_RE_FLAG = re.compile(
+    r"""(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_\-]*))(?P<sep>=|\s+)"""
+    r"""(?P<val>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s'"]+)"""
+)
+# scheme://user:password@host or scheme://token@host
+_RE_URL_CRED = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s@'\"]+)@")
+# Token shapes worth catching even without a telling name.
+_RE_TOKEN_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{8,}"
+    r"|sk-[A-Za-z0-9_\-]{8,}"
+    r"|gh[pousr]_[A-Za-z0-9]{16,}"
+    r"|github_pat_[A-Za-z0-9_]{16,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{8,}"
+    r"|AKIA[0-9A-Z]{16}"
+    r"|glpat-[A-Za-z0-9_\-]{16,})"
+)
+_RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
+
+
+@lru_cache(maxsize=8192)
+def is_secret_name(name: str) -> bool:
+    """True for names like HF_TOKEN, OPENAI_API_KEY, --api-key, db_password, AWS_SECRET_ACCESS_KEY."""
+    low = name.strip().strip("-").lower()
+    words = [w for w in _WORD_SPLIT.split(low) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if "password" in low or "passwd" in low or "secret" in low:  # MYPASSWORD, DBSECRET
+        return True
+    # *_KEY / api-key / access_key / private_key; a bare "key" alone is too common to mean secret
+    return words[-1] in ("key", "keys") and len(words) >= 2
+
+
+_RE_PLAIN_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?%?\Z")
+_KEEP = {"", "None", "null", "True", "False", "true", "false"}
+
+
+def _mask_value(val: str) -> str:
+    """The mask, except for values that cannot be secrets (numbers, None, booleans): a log's
+    `#token: 900` and `#new-token: 512` are counts, not credentials."""
+    if val in _KEEP or _RE_PLAIN_NUMBER.match(val):
+        return val
+    if val[:1] in "'\"" and val[-1:] == val[:1] and len(val) >= 2:
+        inner = val[1:-1]
+        return val if inner in _KEEP else f"{val[0]}{MASK}{val[0]}"
+    return MASK
+
+
+def redact_text(text: str) -> str:
+    """Every secret in a free text (log line, command line, URL) replaced by the mask."""
+    if not text:
+        return text
+
+    def pair(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group("name")):
+            return m.group(0)
+        q = m.group("q1")
+        return f"{q}{m.group('name')}{q}{m.group('sep')}{_mask_value(m.group('val'))}"
+
+    def flag(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group("name")):
+            return m.group(0)
+        return f"{m.group('flag')}{m.group('sep')}{_mask_value(m.group('val'))}"
+
+    out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
+    out = _RE_TOKEN_SHAPES.sub(MASK, out)
+    out = _RE_PAIR.sub(pair, out)
+    out = _RE_FLAG.sub(flag, out)
+    return out
+
+
+def redact_obj(obj: Any, *, key: str | None = None) -> Any:
+    """A JSON-like tree with every secret masked: values under secret-looking keys, and any
+    secret inside any string (keys included)."""
+    if isinstance(obj, dict):
+        return {_redact_key(str(k)): redact_obj(v, key=str(k)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        if key is not None and is_secret_name(key):
+            return [MASK if x not in (None, "") else x for x in obj]
+        if obj and all(isinstance(x, str) for x in obj):
+            return redact_argv(list(obj))  # a command line: the word after --api-key too
+        return [redact_obj(x) for x in obj]
+    if key is not None and is_secret_name(key) and obj not in (None, "") \
+            and not isinstance(obj, bool | int | float):
+        return MASK
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+@lru_cache(maxsize=4096)
+def _redact_key(key: str) -> str:
+    """Keys repeat (every record has the same ones): redact each distinct key once."""
+    return redact_text(key)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line given as a list: the word after a secret flag is masked too."""
+    out: list[str] = []
+    mask_next = False
+    for word in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        if word.startswith("-") and "=" not in word and is_secret_name(word):
+            out.append(word)
+            mask_next = True
+            continue
+        out.append(redact_text(word))
+    return out

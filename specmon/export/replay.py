@@ -1,0 +1,223 @@
+"""Replay a snapshot through the same `FeedSink` the live feeds use, on a virtual clock.
+
+The UI cannot tell a replay from a live session: lines arrive with their recorded receive times,
+GPU samples at theirs, alerts re-fire as notices at theirs. The app is given `feed.now` as its
+clock, so every window and speedup is computed at the replay position, exactly as it was live.
+Seeking backwards asks the owner to reset the session (`reset` callback, ordered with the
+feed's messages) and replays everything up to the new position at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specmon.export.snapshot import Snapshot
+from specmon.feed import FeedSink, LineItem
+from specmon.session.state import ServerState, Session
+
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+NOT_KEPT = "[line text not kept in snapshot]"
+
+
+@dataclass(slots=True)
+class _Event:
+    t: float
+    kind: str  # "lines" | "gpus" | "alert" | "exit"
+    server: str
+    payload: Any
+
+
+def _timeline(snap: Snapshot) -> list[_Event]:
+    """Everything the feed will push, in time order (stable: same-time items keep file order)."""
+    events: list[_Event] = []
+    for s in snap.servers:
+        for e in s.entries:
+            text = e.line if e.line is not None else NOT_KEPT
+            events.append(_Event(e.t, "lines", s.name, (text, e.record, e.t)))
+        if s.exit_code is not None and s.entries:
+            events.append(_Event(s.entries[-1].t, "exit", s.name, s.exit_code))
+    batch: list[Any] = []
+    seen: set[int | None] = set()
+    for g in snap.gpu_samples:
+        if g.ts is None:
+            continue
+        if g.index in seen:  # one batch holds one sample per GPU, like a live poll
+            events.append(_Event(batch[0].ts, "gpus", "", batch))
+            batch, seen = [], set()
+        batch.append(g)
+        seen.add(g.index)
+    if batch:
+        events.append(_Event(batch[0].ts, "gpus", "", batch))
+    names = [s.name for s in snap.servers]
+    for a in snap.alerts:
+        t = a.get("t")
+        if not isinstance(t, int | float):
+            continue
+        server = a.get("server") if a.get("server") in names else (names[0] if names else None)
+        if server is None:
+            continue
+        text = str(a.get("message") or a.get("text") or a.get("kind") or "alert")
+        cause = a.get("cause")
+        events.append(_Event(float(t), "alert", server,
+                             f"alert: {text}" + (f" (likely cause: {cause})" if cause else "")))
+    order = {"lines": 0, "exit": 1, "gpus": 2, "alert": 3}
+    events.sort(key=lambda ev: (ev.t, order[ev.kind]))
+    return events
+
+
+def replay_session(snap: Snapshot) -> Session:
+    """The session a replay starts from: servers declared with their profile, no data yet."""
+    start = snap.time_range[0] if snap.time_range else snap.created_at
+    session = Session(host=snap.host, started_at=start)
+    for s in snap.servers:
+        session.servers[s.name] = ServerState(s.name, role=s.role, path=s.path, args=dict(s.args))
+    return session
+
+
+class ReplayFeed:
+    """A `Feed` that plays a snapshot; control it with play/pause/seek/set_speed from the UI."""
+
+    def __init__(self, snap: Snapshot, *, speed: float = 1.0, playing: bool = True,
+                 reset: Callable[[], None] | None = None,
+                 wall: Callable[[], float] = time.monotonic) -> None:
+        self.snap = snap
+        tr = snap.time_range or snap.compute_time_range() or (snap.created_at, snap.created_at)
+        self.start, self.end = tr
+        self.speed = speed
+        self.playing = playing
+        self.reset = reset
+        self._wall = wall
+        self._events = _timeline(snap)
+        self._times = [ev.t for ev in self._events]
+        self._next = 0
+        self._anchor_v = self.start
+        self._anchor_w = wall()
+        self._rewind = False
+        self._wake: asyncio.Event | None = None
+        self.pushed_lines = 0
+
+    # --- the virtual clock --------------------------------------------------------------------
+
+    def now(self) -> float:
+        if not self.playing:
+            return self._anchor_v
+        return min(self.end, self._anchor_v + (self._wall() - self._anchor_w) * self.speed)
+
+    @property
+    def position(self) -> float:
+        return self.now() - self.start
+
+    @property
+    def at_end(self) -> bool:
+        return self.now() >= self.end and self._next >= len(self._events)
+
+    def _reanchor(self, v: float) -> None:
+        self._anchor_v = max(self.start, min(self.end, v))
+        self._anchor_w = self._wall()
+        if self._wake is not None:
+            self._wake.set()
+
+    def play(self) -> None:
+        if self.now() >= self.end:  # play at the end starts over, like a media player
+            self.seek(self.start)
+        v = self.now()
+        self.playing = True
+        self._reanchor(v)
+
+    def pause(self) -> None:
+        v = self.now()
+        self.playing = False
+        self._reanchor(v)
+
+    def toggle(self) -> None:
+        self.pause() if self.playing else self.play()
+
+    def set_speed(self, speed: float) -> None:
+        v = self.now()
+        self.speed = max(0.01, float(speed))
+        self._reanchor(v)
+
+    def faster(self) -> None:
+        self.set_speed(next((s for s in SPEEDS if s > self.speed), SPEEDS[-1]))
+
+    def slower(self) -> None:
+        self.set_speed(next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0]))
+
+    def seek(self, t: float) -> None:
+        """Jump to virtual time t (clamped to the snapshot's range)."""
+        t = max(self.start, min(self.end, t))
+        if self._next > bisect.bisect_right(self._times, t):
+            self._rewind = True
+        self._reanchor(t)
+
+    def seek_by(self, dt: float) -> None:
+        self.seek(self.now() + dt)
+
+    async def stop_server(self, server: str) -> None:
+        """A replay is read-only: nothing to stop."""
+
+    # --- pushing ------------------------------------------------------------------------------
+
+    def _declare(self, sink: FeedSink) -> None:
+        for s in self.snap.servers:
+            sink.declare_server(s.name, s.role, s.path)
+
+    def _push_due(self, sink: FeedSink, now: float) -> None:
+        end = bisect.bisect_right(self._times, now)
+        pending: dict[str, list[LineItem]] = {}
+        order: list[str] = []
+
+        def flush() -> None:
+            for name in order:
+                sink.lines(name, pending[name])
+                self.pushed_lines += len(pending[name])
+            pending.clear()
+            order.clear()
+
+        for ev in self._events[self._next:end]:
+            if ev.kind == "lines":
+                if ev.server not in pending:
+                    pending[ev.server] = []
+                    order.append(ev.server)
+                pending[ev.server].append(ev.payload)
+                continue
+            flush()  # keep lines before an exit/alert/GPU poll ahead of it
+            if ev.kind == "gpus":
+                sink.gpus(list(ev.payload))
+            elif ev.kind == "exit":
+                sink.server_exited(ev.server, ev.payload)
+            elif ev.kind == "alert":
+                sink.notice(ev.server, ev.payload)
+        flush()
+        self._next = max(self._next, end)
+
+    async def run(self, sink: FeedSink) -> None:
+        self._wake = asyncio.Event()
+        self._declare(sink)
+        while True:
+            if self._rewind:
+                self._rewind = False
+                if self.reset is not None:
+                    self.reset()
+                self._next = 0
+                self.pushed_lines = 0
+                self._declare(sink)
+            now = self.now()
+            self._push_due(sink, now)
+            if self.playing and now >= self.end and self._next >= len(self._events):
+                self.playing = False  # hold the last frame at the end
+                self._anchor_v, self._anchor_w = self.end, self._wall()
+            timeout: float | None = None
+            if self.playing:
+                nxt = self._times[self._next] if self._next < len(self._times) else self.end
+                timeout = min(0.25, max(0.0, (nxt - now) / self.speed))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass

@@ -1,0 +1,707 @@
+"""Session snapshots: one versioned JSON document ("specmon.snapshot/1", optionally gzip).
+
+A snapshot holds what a person needs to look at a tuning session again later: hosts, server
+profiles and fingerprints, every parsed decode/prefill record with its receive time, the last N
+raw log lines per server, GPU samples (downsampled for long sessions, with the rule written
+down), alerts, baselines, benchmark runs and the time range. Replay and the report read it back.
+
+Layout of one server's `lines`: rows `[t, line, record]` in received order (see LINE_COLUMNS).
+`t` is the receive time (Unix seconds), `line` the raw text (null for rows older than the last N
+kept lines), `record` the parsed record (null for lines specmon does not use). A row is kept when
+it has a record or is among the last N lines, so the time series is complete while the raw text
+is bounded.
+
+Written atomically (temp file in the same folder, fsync, rename, fsync of the folder): a crash or
+kill -9 mid-write leaves the previous file intact. Secrets are redacted in every string by
+default (see `specmon.export.redact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import os
+import re
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specmon import __version__
+from specmon.export.redact import redact_obj
+from specmon.parse.gpu import GpuSample
+from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
+from specmon.session.state import MAX_LOG_LINES, ServerState, Session
+
+SCHEMA_NAME = "specmon.snapshot"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+LINE_COLUMNS = ["t", "line", "record"]
+DEFAULT_GPU_MAX_PER_GPU = 2000
+GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
+
+REDACTION_RULE = ("values of env vars, arguments and keys whose names contain a secret word "
+                  "(token, secret, password, passwd, pwd, credential, auth, cookie, apikey) or end "
+                  "in _key/-key; credentials in URLs; bearer/basic auth; hf_, sk-, ghp_, "
+                  "github_pat_, xox?-, AKIA, glpat- token shapes anywhere")
+
+
+class SnapshotError(Exception):
+    """A snapshot (or record file) that cannot be read: the message is one line for the user."""
+
+
+# --- records <-> JSON (lossless, None fields omitted) ---------------------------------------------
+
+_BATCH_FIELDS = {f.name: str(f.type) for f in dataclasses.fields(BatchRecord)}
+_BATCH_KINDS = ("decode", "prefill")
+
+
+def record_to_json(rec: Record) -> dict[str, Any]:
+    """Compact, lossless JSON of a parsed record (`record_from_json` inverts it)."""
+    if isinstance(rec, BatchRecord):
+        out: dict[str, Any] = {}
+        for name in _BATCH_FIELDS:
+            if name == "extra":
+                continue
+            v = getattr(rec, name)
+            if v is not None:
+                out[name] = v
+        if rec.extra:
+            out["extra"] = dict(rec.extra)
+        return out
+    out = {"kind": rec.kind, "data": dict(rec.data)}
+    if rec.timestamp is not None:
+        out["timestamp"] = rec.timestamp
+    if rec.time_of_day is not None:
+        out["time_of_day"] = rec.time_of_day
+    return out
+
+
+def _typed(name: str, type_text: str, v: Any, where: str) -> Any:
+    if v is None:
+        return None
+    if type_text.startswith("bool"):
+        ok = isinstance(v, bool)
+    elif type_text.startswith("int"):
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    elif type_text.startswith("float"):
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        v = float(v) if ok else v
+    elif type_text.startswith("str"):
+        ok = isinstance(v, str)
+    else:
+        ok = True
+    if not ok:
+        raise SnapshotError(f"{where}: field {name!r} has a {type(v).__name__}, expected {type_text}")
+    return v
+
+
+def record_from_json(d: Any, where: str = "record") -> Record:
+    if not isinstance(d, dict) or not isinstance(d.get("kind"), str):
+        raise SnapshotError(f"{where}: not a record object with a 'kind'")
+    if d["kind"] in _BATCH_KINDS:
+        kw: dict[str, Any] = {}
+        for name, v in d.items():
+            if name == "extra":
+                if not isinstance(v, dict):
+                    raise SnapshotError(f"{where}: 'extra' must be an object")
+                kw["extra"] = dict(v)
+                continue
+            t = _BATCH_FIELDS.get(name)
+            if t is None:
+                raise SnapshotError(f"{where}: unknown record field {name!r}")
+            kw[name] = _typed(name, t, v, where)
+        return BatchRecord(**kw)
+    data = d.get("data", {})
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{where}: event 'data' must be an object")
+    return EventRecord(kind=d["kind"], timestamp=_opt_str(d.get("timestamp"), where),
+                       time_of_day=_opt_str(d.get("time_of_day"), where), data=dict(data))
+
+
+def _opt_str(v: Any, where: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise SnapshotError(f"{where}: expected a string, got {type(v).__name__}")
+
+
+# --- the in-memory snapshot ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Entry:
+    t: float
+    line: str | None
+    record: Record | None
+
+
+@dataclass
+class ServerSnap:
+    name: str
+    role: str | None = None
+    role_source: str | None = None  # "session" | "log" | "inferred: ..." (how the role is known)
+    status: str = "unknown"
+    path: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    fingerprint: dict[str, Any] | None = None  # launch args, versions, worker env (when known)
+    exit_code: int | None = None
+    traceback: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # in the source: lines, decode, prefill
+    log_limit: int = MAX_LOG_LINES
+    line_times: str = "exact"
+    entries: list[Entry] = field(default_factory=list)
+
+    def decode_entries(self) -> list[Entry]:
+        return [e for e in self.entries
+                if isinstance(e.record, BatchRecord) and e.record.kind == "decode"]
+
+
+@dataclass
+class Snapshot:
+    host: str = "unknown"
+    hosts: list[str] = field(default_factory=list)
+    created_at: float = field(default_factory=time.time)
+    specmon_version: str = __version__
+    source: dict[str, Any] = field(default_factory=dict)
+    time_range: tuple[float, float] | None = None
+    servers: list[ServerSnap] = field(default_factory=list)
+    gpu_samples: list[GpuSample] = field(default_factory=list)
+    gpu_downsampling: dict[str, Any] = field(default_factory=dict)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    baselines: list[Any] = field(default_factory=list)
+    benchmarks: list[Any] = field(default_factory=list)
+    redaction: dict[str, Any] = field(default_factory=dict)
+
+    def server(self, name: str) -> ServerSnap | None:
+        return next((s for s in self.servers if s.name == name), None)
+
+    def by_role(self, role: str) -> ServerSnap | None:
+        return next((s for s in self.servers if s.role == role), None)
+
+    def compute_time_range(self) -> tuple[float, float] | None:
+        ts = [e.t for s in self.servers for e in s.entries]
+        ts += [g.ts for g in self.gpu_samples if g.ts is not None]
+        ts += [a["t"] for a in self.alerts if isinstance(a.get("t"), int | float)]
+        return (min(ts), max(ts)) if ts else None
+
+
+# --- document <-> snapshot ----------------------------------------------------------------------
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON for whatever the session holds (dataclasses, objects with to_json, deques)."""
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if hasattr(obj, "to_json") and callable(obj.to_json):
+        return _jsonable(obj.to_json())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, Iterable) and not isinstance(obj, bytes | bytearray):
+        return [_jsonable(x) for x in obj]
+    return str(obj)
+
+
+def to_doc(snap: Snapshot) -> dict[str, Any]:
+    tr = snap.time_range if snap.time_range is not None else snap.compute_time_range()
+    return {
+        "schema": SCHEMA,
+        "specmon_version": snap.specmon_version,
+        "created_at": snap.created_at,
+        "host": snap.host,
+        "hosts": list(snap.hosts or [snap.host]),
+        "source": _jsonable(snap.source),
+        "time_range": {"start": tr[0], "end": tr[1]} if tr else None,
+        "redaction": _jsonable(snap.redaction),
+        "servers": [
+            {
+                "name": s.name, "role": s.role, "role_source": s.role_source,
+                "status": s.status, "path": s.path,
+                "args": _jsonable(s.args), "fingerprint": _jsonable(s.fingerprint),
+                "exit_code": s.exit_code, "traceback": list(s.traceback),
+                "notices": list(s.notices), "counts": dict(s.counts), "log_limit": s.log_limit,
+                "line_times": s.line_times, "line_columns": LINE_COLUMNS,
+                "lines": [[e.t, e.line, record_to_json(e.record) if e.record is not None else None]
+                          for e in s.entries],
+            }
+            for s in snap.servers
+        ],
+        "gpu": {"samples": [g.to_json() for g in snap.gpu_samples],
+                "downsampling": _jsonable(snap.gpu_downsampling)},
+        "alerts": _jsonable(snap.alerts),
+        "baselines": _jsonable(snap.baselines),
+        "benchmarks": _jsonable(snap.benchmarks),
+    }
+
+
+def _want(d: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str,
+          default: Any = ...) -> Any:
+    if key not in d or d[key] is None:
+        if default is ...:
+            raise SnapshotError(f"{where}: missing {key!r}")
+        return default
+    v = d[key]
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
+        raise SnapshotError(f"{where}: {key!r} has a {type(v).__name__}")
+    return v
+
+
+def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
+    return t if isinstance(t, tuple) else (t,)
+
+
+def check_schema(doc: Any, where: str) -> None:
+    if not isinstance(doc, dict):
+        raise SnapshotError(f"{where}: not a specmon snapshot (top level is not a JSON object)")
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):
+        raise SnapshotError(f"{where}: not a specmon snapshot (schema is {schema!r}, "
+                            f"expected {SCHEMA!r})")
+    ver = schema[len(SCHEMA_NAME) + 1:]
+    if not ver.isdigit():
+        raise SnapshotError(f"{where}: unreadable schema version {schema!r}")
+    if int(ver) > SCHEMA_VERSION:
+        raise SnapshotError(f"{where}: schema {schema} is newer than this specmon "
+                            f"({__version__}) reads ({SCHEMA}); upgrade specmon to open it")
+    if int(ver) < SCHEMA_VERSION:
+        raise SnapshotError(f"{where}: schema {schema} is older than {SCHEMA} and not supported")
+
+
+def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
+    """Validate and load a document; every problem is a one-line SnapshotError naming the spot."""
+    check_schema(doc, where)
+    num = (int, float)
+    snap = Snapshot(
+        host=_want(doc, "host", str, where, "unknown"),
+        hosts=[str(h) for h in _want(doc, "hosts", list, where, [])],
+        created_at=float(_want(doc, "created_at", num, where, 0.0)),
+        specmon_version=_want(doc, "specmon_version", str, where, "unknown"),
+        source=_want(doc, "source", dict, where, {}),
+        redaction=_want(doc, "redaction", dict, where, {}),
+        alerts=[], baselines=_want(doc, "baselines", list, where, []),
+        benchmarks=_want(doc, "benchmarks", list, where, []),
+    )
+    tr = _want(doc, "time_range", dict, where, None)
+    if tr is not None:
+        snap.time_range = (float(_want(tr, "start", num, f"{where}: time_range")),
+                           float(_want(tr, "end", num, f"{where}: time_range")))
+    servers = _want(doc, "servers", list, where)
+    for i, sd in enumerate(servers):
+        w = f"{where}: servers[{i}]"
+        if not isinstance(sd, dict):
+            raise SnapshotError(f"{w}: not an object")
+        s = ServerSnap(
+            name=_want(sd, "name", str, w), role=_want(sd, "role", str, w, None),
+            role_source=_want(sd, "role_source", str, w, None),
+            status=_want(sd, "status", str, w, "unknown"), path=_want(sd, "path", str, w, None),
+            args=_want(sd, "args", dict, w, {}), fingerprint=_want(sd, "fingerprint", dict, w, None),
+            exit_code=_want(sd, "exit_code", int, w, None),
+            traceback=[str(x) for x in _want(sd, "traceback", list, w, [])],
+            notices=[str(x) for x in _want(sd, "notices", list, w, [])],
+            counts={str(k): int(v) for k, v in _want(sd, "counts", dict, w, {}).items()
+                    if isinstance(v, int)},
+            log_limit=_want(sd, "log_limit", int, w, MAX_LOG_LINES),
+            line_times=_want(sd, "line_times", str, w, "exact"),
+        )
+        cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
+        if cols != LINE_COLUMNS:
+            raise SnapshotError(f"{w}: line_columns {cols} not supported (expected {LINE_COLUMNS})")
+        for j, row in enumerate(_want(sd, "lines", list, w, [])):
+            wr = f"{w}.lines[{j}]"
+            if not isinstance(row, list) or len(row) != 3:
+                raise SnapshotError(f"{wr}: expected [t, line, record]")
+            t, line, rec = row
+            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+                raise SnapshotError(f"{wr}: time is not a number")
+            if line is not None and not isinstance(line, str):
+                raise SnapshotError(f"{wr}: line is not a string")
+            s.entries.append(Entry(float(t), line,
+                                   record_from_json(rec, wr) if rec is not None else None))
+        snap.servers.append(s)
+    gpu = _want(doc, "gpu", dict, where, {})
+    for j, g in enumerate(_want(gpu, "samples", list, f"{where}: gpu", [])):
+        try:
+            snap.gpu_samples.append(GpuSample.from_agent_json(g))
+        except ValueError as exc:
+            raise SnapshotError(f"{where}: gpu.samples[{j}]: {exc}") from None
+    snap.gpu_downsampling = _want(gpu, "downsampling", dict, f"{where}: gpu", {})
+    for j, a in enumerate(_want(doc, "alerts", list, where, [])):
+        if not isinstance(a, dict):
+            raise SnapshotError(f"{where}: alerts[{j}]: not an object")
+        snap.alerts.append(a)
+    return snap
+
+
+# --- writing and reading files ------------------------------------------------------------------
+
+
+def encode(snap: Snapshot, *, redact: bool = True, compress: bool = False) -> bytes:
+    doc = to_doc(snap)
+    if redact:
+        doc = redact_obj(doc)
+        doc["redaction"] = {"enabled": True, "rule": REDACTION_RULE}
+    else:
+        doc["redaction"] = {"enabled": False}
+    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    if compress:
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    return data
+
+
+def _write_chunks(f: Any, data: bytes) -> None:
+    """Written in pieces so a kill can land mid-file (the atomicity test relies on that)."""
+    for i in range(0, len(data), _CHUNK):
+        f.write(data[i:i + _CHUNK])
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Replace `path` with `data` so that readers see the old file or the new one, never a mix."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            _write_chunks(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+    return path
+
+
+def write_snapshot(snap: Snapshot, path: str | Path, *, redact: bool = True,
+                   compress: bool | None = None) -> Path:
+    """Atomic write; gzip when asked or when the name ends in .gz. Redaction is on by default."""
+    p = Path(path)
+    if compress is None:
+        compress = p.name.endswith(".gz")
+    return atomic_write_bytes(p, encode(snap, redact=redact, compress=compress))
+
+
+def read_snapshot(path: str | Path) -> Snapshot:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    return decode(raw, str(p))
+
+
+def decode(raw: bytes, where: str = "snapshot") -> Snapshot:
+    if raw.startswith(GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise SnapshotError(f"{where}: corrupt gzip data ({exc})") from None
+    if not raw.strip():
+        raise SnapshotError(f"{where}: empty file, not a specmon snapshot")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{where}: not a specmon snapshot (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{where}: not a valid snapshot: JSON error at line {exc.lineno} "
+                            f"column {exc.colno} ({exc.msg}); the file is damaged or truncated"
+                            ) from None
+    except RecursionError:
+        raise SnapshotError(f"{where}: not a valid snapshot: nested too deeply") from None
+    return from_doc(doc, where)
+
+
+# --- building a snapshot ------------------------------------------------------------------------
+
+
+def downsample_gpu(samples: list[GpuSample], max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU
+                   ) -> tuple[list[GpuSample], dict[str, Any]]:
+    """At most ~2 x max_per_gpu samples per GPU, keeping clock dips; returns the rule applied."""
+    by_gpu: dict[int | None, list[GpuSample]] = {}
+    for g in samples:
+        by_gpu.setdefault(g.index, []).append(g)
+    rule: dict[str, Any] = {"input_samples": len(samples), "max_per_gpu": max_per_gpu}
+    if all(len(v) <= max_per_gpu for v in by_gpu.values()):
+        rule.update(applied=False, rule="none: every sample kept", kept_samples=len(samples))
+        return list(samples), rule
+    kept: list[GpuSample] = []
+    bucket_s: dict[str, float] = {}
+    for idx, gs in by_gpu.items():
+        if len(gs) <= max_per_gpu:
+            kept.extend(gs)
+            continue
+        ts = [g.ts for g in gs if g.ts is not None]
+        if not ts or max(ts) <= min(ts):
+            step = math.ceil(len(gs) / max_per_gpu)
+            kept.extend(gs[::step])
+            continue
+        lo, hi = min(ts), max(ts)
+        width = (hi - lo) / max_per_gpu
+        bucket_s[str(idx)] = width
+        buckets: dict[int, list[GpuSample]] = {}
+        for g in gs:
+            b = min(int(((g.ts if g.ts is not None else lo) - lo) / width), max_per_gpu - 1)
+            buckets.setdefault(b, []).append(g)
+        for b in sorted(buckets):
+            group = buckets[b]
+            first = group[0]
+            kept.append(first)
+            clocked = [g for g in group if g.clock_sm is not None]
+            low = min(clocked, key=lambda g: g.clock_sm or 0) if clocked else first
+            if low is not first:
+                kept.append(low)
+    kept.sort(key=lambda g: (g.ts if g.ts is not None else -math.inf,
+                             g.index if g.index is not None else -1))
+    rule.update(applied=True, kept_samples=len(kept), bucket_s=bucket_s,
+                rule=f"per GPU with more than {max_per_gpu} samples: time range split into "
+                     f"{max_per_gpu} equal buckets; kept the first sample of each bucket and "
+                     "the one with the lowest SM clock (so throttling dips survive)")
+    return kept, rule
+
+
+def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit: int,
+                            line_times: str, counts: dict[str, int], role_source: str) -> ServerSnap:
+    role = state.role
+    if role is None and state.decode_total:
+        # no server_args line and no declared role: say what the decode lines show, and how
+        role = "speculative" if any(
+            isinstance(e.record, BatchRecord) and e.record.accept_len is not None
+            for e in entries) else "baseline"
+        role_source = "inferred: decode lines " + (
+            "carry accept len" if role == "speculative" else "carry no accept len")
+    return ServerSnap(
+        name=state.name, role=role, role_source=role_source if role else None,
+        status=state.status, path=state.path,
+        args=dict(state.args), fingerprint=_jsonable(getattr(state, "fingerprint", None)),
+        exit_code=state.exit_code, traceback=list(state.traceback), notices=list(state.notices),
+        counts=counts, log_limit=log_limit, line_times=line_times, entries=entries,
+    )
+
+
+def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> list[Entry]:
+    """Rebuild one server's rows from live state.
+
+    The session keeps decode records with times (a long suffix) and raw lines without times (a
+    shorter suffix). Decode lines in the raw suffix are matched back to their timed records from
+    the end; other raw lines take the time of the nearest earlier decode line.
+    """
+    points = list(state.decode)
+    log = list(state.log)[-log_limit:] if log_limit > 0 else []
+    j = len(points) - 1
+    rows: list[tuple[float | None, str, Record | None]] = []
+    for text in reversed(log):
+        rec = parse_line(text)
+        if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
+                and points[j].rec == rec):
+            rows.append((points[j].t, text, points[j].rec))
+            j -= 1
+        else:
+            rows.append((None, text, rec))
+    rows.reverse()
+    known = next((t for t, _, _ in rows if t is not None), None)
+    if known is None:
+        known = state.last_line_t if state.last_line_t is not None else fallback_t
+    entries = [Entry(p.t, None, p.rec) for p in points[: j + 1]]
+    last = known
+    for t, text, rec in rows:
+        if t is not None:
+            last = t
+        entries.append(Entry(last, text, rec))
+    return entries
+
+
+def snapshot_from_session(session: Session, *, log_lines: int = MAX_LOG_LINES,
+                          gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU,
+                          source: Mapping[str, Any] | None = None) -> Snapshot:
+    """What the live session holds now (bounded by its ring buffers) as a snapshot."""
+    servers = []
+    for state in session.servers.values():
+        entries = _session_entries(state, session.started_at, log_lines)
+        counts = {"lines": state.lines_total, "decode": state.decode_total,
+                  "prefill": state.prefill_total}
+        servers.append(_server_snap_from_state(
+            state, entries, log_lines,
+            "decode lines exact; other lines take the time of the nearest earlier decode line",
+            counts, "session"))
+    history = [g for dq in session.gpu_history.values() for g in dq]
+    if not history:
+        history = list(session.gpus)
+    history.sort(key=lambda g: (g.ts if g.ts is not None else -math.inf,
+                                g.index if g.index is not None else -1))
+    gpus, rule = downsample_gpu(history, gpu_max_per_gpu)
+    snap = Snapshot(
+        host=session.host, hosts=[session.host],
+        source=dict(source or {"kind": "session", "started_at": session.started_at}),
+        servers=servers, gpu_samples=gpus, gpu_downsampling=rule,
+        alerts=[a if isinstance(a, dict) else _jsonable(a)
+                for a in (getattr(session, "alerts", None) or [])],
+        baselines=list(_jsonable(getattr(session, "baselines", None) or [])),
+        benchmarks=list(_jsonable(getattr(session, "benchmarks", None) or [])),
+    )
+    snap.time_range = snap.compute_time_range()
+    return snap
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "host"
+
+
+def snapshot_path(host: str, folder: str | Path, *, compress: bool = True,
+                  now: float | None = None) -> Path:
+    """`folder/specmon-HOST-YYYYmmdd-HHMMSS.json[.gz]` (local time); creates the folder."""
+    d = Path(folder).expanduser()
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return d / (f"specmon-{_safe_name(host)}-{stamp}.json" + (".gz" if compress else ""))
+
+
+def export_session(session: Session, folder: str | Path, *, compress: bool = True,
+                   now: float | None = None) -> Path:
+    """The UI's export key: snapshot of `session` into `folder`, named by host and local time.
+
+    Must run where the session is mutated (the UI loop). A UI that wants to keep painting can
+    call `snapshot_from_session` there and `write_snapshot` in a thread (encoding + gzip of two
+    full 20k-point servers takes about a second).
+    """
+    path = snapshot_path(session.host, folder, compress=compress, now=now)
+    return write_snapshot(snapshot_from_session(session), path, compress=compress)
+
+
+# --- record files (`specmon record --out FILE.jsonl`) -------------------------------------------
+
+
+@dataclass
+class RecordLine:
+    server: str
+    path: str | None
+    offset: int | None
+    line: str
+    received_at: float
+
+
+def iter_record_file(path: str | Path) -> Iterator[RecordLine | tuple[float, list[GpuSample]]]:
+    """Lines of a record file: {"server","path","offset","line","received_at","record"}.
+
+    Also accepts `{"gpus": [sample, ...], "received_at": t}` rows (GPU samples in agent JSON).
+    A final line without its newline that does not parse (the recorder was killed mid-write) is
+    skipped; any other bad line is an error naming the file and line number.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if raw.startswith(GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise SnapshotError(f"{p}: corrupt gzip data ({exc})") from None
+    lines = raw.split(b"\n")
+    complete_last = raw.endswith(b"\n")
+    for n, bline in enumerate(lines, 1):
+        if not bline.strip():
+            continue
+        where = f"{p}:{n}"
+        try:
+            obj = json.loads(bline)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if n == len(lines) and not complete_last:
+                return  # truncated tail of a killed recorder
+            raise SnapshotError(f"{where}: not a JSON record line ({exc})") from None
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{where}: not a JSON object")
+        t = obj.get("received_at")
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise SnapshotError(f"{where}: 'received_at' missing or not a number")
+        if "gpus" in obj:
+            gs = obj["gpus"]
+            if not isinstance(gs, list):
+                raise SnapshotError(f"{where}: 'gpus' must be a list")
+            try:
+                yield float(t), [GpuSample.from_agent_json(g, ts=t) for g in gs]
+            except ValueError as exc:
+                raise SnapshotError(f"{where}: {exc}") from None
+            continue
+        server, text = obj.get("server"), obj.get("line")
+        if not isinstance(server, str) or not server:
+            raise SnapshotError(f"{where}: 'server' missing or not a string")
+        if not isinstance(text, str):
+            raise SnapshotError(f"{where}: 'line' missing or not a string")
+        fpath, off = obj.get("path"), obj.get("offset")
+        if fpath is not None and not isinstance(fpath, str):
+            raise SnapshotError(f"{where}: 'path' is not a string")
+        if off is not None and (isinstance(off, bool) or not isinstance(off, int)):
+            raise SnapshotError(f"{where}: 'offset' is not an integer")
+        yield RecordLine(server, fpath, off, text, float(t))
+
+
+def snapshot_from_record(path: str | Path, *, host: str | None = None,
+                         log_lines: int = MAX_LOG_LINES,
+                         gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU) -> Snapshot:
+    """A record file as a snapshot: every line re-parsed with this specmon's parser (the raw line
+    is the truth; the file's `record` field may come from an older parser or be null).
+
+    Lines seen twice (same server, file, byte offset and text: `record --append` re-reading its
+    history) are kept once.
+    """
+    per_server: dict[str, list[RecordLine]] = {}
+    seen: set[tuple[str, str | None, int, str]] = set()
+    dups = 0
+    gpus: list[GpuSample] = []
+    for item in iter_record_file(path):
+        if isinstance(item, tuple):
+            gpus.extend(item[1])
+            continue
+        if item.offset is not None:
+            key = (item.server, item.path, item.offset, item.line)
+            if key in seen:
+                dups += 1
+                continue
+            seen.add(key)
+        per_server.setdefault(item.server, []).append(item)
+    session = Session(host=host or "unknown")
+    servers = []
+    for name, items in per_server.items():
+        state = session.server(name)
+        state.path = items[-1].path
+        keep_text_from = len(items) - log_lines if log_lines > 0 else len(items)
+        entries: list[Entry] = []
+        for i, it in enumerate(items):
+            rec = parse_line(it.line)
+            state.apply(it.line, rec, it.received_at)
+            if rec is not None or i >= keep_text_from:
+                entries.append(Entry(it.received_at, it.line if i >= keep_text_from else None, rec))
+        counts = {"lines": state.lines_total, "decode": state.decode_total,
+                  "prefill": state.prefill_total}
+        servers.append(_server_snap_from_state(state, entries, log_lines, "exact", counts, "log"))
+    gpus.sort(key=lambda g: (g.ts if g.ts is not None else -math.inf,
+                             g.index if g.index is not None else -1))
+    kept, rule = downsample_gpu(gpus, gpu_max_per_gpu)
+    snap = Snapshot(
+        host=session.host, hosts=[session.host],
+        source={"kind": "record", "file": Path(path).name, "duplicate_lines_dropped": dups},
+        servers=servers, gpu_samples=kept, gpu_downsampling=rule,
+    )
+    snap.time_range = snap.compute_time_range()
+    return snap

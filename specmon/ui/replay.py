@@ -1,0 +1,207 @@
+"""`specmon replay SNAPSHOT`: the live UI, read-only, driven by a snapshot on a virtual clock.
+
+`ReplayApp` is `SpecmonApp` with a `ReplayFeed` (same sink, same handlers, same widgets), the
+feed's virtual time as the app clock, a status bar and keys: space play/pause, , and . seek 10 s,
+< and > seek 60 s, [ and ] speed, g / G start / end. `SnapshotKeysMixin` adds the export key (e)
+and the SVG screenshot key (s); the live app can mix it in too (it needs `.session` and
+`.export_dir`), or call `specmon.export.snapshot.export_session(session, folder)` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import Footer, Static
+
+from specmon.export.replay import ReplayFeed, replay_session
+from specmon.export.snapshot import (
+    Snapshot,
+    snapshot_from_session,
+    snapshot_path,
+    write_snapshot,
+)
+from specmon.ui.app import SpecmonApp
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("._") or "host"
+
+
+class SnapshotKeysMixin:
+    """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
+
+    SNAPSHOT_BINDINGS = [
+        Binding("e", "export_snapshot", "Export", id="snapshot.export"),
+        Binding("s", "screenshot", "Screenshot", id="snapshot.screenshot"),
+    ]
+    export_dir: Path
+
+    def action_export_snapshot(self) -> None:
+        """Copy the session on the UI loop (it is mutated there), encode and write in a thread."""
+        app: Any = self
+        try:
+            path = snapshot_path(app.session.host, self.export_dir)
+        except OSError as exc:
+            app.notify(f"export failed: {exc.strerror or exc} ({self.export_dir})",
+                       severity="error", markup=False)
+            return
+        snap = snapshot_from_session(app.session)
+
+        def write() -> None:
+            try:
+                write_snapshot(snap, path)
+            except OSError as exc:
+                app.call_from_thread(app.notify, f"export failed: {exc.strerror or exc} ({path})",
+                                     severity="error", markup=False)
+                return
+            app.call_from_thread(app.notify, f"snapshot written: {path}", markup=False)
+
+        app.run_worker(write, thread=True, group="export", exit_on_error=False)
+
+    def action_screenshot(self) -> None:
+        app: Any = self
+        try:
+            self.export_dir.mkdir(parents=True, exist_ok=True)
+            path = app.save_screenshot(
+                filename=f"specmon-{_safe(app.session.host)}-{_stamp()}.svg",
+                path=str(self.export_dir))
+        except OSError as exc:
+            app.notify(f"screenshot failed: {exc.strerror or exc} ({self.export_dir})",
+                       severity="error", markup=False)
+            return
+        app.notify(f"screenshot written: {path}", markup=False)
+
+
+@dataclass
+class ReplayReset(Message):
+    """Sent by the feed (through the app's queue, so it stays ordered with the lines) on a
+    backward seek: the session starts over from the snapshot's profile."""
+
+
+def _clock_text(t: float) -> str:
+    t = max(0.0, t)
+    return f"{int(t // 3600):02d}:{int(t % 3600 // 60):02d}:{t % 60:04.1f}"
+
+
+class ReplayApp(SnapshotKeysMixin, SpecmonApp):
+    TITLE = "specmon replay"
+    BINDINGS = [
+        *SpecmonApp.BINDINGS,
+        Binding("space", "toggle_play", "Play/pause", id="replay.toggle"),
+        Binding("comma", "seek(-10)", "−10 s", id="replay.back"),
+        Binding("full_stop", "seek(10)", "+10 s", id="replay.forward"),
+        Binding("less_than_sign", "seek(-60)", "−60 s", show=False, id="replay.back_long"),
+        Binding("greater_than_sign", "seek(60)", "+60 s", show=False, id="replay.forward_long"),
+        Binding("left_square_bracket", "slower", "Slower", id="replay.slower"),
+        Binding("right_square_bracket", "faster", "Faster", id="replay.faster"),
+        Binding("g", "seek_start", "Start", show=False, id="replay.start"),
+        Binding("G", "seek_end", "End", show=False, id="replay.end"),
+        *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
+    ]
+
+    def __init__(self, snapshot: Snapshot, *, speed: float = 1.0, playing: bool = True,
+                 export_dir: str | Path | None = None, source_name: str = "",
+                 **kwargs: Any) -> None:
+        self.snapshot = snapshot
+        self.replay = ReplayFeed(snapshot, speed=speed, playing=playing, reset=self._request_reset)
+        self.export_dir = Path(export_dir) if export_dir is not None else Path.cwd()
+        self.source_name = source_name
+        super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now, **kwargs)
+        self.sub_title = f"replay · {snapshot.host}" + (f" · {source_name}" if source_name else "")
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            if isinstance(widget, Footer):
+                yield Static("", id="replay-bar")
+            yield widget
+
+    # --- reset on backward seek ---------------------------------------------------------------
+
+    def _request_reset(self) -> None:
+        self.post_message(ReplayReset())
+
+    @on(ReplayReset)
+    def _reset(self, _msg: ReplayReset) -> None:
+        fresh = replay_session(self.snapshot)
+        self.session.servers.clear()
+        self.session.servers.update(fresh.servers)
+        self.session.gpus = []
+        self.session.gpu_history.clear()
+        self.session.gpu_error = None
+        self._pending.clear()
+        for panel in self.panels():
+            view = panel.log_view
+            view.log_widget.clear()
+            view.set_source(self.session.server(panel.server).log)
+
+    # --- view ---------------------------------------------------------------------------------
+
+    def replay_status(self) -> str:
+        r = self.replay
+        state = "▶ playing" if r.playing else ("■ end" if r.at_end else "❚❚ paused")
+        wall = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.now()))
+        return (f"REPLAY (read-only) {state} {r.speed:g}×  {_clock_text(r.position)} / "
+                f"{_clock_text(r.end - r.start)}  [{wall}]   space play/pause · , . seek 10 s · "
+                f"< > 60 s · [ ] speed · g/G start/end")
+
+    def refresh_view(self) -> None:
+        super().refresh_view()
+        try:
+            self.query_one("#replay-bar", Static).update(self.replay_status())
+        except Exception:  # noqa: BLE001 - shutting down
+            pass
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def action_toggle_play(self) -> None:
+        self.replay.toggle()
+        self.refresh_view()
+
+    def action_seek(self, dt: float) -> None:
+        self.replay.seek_by(float(dt))
+        self.refresh_view()
+
+    def action_seek_start(self) -> None:
+        self.replay.seek(self.replay.start)
+        self.refresh_view()
+
+    def action_seek_end(self) -> None:
+        self.replay.seek(self.replay.end)
+        self.refresh_view()
+
+    def action_faster(self) -> None:
+        self.replay.faster()
+        self.refresh_view()
+
+    def action_slower(self) -> None:
+        self.replay.slower()
+        self.refresh_view()
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """CLI handler: load (one clear line on a bad file), then run the app."""
+    from specmon.cli import CliError
+    from specmon.export.snapshot import SnapshotError, read_snapshot
+
+    try:
+        snap = read_snapshot(args.snapshot)
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from None
+    if args.speed <= 0:
+        raise CliError(f"--speed must be positive, got {args.speed}")
+    app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
+                    source_name=Path(args.snapshot).name)
+    app.run()
+    return 0
