@@ -26,6 +26,10 @@ class FeedSink(Protocol):
 
     def connection(self, text: str) -> None: ...
 
+    def server_pids(self, server: str, pids: list[int]) -> None: ...
+
+    def request_baseline(self, server: str) -> None: ...
+
 
 class Feed(Protocol):
     async def run(self, sink: FeedSink) -> None:

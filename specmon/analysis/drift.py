@@ -771,6 +771,11 @@ class DriftMonitor:
         return None
 
     # -- the app's 1 Hz call -----------------------------------------------------------------
+    def skip_to(self, server: Any) -> None:
+        """Start watching a `ServerState` from now: what it already holds is not live data."""
+        self._seen_startup = server.startup
+        self._seen_decode, self._seen_prefill = server.decode_total, server.prefill_total
+
     def sync(self, server: Any) -> None:
         """Pull decode points a `ServerState` received since the last call.
 

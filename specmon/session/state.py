@@ -56,6 +56,9 @@ class ServerState:
     stale: bool = False
     notices: deque[str] = field(default_factory=lambda: deque(maxlen=50))
     last_line_t: float | None = None
+    nccl_lines: list[str] = field(default_factory=list)  # NCCL_DEBUG "set by environment" lines
+    pids: set[int] = field(default_factory=set)  # launcher and workers, when the feed knows them
+    fingerprint: Any = None  # the fingerprint of the baseline recorded on this server, if any
 
     @property
     def is_speculative(self) -> bool:
@@ -103,7 +106,8 @@ class ServerState:
 
     def _apply_event(self, ev: EventRecord) -> None:
         if ev.kind == "server_args":
-            self.args.update(ev.data)
+            self.args = dict(ev.data)  # a restart replaces the previous run's arguments
+            self.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
             self.status = "starting"
             self.traceback.clear()
@@ -122,6 +126,9 @@ class ServerState:
         elif ev.kind == "ready":
             self.startup.ready = True
             self.status = "ready"
+        elif ev.kind == "nccl_env":
+            if self.log:
+                self.nccl_lines.append(self.log[-1])
         elif ev.kind == "traceback":
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
@@ -141,6 +148,9 @@ class Session:
     gpu_error: str | None = None
     connection: str = "connected"
     started_at: float = field(default_factory=time.time)
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # every alert raised or cleared
+    baselines: list[dict[str, Any]] = field(default_factory=list)  # baselines used, summarised
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
 
     def server(self, name: str) -> ServerState:
         s = self.servers.get(name)

@@ -8,10 +8,13 @@ on a timer at a few Hz, so 1,000 log lines per second per server cost a handful 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -21,18 +24,24 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker
 
+from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
 from specmon.ui.messages import (
+    BaselineRequest,
     ConnectionChanged,
     GpuUpdate,
     ServerDeclared,
     ServerExited,
     ServerLines,
     ServerNotice,
+    ServerPids,
 )
+from specmon.ui.safe import plain
+from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import GpuPanel, LogView, ServerPanel, SpeedupBar
 
 WINDOWS_S = (30.0, 60.0, 300.0)
@@ -97,8 +106,14 @@ class _Sink:
     def connection(self, text: str) -> None:
         self.app.post_message(ConnectionChanged(text))
 
+    def server_pids(self, server: str, pids: list[int]) -> None:
+        self.app.post_message(ServerPids(server, pids))
 
-class SpecmonApp(App[None]):
+    def request_baseline(self, server: str) -> None:
+        self.app.post_message(BaselineRequest(server))
+
+
+class SpecmonApp(SnapshotKeysMixin, App[None]):
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -108,13 +123,17 @@ class SpecmonApp(App[None]):
         Binding("end", "follow", "Follow log", id="log.follow"),
         Binding("p", "pause", "Pause log", id="log.pause"),
         Binding("w", "cycle_window", "Window", id="window.cycle"),
+        Binding("b", "record_baseline", "Record baseline", id="baseline.record"),
+        *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
 
     def __init__(self, session: Session, feed: Feed | None = None, *, window_s: float =
                  DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
                  keymap: dict[str, str] | None = None, clock: Any = time.time,
-                 show_clock: bool = True) -> None:
+                 show_clock: bool = True, export_dir: Path | None = None,
+                 baselines: dict[str, Baseline] | None = None,
+                 baseline_store: BaselineStore | None = None) -> None:
         super().__init__()
         self.session = session
         self.feed = feed
@@ -123,6 +142,10 @@ class SpecmonApp(App[None]):
         self._keymap = keymap or {}
         self.clock = clock
         self.show_clock = show_clock
+        self.export_dir = export_dir or Path.cwd()
+        self.drift = DriftWatcher(session)
+        self._initial_baselines = dict(baselines or {})
+        self._store = baseline_store
         self._pending: dict[str, list[str]] = {}
         self._panels: dict[str, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
@@ -135,6 +158,7 @@ class SpecmonApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
+        yield Static("", id="alerts")
         yield Horizontal(id="servers")
         yield SpeedupBar("", id="speedup")
         with VerticalScroll(id="gpu-box"):
@@ -147,6 +171,9 @@ class SpecmonApp(App[None]):
         for name in self.session.servers:
             self._ensure_panel(name)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
+        self.set_interval(1.0, self.drift_tick)
+        for server, b in self._initial_baselines.items():
+            self._watch(server, b)
         if self.feed is not None:
             self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
                                                 group="feed", exit_on_error=False)
@@ -227,6 +254,14 @@ class SpecmonApp(App[None]):
         self.session.server(msg.server).notices.append(msg.text)
         self.notify(f"{msg.server}: {msg.text}", markup=False)
 
+    @on(ServerPids)
+    def _pids(self, msg: ServerPids) -> None:
+        self.session.server(msg.server).pids = set(msg.pids)
+
+    @on(BaselineRequest)
+    def _baseline_request(self, msg: BaselineRequest) -> None:
+        self.record_baseline(msg.server)
+
     @on(ConnectionChanged)
     def _connection(self, msg: ConnectionChanged) -> None:
         self.session.connection = msg.text
@@ -265,6 +300,92 @@ class SpecmonApp(App[None]):
         conn = self.query_one("#connection", Static)
         conn.display = self.session.connection != "connected"
         conn.update(self.session.connection)
+
+    # --- baselines and drift ------------------------------------------------------------------
+
+    @property
+    def baseline_store(self) -> BaselineStore:
+        if self._store is None:
+            self._store = BaselineStore.open_default()
+        return self._store
+
+    def _watch(self, server: str, b: Baseline) -> None:
+        self.session.server(server).fingerprint = b.fingerprint
+        self.drift.watch(server, b)
+        best = b.stats.best()
+        self.session.baselines.append({
+            "name": b.name, "server": server, "host": b.host, "created_at": b.created_at,
+            "median_tok_s": best.median_thr if best else None, "n": best.n if best else None,
+            "stratum": best.stratum.describe() if best else None,
+        })
+
+    def record_baseline(self, server: str) -> Baseline | None:
+        """Record the server's current run as its baseline, store it, and watch for drift."""
+        state = self.session.server(server)
+        try:
+            b = record_baseline(self.session, state)
+            self.baseline_store.save(b)
+        except NotEnoughSamples as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            return None
+        except (OSError, sqlite3.Error, BaselineExists) as exc:
+            self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
+            return None
+        self._watch(server, b)
+        best = b.stats.best()
+        what = (f"{best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()}"
+                if best and best.median_thr is not None else "")
+        self.notify(f"baseline recorded: {b.name} ({what})", markup=False)
+        return b
+
+    def drift_tick(self) -> None:
+        now = self.clock()
+        for server, alert in self.drift.tick(now):
+            self.session.alerts.append({
+                "t": now, "server": server, "level": alert.level, "kind": alert.kind,
+                "text": alert.text, "causes": list(alert.causes),
+                "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
+            })
+            if alert.cleared:
+                self.notify(f"{server}: cleared: {alert.text}", markup=False)
+            else:
+                sev = "error" if alert.level == "critical" else (
+                    "warning" if alert.level == "warning" else "information")
+                self.notify("\n".join(alert_lines(server, alert)), severity=sev, markup=False,
+                            timeout=10)
+        self._show_alerts()
+
+    def _show_alerts(self) -> None:
+        try:
+            banner = self.query_one("#alerts", Static)
+        except NoMatches:
+            return
+        active = self.drift.active()
+        banner.display = bool(active)
+        t = Text()
+        for i, (server, alert) in enumerate(active):
+            if i:
+                t.append("\n")
+            t.append(f"{alert.level.upper()} ", style="bold")
+            t.append(plain("\n".join(alert_lines(server, alert))))
+        banner.update(t)
+        banner.set_class(any(a.level == "critical" for _, a in active), "critical")
+
+    def _focused_server(self) -> str | None:
+        node = self.focused
+        while node is not None:
+            if isinstance(node, ServerPanel):
+                return node.server
+            node = node.parent  # type: ignore[assignment]
+        base = self.session.by_role("baseline")
+        return base.name if base else None
+
+    def action_record_baseline(self) -> None:
+        server = self._focused_server()
+        if server is None:
+            self.notify("focus a server panel first (tab)", severity="warning")
+            return
+        self.record_baseline(server)
 
     # --- actions ------------------------------------------------------------------------------
 
@@ -329,6 +450,11 @@ class SpecmonApp(App[None]):
         yield SystemCommand("Pause log", "Stop following the focused log", self.action_pause)
         yield SystemCommand("Cycle window", "Statistics window: 30 s, 60 s, 300 s",
                             self.action_cycle_window)
+        yield SystemCommand("Record baseline", "Record the focused server's current run as its "
+                            "baseline and watch for drift", self.action_record_baseline)
+        yield SystemCommand("Export snapshot", "Write the session to a snapshot file",
+                            self.action_export_snapshot)
+        yield SystemCommand("Screenshot", "Save an SVG screenshot", self.action_screenshot)
 
 
 def _safe_id(name: str) -> str:

@@ -46,3 +46,16 @@ class ServerDeclared(Message):
 @dataclass
 class ConnectionChanged(Message):
     text: str
+
+
+@dataclass
+class ServerPids(Message):
+    server: str
+    pids: list[int]
+
+
+@dataclass
+class BaselineRequest(Message):
+    """A feed (a scenario) asks for a baseline of `server`, as if the user pressed the key."""
+
+    server: str

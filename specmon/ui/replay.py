@@ -24,64 +24,8 @@ from textual.widgets import Footer, Static
 from specmon.export.replay import ReplayFeed, replay_session
 from specmon.export.snapshot import (
     Snapshot,
-    snapshot_from_session,
-    snapshot_path,
-    write_snapshot,
 )
 from specmon.ui.app import SpecmonApp
-
-
-def _stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("._") or "host"
-
-
-class SnapshotKeysMixin:
-    """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
-
-    SNAPSHOT_BINDINGS = [
-        Binding("e", "export_snapshot", "Export", id="snapshot.export"),
-        Binding("s", "screenshot", "Screenshot", id="snapshot.screenshot"),
-    ]
-    export_dir: Path
-
-    def action_export_snapshot(self) -> None:
-        """Copy the session on the UI loop (it is mutated there), encode and write in a thread."""
-        app: Any = self
-        try:
-            path = snapshot_path(app.session.host, self.export_dir)
-        except OSError as exc:
-            app.notify(f"export failed: {exc.strerror or exc} ({self.export_dir})",
-                       severity="error", markup=False)
-            return
-        snap = snapshot_from_session(app.session)
-
-        def write() -> None:
-            try:
-                write_snapshot(snap, path)
-            except OSError as exc:
-                app.call_from_thread(app.notify, f"export failed: {exc.strerror or exc} ({path})",
-                                     severity="error", markup=False)
-                return
-            app.call_from_thread(app.notify, f"snapshot written: {path}", markup=False)
-
-        app.run_worker(write, thread=True, group="export", exit_on_error=False)
-
-    def action_screenshot(self) -> None:
-        app: Any = self
-        try:
-            self.export_dir.mkdir(parents=True, exist_ok=True)
-            path = app.save_screenshot(
-                filename=f"specmon-{_safe(app.session.host)}-{_stamp()}.svg",
-                path=str(self.export_dir))
-        except OSError as exc:
-            app.notify(f"screenshot failed: {exc.strerror or exc} ({self.export_dir})",
-                       severity="error", markup=False)
-            return
-        app.notify(f"screenshot written: {path}", markup=False)
 
 
 @dataclass
@@ -95,7 +39,7 @@ def _clock_text(t: float) -> str:
     return f"{int(t // 3600):02d}:{int(t % 3600 // 60):02d}:{t % 60:04.1f}"
 
 
-class ReplayApp(SnapshotKeysMixin, SpecmonApp):
+class ReplayApp(SpecmonApp):
     TITLE = "specmon replay"
     BINDINGS = [
         *SpecmonApp.BINDINGS,
@@ -108,7 +52,6 @@ class ReplayApp(SnapshotKeysMixin, SpecmonApp):
         Binding("right_square_bracket", "faster", "Faster", id="replay.faster"),
         Binding("g", "seek_start", "Start", show=False, id="replay.start"),
         Binding("G", "seek_end", "End", show=False, id="replay.end"),
-        *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
     ]
 
     def __init__(self, snapshot: Snapshot, *, speed: float = 1.0, playing: bool = True,
@@ -116,9 +59,9 @@ class ReplayApp(SnapshotKeysMixin, SpecmonApp):
                  **kwargs: Any) -> None:
         self.snapshot = snapshot
         self.replay = ReplayFeed(snapshot, speed=speed, playing=playing, reset=self._request_reset)
-        self.export_dir = Path(export_dir) if export_dir is not None else Path.cwd()
         self.source_name = source_name
-        super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now, **kwargs)
+        super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
+                         export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
         self.sub_title = f"replay · {snapshot.host}" + (f" · {source_name}" if source_name else "")
 
     def compose(self) -> ComposeResult:

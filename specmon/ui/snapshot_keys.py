@@ -1,0 +1,64 @@
+"""Export (e) and SVG screenshot (s) keys, shared by the live app and replay."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from textual.binding import Binding
+
+from specmon.export.snapshot import snapshot_from_session, snapshot_path, write_snapshot
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("._") or "host"
+
+
+class SnapshotKeysMixin:
+    """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
+
+    SNAPSHOT_BINDINGS = [
+        Binding("e", "export_snapshot", "Export", id="snapshot.export"),
+        Binding("s", "screenshot", "Screenshot", id="snapshot.screenshot"),
+    ]
+    export_dir: Path
+
+    def action_export_snapshot(self) -> None:
+        """Copy the session on the UI loop (it is mutated there), encode and write in a thread."""
+        app: Any = self
+        try:
+            path = snapshot_path(app.session.host, self.export_dir)
+        except OSError as exc:
+            app.notify(f"export failed: {exc.strerror or exc} ({self.export_dir})",
+                       severity="error", markup=False)
+            return
+        snap = snapshot_from_session(app.session)
+
+        def write() -> None:
+            try:
+                write_snapshot(snap, path)
+            except OSError as exc:
+                app.call_from_thread(app.notify, f"export failed: {exc.strerror or exc} ({path})",
+                                     severity="error", markup=False)
+                return
+            app.call_from_thread(app.notify, f"snapshot written: {path}", markup=False)
+
+        app.run_worker(write, thread=True, group="export", exit_on_error=False)
+
+    def action_screenshot(self) -> None:
+        app: Any = self
+        try:
+            self.export_dir.mkdir(parents=True, exist_ok=True)
+            path = app.save_screenshot(
+                filename=f"specmon-{_safe(app.session.host)}-{_stamp()}.svg",
+                path=str(self.export_dir))
+        except OSError as exc:
+            app.notify(f"screenshot failed: {exc.strerror or exc} ({self.export_dir})",
+                       severity="error", markup=False)
+            return
+        app.notify(f"screenshot written: {path}", markup=False)
