@@ -1,13 +1,11 @@
-"""More real-OpenSSH cases: copytruncate, 50 killed sessions, ProxyJump via a second sshd,
-and discovery of the simulated server (see tests/sshd.py for the sshd fixture)."""
+"""More real-OpenSSH cases: copytruncate, 50 killed sessions, ProxyJump via a second sshd
+(see tests/sshd.py for the sshd fixture)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,13 +16,10 @@ from sshd import Sshd, descendants
 from tailkit import Collector, until
 from test_ssh import make_host, no_connections, ssh_connections
 
-from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.ssh import SshHost
-from specmon.sources.discovery import discover
 from specmon.sources.tail import LogTailer, TailSpec
 
 sshd_server = sshd.sshd_server
-REPO = Path(__file__).resolve().parents[1]
 
 
 def append(path: Path, data: bytes) -> None:
@@ -144,8 +139,7 @@ async def test_fifty_killed_sessions_lose_and_repeat_nothing(sshd_server, tmp_pa
     states: list[str] = []
     host.add_state_listener(lambda s: states.append(s.state))
     await host.connect()
-    tailer = LogTailer(host, [TailSpec("k", str(log))], history_lines=None,
-                       poll_interval=0.02)
+    tailer = LogTailer(host, [TailSpec("k", str(log))], history_lines=None)
     col = Collector(tailer)
     writer = Writer(log)
     per_kill = N_LINES // N_KILLS
@@ -253,65 +247,3 @@ async def test_proxyjump_through_a_second_sshd(sshd_server, second_sshd, tmp_pat
     finally:
         await host.close()
     assert (client_ip, kh.read_text().count("\n")) == ("127.0.0.1", 2)
-
-
-# -- discovery of the simulated server behind sshd ----------------------------------------------
-
-
-def free_port() -> int:
-    return sshd.free_port()
-
-
-async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp_path):
-    port = free_port()
-    out = tmp_path / "sim.log"
-    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO)}
-    # the way users run it: output redirected to a file (discovery reads /proc/PID/fd/2)
-    with open(out, "ab") as f:
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
-             "--startup-s", "0.5", "--speculative-algorithm", "EAGLE", "--tp-size", "2"],
-            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env, cwd=tmp_path,
-        )
-    host = make_host(sshd_server, tmp_path)
-    try:
-        await until(lambda: b"fired up" in out.read_bytes() or sim.poll() is not None,
-                    timeout=60, what="simulated server ready")
-        assert sim.poll() is None, out.read_text()[-2000:]
-        await host.connect()
-        agent = AgentClient(host)
-        await agent.start()
-        try:
-            servers = {s.pid: s for s in await discover(agent)}
-        finally:
-            await agent.close()
-        assert sim.pid in servers, [s.describe() for s in servers.values()]
-        s = servers[sim.pid]
-        assert s.simulated and s.port == port and s.name == f"sglang-{port}"
-        assert (s.kind, s.kind_source, s.tp_size) == ("speculative", "args", 2)
-        assert s.log_path == str(out) and s.log_problem is None
-        assert len(s.workers) == 2, s.workers
-        # and what discovery found can be tailed as it is
-        col = Collector(LogTailer(host, [TailSpec(s.name, s.log_path)]))
-        try:
-            await until(lambda: any("fired up" in t for t in col.texts()), what="log tail")
-        finally:
-            await col.close()
-    finally:
-        await host.close()
-        stop_group(sim)
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the group we created (the sim shuts its workers down), then SIGKILL whatever
-    of that group is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(5)
