@@ -150,10 +150,12 @@ async def test_inotify_delivers_without_waiting_for_a_poll(host, tmp_path):
     log, late = tmp_path / "w.log", tmp_path / "sub" / "late.log"
     log.write_bytes(b"w0\n")
     late.parent.mkdir()
-    col = Collector(LogTailer(host, [TailSpec("w", str(log)), TailSpec("l", str(late))],
-                              poll_interval=600.0))
+    tailer = LogTailer(host, [TailSpec("w", str(log)), TailSpec("l", str(late))],
+                       poll_interval=600.0)
+    col = Collector(tailer)
     try:
         await col.wait_lines(1)
+        assert tailer.watch_modes == {"w": "inotify", "l": "inotify"}
         await until(lambda: len(col.notices("history_end")) == 1, what="history_end")
         for i in range(1, 4):
             append(log, b"w%d\n" % i)

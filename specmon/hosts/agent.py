@@ -24,6 +24,7 @@ start a new agent with tail_start(resume_ino=ino, resume_off=end) and lose or re
 """
 
 import base64
+import errno
 import json
 import os
 import select
@@ -489,21 +490,24 @@ class Watcher:
             self.error = "%s: %s" % (type(e).__name__, e)
 
     def _watch(self, path, mask):
+        """0 when watched, else the errno."""
         if self.fd is None:
-            return False
+            return -1
         if self._add(self.fd, os.fsencode(path), mask) < 0:
-            self.error = "inotify_add_watch %s: %s" % (path, os.strerror(self._errno()))
-            return False
-        return True
+            e = self._errno()
+            self.error = "inotify_add_watch %s: %s" % (path, os.strerror(e))
+            return e
+        return 0
 
     def watch(self, path):
         """Watch path (the inode it names now) and its directory; False: poll only.
 
-        Watching an inode again is harmless (inotify returns the same watch)."""
+        A missing file is covered by its directory's watch until it appears; watching an
+        inode again is harmless (inotify returns the same watch)."""
         d = os.path.dirname(os.path.abspath(path))
-        if d not in self.dirs and self._watch(d, self.DIR_MASK):
+        if d not in self.dirs and self._watch(d, self.DIR_MASK) == 0:
             self.dirs.add(d)
-        return self._watch(path, self.FILE_MASK) and d in self.dirs
+        return self._watch(path, self.FILE_MASK) in (0, errno.ENOENT) and d in self.dirs
 
     def drain(self):
         """Consume pending events (we only need to know that something changed)."""
