@@ -4,36 +4,51 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test demo venv sysdeps lint bench clean
+.PHONY: test demo venv sysdeps pydeps lint bench clean
 
-$(BIN)/python:
+# A fresh Debian/Ubuntu may lack python3 or its venv module (python3-venv).
+pydeps:
+	@$(PY) -c 'import ensurepip, venv' >/dev/null 2>&1 || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			python3 python3-venv >/dev/null; }
+
+$(BIN)/python: | pydeps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
-# Integration tests need a real OpenSSH server (started by the tests on loopback) and tmux.
+# Integration tests start their own OpenSSH server on loopback (tests/sshd.py: sshd, ssh-keygen;
+# the benchmarks also use the ssh client) and need tmux. Only what is missing is installed.
 sysdeps:
-	@if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] || ! command -v tmux >/dev/null 2>&1 \
-		|| ! command -v ssh-keygen >/dev/null 2>&1 || ! command -v ssh >/dev/null 2>&1; then \
+	@pkgs=""; \
+	{ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || pkgs="$$pkgs openssh-server"; \
+	{ command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } \
+		|| pkgs="$$pkgs openssh-client"; \
+	command -v tmux >/dev/null 2>&1 || pkgs="$$pkgs tmux"; \
+	if [ -n "$$pkgs" ]; then \
+		echo "make sysdeps: installing$$pkgs"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client tmux >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			$$pkgs >/dev/null; \
 	fi
 
 lint: venv
 	$(BIN)/ruff check specmon tests bench
 
-test: venv sysdeps
+test: sysdeps venv
 	$(BIN)/ruff check specmon tests bench
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: venv
 	$(BIN)/specmon demo
 
-bench: venv sysdeps
+bench: sysdeps venv
 	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/tail_throughput.py
+	$(BIN)/python bench/tail_latency.py
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

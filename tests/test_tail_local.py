@@ -113,10 +113,12 @@ async def test_whole_file_and_zero_history(host, tmp_path):
         await none.close()
 
 
-async def test_truncation_and_rotation_are_followed(host, tmp_path):
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "poll-only"])
+async def test_truncation_and_rotation_are_followed(host, tmp_path, watch):
     log = tmp_path / "r.log"
     log.write_bytes(b"a1\na2\n")
-    col = Collector(LogTailer(host, [TailSpec("r", str(log))]))
+    tailer = LogTailer(host, [TailSpec("r", str(log))], watch=watch)
+    col = Collector(tailer)
     try:
         await col.wait_lines(2)
         with open(log, "r+b") as f:  # copytruncate-style
@@ -137,6 +139,41 @@ async def test_truncation_and_rotation_are_followed(host, tmp_path):
         append(log, b"c2\n")
         await col.wait_lines(7)
         assert col.lines[-1].offset == 3 and col.lines[-1].inode == log.stat().st_ino
+        assert tailer.watch_modes == {"r": "inotify" if watch else "poll"}
+    finally:
+        await col.close()
+
+
+async def test_inotify_delivers_without_waiting_for_a_poll(host, tmp_path):
+    """With a poll period far beyond the test's deadline, only the agent's inotify watches
+    can deliver these: appends, a truncation, a rename rotation and a file created late."""
+    log, late = tmp_path / "w.log", tmp_path / "sub" / "late.log"
+    log.write_bytes(b"w0\n")
+    late.parent.mkdir()
+    tailer = LogTailer(host, [TailSpec("w", str(log)), TailSpec("l", str(late))],
+                       poll_interval=600.0)
+    col = Collector(tailer)
+    try:
+        await col.wait_lines(1)
+        assert tailer.watch_modes == {"w": "inotify", "l": "inotify"}
+        await until(lambda: len(col.notices("history_end")) == 1, what="history_end")
+        for i in range(1, 4):
+            append(log, b"w%d\n" % i)
+            await col.wait_lines(i + 1, timeout=30)
+        with open(log, "r+b") as f:
+            f.truncate(0)
+        await until(lambda: col.notices("truncated"), 30, "truncated notice")
+        append(log, b"t1\n")
+        await col.wait_lines(5, timeout=30)
+        os.rename(log, tmp_path / "w.log.1")
+        log.write_bytes(b"r1\n")
+        await col.wait_lines(6, timeout=30)
+        append(log, b"r2\n")  # the new inode is watched too
+        await col.wait_lines(7, timeout=30)
+        late.write_bytes(b"late1\n")
+        await col.wait_lines(8, timeout=30)
+        assert col.texts("w") == ["w0", "w1", "w2", "w3", "t1", "r1", "r2"]
+        assert col.texts("l") == ["late1"]
     finally:
         await col.close()
 

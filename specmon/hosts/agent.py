@@ -24,6 +24,7 @@ start a new agent with tail_start(resume_ino=ino, resume_off=end) and lose or re
 """
 
 import base64
+import errno
 import json
 import os
 import select
@@ -458,12 +459,74 @@ def op_stat(req):
             "regular": stat.S_ISREG(st.st_mode)}
 
 
+class Watcher:
+    """inotify (Linux, through ctypes) on the tailed files and their directories, so an
+    appended line is read at once instead of at the next poll. Files are watched for writes,
+    directories only for entries appearing or going (rotation, a late-created log), so a busy
+    neighbour file does not wake the agent. Best effort: where inotify is unavailable (no
+    ctypes, not Linux, watch limit reached) the agent just polls, as it always also does."""
+
+    FILE_MASK = 0x2 | 0x4 | 0x8  # IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
+    # IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+    DIR_MASK = 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+
+    def __init__(self):
+        self.fd = None
+        self.dirs = set()
+        self.error = None
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._add = libc.inotify_add_watch
+            self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            self._add.restype = ctypes.c_int
+            self._errno = ctypes.get_errno
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+            self.fd = fd
+        except Exception as e:  # AttributeError off Linux, ImportError without _ctypes
+            self.error = "%s: %s" % (type(e).__name__, e)
+
+    def _watch(self, path, mask):
+        """0 when watched, else the errno."""
+        if self.fd is None:
+            return -1
+        if self._add(self.fd, os.fsencode(path), mask) < 0:
+            e = self._errno()
+            self.error = "inotify_add_watch %s: %s" % (path, os.strerror(e))
+            return e
+        return 0
+
+    def watch(self, path):
+        """Watch path (the inode it names now) and its directory; False: poll only.
+
+        A missing file is covered by its directory's watch until it appears; watching an
+        inode again is harmless (inotify returns the same watch)."""
+        d = os.path.dirname(os.path.abspath(path))
+        if d not in self.dirs and self._watch(d, self.DIR_MASK) == 0:
+            self.dirs.add(d)
+        return self._watch(path, self.FILE_MASK) in (0, errno.ENOENT) and d in self.dirs
+
+    def drain(self):
+        """Consume pending events (we only need to know that something changed)."""
+        try:
+            while os.read(self.fd, 1 << 16):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+
 class Agent:
     def __init__(self, inp_fd, out):
         self.inp_fd = inp_fd
         self.out = out
         self.tails = {}
         self.poll_interval = 0.1
+        self.use_watch = True
+        self.watch = None  # Watcher, created by the first tail_start
+        self.watched = {}  # tail id -> inode being watched
         # Exit when the client has been silent this long (it pings): a vanished client whose
         # sshd has not noticed yet must not leave the agent running for hours.
         self.idle_timeout = 120.0
@@ -486,7 +549,9 @@ class Agent:
             elif op == "config":
                 self.poll_interval = float(req.get("poll_interval", self.poll_interval))
                 self.idle_timeout = float(req.get("idle_timeout", self.idle_timeout))
-                result = {"poll_interval": self.poll_interval, "idle_timeout": self.idle_timeout}
+                self.use_watch = bool(req.get("watch", self.use_watch))
+                result = {"poll_interval": self.poll_interval, "idle_timeout": self.idle_timeout,
+                          "watch": self.use_watch}
             elif op == "tail_start":
                 tid = req["tail"]
                 if tid in self.tails:
@@ -495,12 +560,21 @@ class Agent:
                 evs = t.start(req.get("resume_ino"), req.get("resume_dev"),
                               req.get("resume_off"), req.get("history", 2000))
                 self.tails[tid] = t
-                result = {"ino": t.ino}
+                watched = False
+                if self.use_watch:
+                    if self.watch is None:
+                        self.watch = Watcher()
+                    watched = self.watch.watch(t.path)
+                    self.watched[tid] = t.ino
+                result = {"ino": t.ino, "watch": "inotify" if watched else "poll"}
+                if not watched and self.watch is not None and self.watch.error:
+                    result["watch_error"] = self.watch.error
                 out.append({"t": "reply", "id": rid, "ok": True, "result": result})
                 out.extend(evs)
                 return
             elif op == "tail_stop":
                 t = self.tails.pop(req["tail"], None)
+                self.watched.pop(req["tail"], None)
                 if t is not None:
                     t.close()
                 result = None
@@ -542,9 +616,14 @@ class Agent:
         while True:
             out = []
             timeout = 0 if busy else self.poll_interval
-            r, _, _ = select.select([self.inp_fd], [], [], timeout)
+            fds = [self.inp_fd]
+            if self.watch is not None and self.watch.fd is not None:
+                fds.append(self.watch.fd)
+            r, _, _ = select.select(fds, [], [], timeout)
             now = time.monotonic()
-            if r:
+            if self.watch is not None and self.watch.fd in r:
+                self.watch.drain()  # a watched directory changed: poll the tails now
+            if self.inp_fd in r:
                 last_input = now
                 if not self.read_requests(out):
                     _emit(self.out, out)
@@ -557,6 +636,10 @@ class Agent:
                     busy = t.poll(out) or busy
                 except OSError as e:
                     out.extend(t.error(e))
+                if self.watch is not None and self.watched.get(t.tid) != t.ino:
+                    # rotated, or the file appeared: watch the inode now behind the path
+                    self.watch.watch(t.path)
+                    self.watched[t.tid] = t.ino
             _emit(self.out, out)
 
 

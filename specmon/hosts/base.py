@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import errno
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -217,15 +218,34 @@ class Host(abc.ABC):
 
         `stdin` is written first and stdin then stays OPEN (agents exit when it closes);
         leaving the iterator closes stdin and ends the command. This is the `StreamHost`
-        protocol of specmon.sources.gpu, so a Host can feed the GPU sources too.
+        protocol of specmon.sources.gpu, so a Host can feed the GPU sources too. A program
+        that does not exist raises FileNotFoundError, locally and over SSH (exit 127), so
+        callers can say "nvidia-smi not found" instead of "it printed nothing".
         """
-        proc = await self.open_process(cmd)
+        try:
+            proc = await self.open_process(cmd)
+        except CommandNotFound as exc:
+            if exc.errno == errno.ENOENT:
+                raise FileNotFoundError(errno.ENOENT, str(exc)) from exc
+            raise
         try:
             if stdin is not None:
                 proc.write(stdin)
                 await proc.drain()
             while line := await proc.readline():
                 yield line.rstrip(b"\n").decode("utf-8", "replace")
+            # stdout ended: stderr ends with it (read it before the exit status: over SSH
+            # what is unread when the channel closes is gone)
+            try:
+                raw_err = await asyncio.wait_for(proc.read_stderr(), 5.0)
+            except asyncio.TimeoutError:
+                raw_err = b""
+            if await proc.wait(5.0) == 127:
+                err = raw_err.decode("utf-8", "replace").strip()
+                raise FileNotFoundError(
+                    errno.ENOENT,
+                    f"{self.name}: {err.splitlines()[-1] if err else 'command not found'}",
+                )
         finally:
             proc.close_stdin()
             proc.terminate()

@@ -141,8 +141,11 @@ class SshHost(Host):
         reconnect_base: float = 1.0,
         reconnect_max: float = 30.0,
         name: str | None = None,
+        python: str = "python3",
     ) -> None:
+        """python: the host's interpreter for the agent (any Python >= 3.8 on its PATH)."""
         super().__init__(name or host)
+        self._python = python
         self.target = SshTarget(host, user, port)
         self.ssh_config = ssh_config
         self.known_hosts = known_hosts
@@ -171,6 +174,10 @@ class SshHost(Host):
         super()._set_state(state)
         self._changed.set()
         self._changed = asyncio.Event()
+
+    @property
+    def python(self) -> str:
+        return self._python
 
     @property
     def connection(self) -> asyncssh.SSHClientConnection | None:

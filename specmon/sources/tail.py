@@ -90,14 +90,19 @@ class LogTailer:
         poll_interval: float = 0.1,
         max_line: int = 1 << 20,
         max_agent_failures: int = 5,
+        watch: bool = True,
     ) -> None:
-        """history_lines: lines of history on first open; None reads the whole file."""
+        """history_lines: lines of history on first open; None reads the whole file.
+        poll_interval: the agent's poll period; with `watch` (inotify, where the host has it)
+        lines arrive as they are written and polling is only the fallback."""
         self.host = host
         self.specs = list(specs)
         self.history_lines = history_lines
         self.poll_interval = poll_interval
         self.max_line = max_line
         self.max_agent_failures = max_agent_failures
+        self.watch = watch
+        self.watch_modes: dict[str, str] = {}  # server name -> "inotify" | "poll" (agent's)
         self.positions: dict[str, FilePosition] = {}
         self._history_until: dict[str, tuple[int, int]] = {}
         self._client: AgentClient | None = None
@@ -114,7 +119,7 @@ class LogTailer:
     async def _start_agent(self) -> AgentClient:
         client = AgentClient(self.host)
         await client.start()
-        await client.request("config", poll_interval=self.poll_interval)
+        await client.request("config", poll_interval=self.poll_interval, watch=self.watch)
         for tid, spec in enumerate(self.specs):
             pos = self.positions.get(spec.name)
             args: dict[str, Any] = {"tail": tid, "path": spec.path, "max_line": self.max_line}
@@ -122,7 +127,9 @@ class LogTailer:
                 args.update(resume_ino=pos.inode, resume_off=pos.offset)
             else:
                 args["history"] = -1 if self.history_lines is None else self.history_lines
-            await client.request("tail_start", **args)
+            res = await client.request("tail_start", **args)
+            if isinstance(res, dict):
+                self.watch_modes[spec.name] = str(res.get("watch", "poll"))
         return client
 
     async def events(self) -> AsyncIterator[TailEvent]:
