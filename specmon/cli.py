@@ -180,6 +180,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="requests the built-in clients keep in flight per server (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
+                   help="phantom-baseline: record a tuned baseline, then restart it without the "
+                   "NCCL variables, then with a power cap and a patched file; drift alerts follow")
     p.set_defaults(func=_cmd_demo)
 
 

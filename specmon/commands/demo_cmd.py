@@ -8,6 +8,7 @@ import shutil
 import signal
 
 from specmon.cli import CliError
+from specmon.session.baselines import BaselineStore
 from specmon.session.state import Session
 
 
@@ -20,10 +21,12 @@ def run(args: argparse.Namespace) -> int:
             check_version(args.format_version)
         except ValueError as exc:
             raise CliError(str(exc)) from None
-    feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency))
+    feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency),
+                    scenario=args.scenario)
     from specmon.ui.app import SpecmonApp
 
-    app = SpecmonApp(Session(host="demo (simulated host)"), feed)
+    app = SpecmonApp(Session(host="demo (simulated host)"), feed,
+                     baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"))
 
     def _quit(_signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started

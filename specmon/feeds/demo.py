@@ -21,6 +21,7 @@ from pathlib import Path
 from specmon.feed import FeedSink
 from specmon.feeds.common import pump_gpus, pump_tail
 from specmon.hosts.local import LocalHost
+from specmon.sim.gpu_model import SimGpuHost
 from specmon.sources.gpu import SimGpuSource
 from specmon.sources.tail import LogTailer, TailSpec
 
@@ -42,6 +43,7 @@ class SimServer:
     env: dict[str, str] = field(default_factory=dict)
     log: Path | None = None
     proc: asyncio.subprocess.Process | None = None
+    restarting: bool = False
 
     def argv(self, sim_dir: Path) -> list[str]:
         assert self.log is not None
@@ -68,16 +70,50 @@ def default_servers(format_version: str | None = None, load_concurrency: int = 1
     ]
 
 
+class _CountingSink:
+    """Passes everything through and counts decode lines per server (scenarios wait on them)."""
+
+    def __init__(self, sink: FeedSink) -> None:
+        self.sink = sink
+        self.decode: dict[str, int] = {}
+        self.changed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.sink, name)
+
+    def lines(self, server: str, items: list) -> None:  # noqa: ANN001 - LineItem list
+        n = sum(1 for _, rec, _ in items if getattr(rec, "kind", None) == "decode")
+        if n:
+            self.decode[server] = self.decode.get(server, 0) + n
+            self.changed.set()
+        self.sink.lines(server, items)
+
+
 class DemoFeed:
-    """Starts the simulated servers, tails their logs, samples their GPUs; stops what it started."""
+    """Starts the simulated servers, tails their logs, samples their GPUs; stops what it started.
+
+    `scenario="phantom-baseline"` replays the seed incidents on the baseline server: a baseline
+    recorded with NCCL tuning (~88.8 tok/s), a restart whose workers lack the NCCL variables
+    (~62.9), then tuning back but a power cap and a patched SGLang file (~82.2).
+    """
 
     def __init__(self, servers: list[SimServer] | None = None, workdir: Path | None = None,
-                 gpu_interval: float = 1.0) -> None:
+                 gpu_interval: float = 1.0, scenario: str | None = None,
+                 record_after: int = 40, phase_lines: int = 60) -> None:
         self.servers = servers if servers is not None else default_servers()
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="specmon-demo-"))
         self.sim_dir = self.workdir / "host"
         self.gpu_interval = gpu_interval
+        if scenario not in (None, "default", "phantom-baseline"):
+            raise ValueError(f"unknown scenario {scenario!r}; known: default, phantom-baseline")
+        self.scenario = scenario if scenario != "default" else None
+        self.record_after = record_after
+        self.phase_lines = phase_lines
+        self.phase = "running"
+        if self.scenario == "phantom-baseline":
+            for srv in self.servers:
+                srv.env["NCCL_DEBUG"] = "INFO"  # per-rank "set by environment" lines: evidence
 
     async def start_server(self, srv: SimServer) -> None:
         self.sim_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +132,8 @@ class DemoFeed:
 
     async def run(self, sink: FeedSink) -> None:
         tasks: list[asyncio.Task[None]] = []
+        counting = _CountingSink(sink)
+        sink = counting  # type: ignore[assignment]
         try:
             for srv in self.servers:
                 await self.start_server(srv)
@@ -106,6 +144,9 @@ class DemoFeed:
             tasks.append(asyncio.create_task(pump_gpus(
                 SimGpuSource(self.sim_dir, interval=self.gpu_interval, n_gpus=N_GPUS), sink)))
             tasks.extend(asyncio.create_task(self._watch(s, sink)) for s in self.servers)
+            tasks.append(asyncio.create_task(self._report_pids(sink)))
+            if self.scenario == "phantom-baseline":
+                tasks.append(asyncio.create_task(self._phantom_baseline(counting)))
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
@@ -116,9 +157,65 @@ class DemoFeed:
             await self.stop_all()
 
     async def _watch(self, srv: SimServer, sink: FeedSink) -> None:
-        assert srv.proc is not None
-        code = await srv.proc.wait()
-        sink.server_exited(srv.name, code)
+        while True:
+            proc = srv.proc
+            assert proc is not None
+            code = await proc.wait()
+            while srv.restarting and srv.proc is proc:
+                await asyncio.sleep(0.05)
+            if srv.proc is proc or srv.proc is None:  # not a restart: the server is gone
+                sink.server_exited(srv.name, code)
+                return
+
+    async def _report_pids(self, sink: FeedSink, every: float = 2.0) -> None:
+        """Which processes are each server's (for its GPUs), as the host would tell us."""
+        while True:
+            for srv in self.servers:
+                if srv.proc is not None and srv.proc.returncode is None:
+                    sink.server_pids(srv.name, group_members(srv.proc.pid))
+            await asyncio.sleep(every)
+
+    async def restart_server(self, srv: SimServer, sink: FeedSink) -> None:
+        srv.restarting = True
+        try:
+            await self.stop_server(srv)
+            await self.start_server(srv)
+        finally:
+            srv.restarting = False
+
+    async def _wait_decode(self, sink: _CountingSink, server: str, n: int) -> None:
+        start = sink.decode.get(server, 0)
+        while sink.decode.get(server, 0) - start < n:
+            sink.changed.clear()
+            await sink.changed.wait()
+
+    async def _phantom_baseline(self, sink: _CountingSink) -> None:
+        base = next(s for s in self.servers if s.role == "baseline")
+        self.phase = "recording"
+        await self._wait_decode(sink, base.name, self.record_after)
+        sink.request_baseline(base.name)
+        sink.notice(base.name, "scenario: baseline recorded with NCCL tuning "
+                               "(NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL in the workers)")
+        await self._wait_decode(sink, base.name, self.record_after // 2)
+        # incident 1: restarted from a shell that lacks the tuning variables
+        self.phase = "no-nccl-tuning"
+        for var in NCCL_TUNING:
+            base.env.pop(var, None)
+        sink.notice(base.name, "scenario: restarting the baseline WITHOUT the NCCL variables")
+        await self.restart_server(base, sink)
+        await self._wait_decode(sink, base.name, self.phase_lines)
+        # incident 2: tuning back, but a patched SGLang file and a power cap
+        self.phase = "patched-and-capped"
+        base.env.update(NCCL_TUNING)
+        base.args += ["--patch-overhead", "0.07"]
+        gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
+        for i in range(8):
+            gpus.set_power_limit(i, 330.0)
+        sink.notice(base.name, "scenario: NCCL tuning restored; restarting with a patched "
+                               "SGLang file and a 330 W power cap on GPUs 0-7")
+        await self.restart_server(base, sink)
+        self.phase = "steady"
+        await asyncio.Event().wait()
 
     async def stop_server(self, srv: SimServer, grace: float = 5.0) -> None:
         """SIGTERM the process group we started, then SIGKILL what is left of it."""
