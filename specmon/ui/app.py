@@ -286,7 +286,9 @@ class SpecmonApp(SnapshotKeysMixin, App[None]):
             pending = self._pending.pop(panel.server, None)
             view = panel.log_view
             view.set_source(state.log)
-            if pending:
+            if not view.filled:
+                view.refill()  # a panel mounted after lines arrived starts with what is kept
+            elif pending:
                 view.append(pending)
             view.keep_following()
         base = self.session.by_role("baseline")

@@ -134,6 +134,7 @@ class LogView(Vertical):
         super().__init__(id=id)
         self.server = server
         self.new_while_paused = 0
+        self.filled = False
         self._source: Iterable[str] = ()
 
     def compose(self) -> ComposeResult:
@@ -206,8 +207,12 @@ class LogView(Vertical):
         self._update_badge()
 
     def watch_filter_text(self, _old: str, _new: str) -> None:
-        if not self.is_mounted:
-            return
+        if self.is_mounted:
+            self.refill()
+
+    def refill(self) -> None:
+        """Re-render the log from the server's kept lines (filter change, or a late mount)."""
+        self.filled = True
         log = self.log_widget
         log.clear()
         log.write_lines([plain(x) for x in self._source if self._matches(x)], scroll_end=False)
