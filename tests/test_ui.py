@@ -164,3 +164,26 @@ async def test_thousand_lines_per_second_per_server_is_batched():
         assert app.refreshes < 40
         logs = {lv.server: lv.log_widget.line_count for lv in app.query(LogView)}
         assert logs == {"b": n, "s": n}
+
+
+async def test_reconnecting_host_keeps_values_marked_stale():
+    from specmon.ui.messages import ConnectionChanged
+
+    session = populated_session(10)
+    app = SpecmonApp(session, clock=lambda: T0 + 11, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        before = rendered(app.query_one("#summary-baseline").content)
+        app.post_message(ConnectionChanged("gpu-box: reconnecting in 4s"))
+        await wait_for(pilot, lambda: app.query_one("#connection").display)
+        await pilot.pause(0.4)
+        assert "reconnecting in 4s" in text_of(app.query_one("#connection"))
+        assert session.server("baseline").stale
+        after = rendered(app.query_one("#summary-baseline").content)
+        assert "(stale)" in after and "(stale)" not in before
+        # the last good values are still shown
+        last = f"{session.server('baseline').last_decode.gen_throughput:.2f}"
+        assert last in after
+        app.post_message(ConnectionChanged("connected"))
+        await wait_for(pilot, lambda: not app.query_one("#connection").display)
+        assert not session.server("baseline").stale

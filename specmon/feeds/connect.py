@@ -43,10 +43,23 @@ class ConnectFeed:
             sink.connection(f"{self.host.name}: no SGLang server with a readable log found; "
                             "pass --log NAME=PATH")
 
+    def _say(self, sink: FeedSink) -> None:
+        st = self.host.state
+        text = "connected" if st.state == "connected" else f"{self.host.name}: {st.describe()}"
+        if st.state == "reconnecting" and st.reason:
+            text += f" ({st.reason}; last values kept, marked stale)"
+        sink.connection(text)
+
+    async def _countdown(self, sink: FeedSink) -> None:
+        """A live 'reconnecting in Ns' while the host is away."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.host.state.state == "reconnecting":
+                self._say(sink)
+
     async def run(self, sink: FeedSink) -> None:
-        remove = self.host.add_state_listener(
-            lambda st: sink.connection("connected" if st.state == "connected"
-                                       else f"{self.host.name}: {st.describe()}"))
+        remove = self.host.add_state_listener(lambda _st: self._say(sink))
+        ticker = asyncio.create_task(self._countdown(sink))
         try:
             try:
                 if self.host.state.state != "connected":
@@ -77,5 +90,6 @@ class ConnectFeed:
                         await t
         finally:
             remove()
+            ticker.cancel()
             with contextlib.suppress(Exception):
                 await self.host.close()
