@@ -225,18 +225,51 @@ def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
 
 
 def _summarise_parallel(name: str, size: int, workers: int) -> LogSummary | None:
-    import multiprocessing
+    """Split the file into line-aligned ranges; forked children take all but the first range.
 
-    try:
-        ctx = multiprocessing.get_context("fork")
-    except ValueError:
+    Plain fork + pipes rather than a multiprocessing pool: the parent works too, and no pool
+    start-up is paid. Each child sends back its (small) LogSummary and exits.
+    """
+    if not hasattr(os, "fork"):
         return None
+    import pickle
+
     pieces = max(workers, -(-size // (4 * CHUNK)))
     pieces = -(-pieces // workers) * workers  # a multiple of the workers keeps them all busy
     bounds = _line_aligned_bounds(name, size, pieces)
     ranges = [(name, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    per_worker = [ranges[i::workers] for i in range(workers)]
+    children: list[tuple[int, int]] = []
+    for mine in per_worker[1:]:
+        if not mine:
+            continue
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: summarise, send, and leave without running any cleanup
+            code = 0
+            try:
+                os.close(r)
+                part = LogSummary()
+                for rng in mine:
+                    part.merge(_summarise_piece(rng))
+                with os.fdopen(w, "wb") as out:
+                    pickle.dump(part, out, protocol=pickle.HIGHEST_PROTOCOL)
+            except BaseException:  # noqa: BLE001 - the parent redoes this range itself
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        children.append((pid, r))
     total = LogSummary()
-    with ctx.Pool(min(workers, len(ranges))) as pool:
-        for part in pool.imap(_summarise_piece, ranges):
-            total.merge(part)
+    for rng in per_worker[0]:
+        total.merge(_summarise_piece(rng))
+    for (pid, r), mine in zip(children, [m for m in per_worker[1:] if m], strict=False):
+        with os.fdopen(r, "rb") as inp:
+            data = inp.read()
+        _, status = os.waitpid(pid, 0)
+        if status == 0 and data:
+            total.merge(pickle.loads(data))
+        else:
+            for rng in mine:  # a child died: do its share here, nothing is lost
+                total.merge(_summarise_piece(rng))
     return total
