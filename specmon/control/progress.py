@@ -76,7 +76,10 @@ class ProgressTracker:
               batch_sizes: list[int] | None = None) -> StartProgress | None:
         if frac < self.fraction:
             return None
+        same = phase == self.phase
         self.fraction, self.phase = frac, phase
+        if same:  # another line of the same phase: no news for the UI
+            return None
         return StartProgress(phase, label, frac, line.rstrip("\n"), batch_sizes or [])
 
     def _watch_traceback(self, line: str) -> None:
