@@ -322,3 +322,35 @@ def test_server_cli_start_status_stop(hp, tmp_path):
         assert r.returncode == 1 and "boom: no GPU" in r.stderr and "Traceback" not in r.stderr
     finally:
         cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_bench_serving_on_the_host_is_preferred_and_parsed(hp, tmp_path, shared):
+    """When the host's Python has sglang.bench_serving, it runs there and its block is parsed."""
+    block = next(json.loads(ln) for ln in
+                 (shared / "fixtures" / "sglang-logs" / "real-sample.jsonl").open()
+                 if json.loads(ln).get("kind") == "bench_summary")
+    fake = tmp_path / "fake" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "bench_serving.py").write_text(
+        "import json, sys\n"
+        f"open({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "print('#Input tokens: 1972')\n"
+        f"print({block['line']!r})\n")
+    wrapper = tmp_path / "py"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'fake'} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    prof = sim_profile(tmp_path, "real", [0], python=str(wrapper))
+    async with ctl(hp, prof) as c:
+        b = await c.benchmark(BenchConfig(num_prompts=10, concurrency=1, output_len=300))
+        argv = json.loads((tmp_path / "argv.json").read_text())
+        assert argv[argv.index("--port") + 1] == str(prof.port)
+        assert argv[argv.index("--random-output-len") + 1] == "300"
+        assert argv[argv.index("--max-concurrency") + 1] == "1"
+        exp = block["expect"]
+        assert b.kind == "bench_serving" and b.completed == exp["Successful requests"]
+        assert b.output_tok_s == exp["Output token throughput (tok/s)"]
+        assert b.mean_ttft_ms == exp["Mean TTFT (ms)"] and b.mean_itl_ms == exp["Mean ITL (ms)"]
+        assert b.accept_length == exp["Accept length"]
+        assert b.server_gen_throughput is None  # not invented when not measured
+        assert "N/A" in b.describe() and c.benchmarks == [b]
