@@ -315,6 +315,59 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_replay)
 
 
+def _cmd_server(args: argparse.Namespace) -> int:
+    from specmon.commands.server_cmd import run
+
+    return run(args)
+
+
+def _add_server(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "server",
+        help="start, stop, restart, benchmark or show a server profile from the config",
+        description="Control a server defined in the config (see examples/specmon.toml). start "
+        "launches it in its own session with the profile's env (SPT_NOENV=1 by default), follows "
+        "its start-up lines, waits for /health and audits its workers' environment; stop "
+        "signals only the process group specmon recorded. Exit 1 when the action failed.",
+    )
+    p.add_argument("action", choices=["start", "stop", "restart", "status", "bench"])
+    p.add_argument("name", metavar="NAME", help="server name ([servers.NAME] in the config)")
+    p.add_argument("target", metavar="TARGET", nargs="?", default=None,
+                   help="override the profile's host: 'local', [USER@]HOST[:PORT] or an alias")
+    p.add_argument("--config", metavar="FILE", help="config file (default: $SPECMON_CONFIG, "
+                   "./specmon.toml, then the user config dir)")
+    p.add_argument("--ssh-config", metavar="FILE")
+    p.add_argument("--known-hosts", metavar="FILE")
+    p.add_argument("--accept-new", action="store_true", help="add an unknown host key")
+    p.add_argument("--timeout", type=float, metavar="S", help="readiness timeout (default: "
+                   "the profile's ready_timeout)")
+    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL (default 30)")
+    p.add_argument("--quiet", action="store_true", help="no start-up progress lines")
+    p.add_argument("--json", action="store_true", help="status/bench as JSON")
+    p.add_argument("--num-prompts", type=int, default=8, help="bench: requests (default 8)")
+    p.add_argument("--concurrency", type=int, default=1, help="bench: in flight (default 1)")
+    p.add_argument("--output-len", type=int, default=128, help="bench: tokens per request")
+    p.add_argument("--builtin", action="store_true",
+                   help="bench: the built-in client even when sglang.bench_serving exists")
+    p.set_defaults(func=_cmd_server)
+
+
+def _cmd_config_check(args: argparse.Namespace) -> int:
+    from specmon.commands.server_cmd import run_config_check
+
+    return run_config_check(args)
+
+
+def _add_config(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="check the config file (hosts and server profiles)")
+    cs = p.add_subparsers(dest="config_action", metavar="ACTION", required=True)
+    c = cs.add_parser("check", help="validate a config: every problem with its file, key and fix")
+    c.add_argument("--config", metavar="FILE", help="default: $SPECMON_CONFIG, ./specmon.toml, "
+                   "then the user config dir")
+    c.set_defaults(func=_cmd_config_check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
@@ -332,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_report(sub)
     _add_replay(sub)
+    _add_server(sub)
+    _add_config(sub)
     return parser
 
 

@@ -18,6 +18,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specmon.control.local import (  # noqa: F401 - group_members: re-exported for tests
+    group_members,
+    kill_child_group_now,
+    stop_child_group,
+)
 from specmon.feed import FeedSink
 from specmon.feeds.common import pump_gpus, pump_tail
 from specmon.hosts.local import LocalHost
@@ -219,26 +224,8 @@ class DemoFeed:
 
     async def stop_server(self, srv: SimServer, grace: float = 5.0) -> None:
         """SIGTERM the process group we started, then SIGKILL what is left of it."""
-        proc = srv.proc
-        if proc is None or proc.returncode is not None:
-            _reap_group(proc.pid if proc else None)
-            return
-        if not _ours(proc.pid):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), grace)
-        except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-        # the launcher is gone; its workers must follow within the grace period
-        loop = asyncio.get_running_loop()
-        end = loop.time() + grace
-        while group_members(proc.pid) and loop.time() < end:
-            await asyncio.sleep(0.05)
-        _reap_group(proc.pid)
+        if srv.proc is not None:
+            await stop_child_group(srv.proc, srv.argv(self.sim_dir), grace)
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop_server(s) for s in self.servers))
@@ -246,9 +233,8 @@ class DemoFeed:
     def stop_all_sync(self) -> None:
         """Last resort after the event loop is gone (the app crashed): kill our groups."""
         for s in self.servers:
-            if s.proc is not None and s.proc.returncode is None and _ours(s.proc.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(s.proc.pid, signal.SIGKILL)
+            if s.proc is not None:
+                kill_child_group_now(s.proc, s.argv(self.sim_dir))
 
 
 def _die_with_parent() -> None:
@@ -259,36 +245,3 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def _ours(pid: int) -> bool:
-    """The group leader is still the simulated server we started (not a recycled pid)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"sim" in cmd and b"server" in cmd and any(b"specmon" in c for c in cmd)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(p.name))
-    return out
-
-
-def _reap_group(pgid: int | None) -> None:
-    """Workers of a crashed launcher may outlive it: they are still in our group."""
-    if pgid is None or not group_members(pgid):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,158 @@
+"""`specmon server start|stop|restart|status|bench NAME [TARGET]` and `specmon config check`.
+
+The headless face of specmon.control: the same ServerController the UI binds to keys. Exit
+status: 0 done, 1 the action failed (crash during start, busy GPUs, not ours, survivors), 2 bad
+config or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from specmon.cli import CliError
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from specmon.config import ConfigError, load_config
+
+    try:
+        return load_config(args.config)
+    except ConfigError as exc:
+        raise CliError("; ".join(i.format() for i in exc.issues[:3])
+                       + (f" (+{len(exc.issues) - 3} more: run specmon config check)"
+                          if len(exc.issues) > 3 else "")) from None
+
+
+def run_config_check(args: argparse.Namespace) -> int:
+    from specmon.config import ConfigError, check_path, find_config
+
+    try:
+        path = find_config(args.config)
+    except ConfigError as exc:
+        raise CliError(exc.issues[0].format()) from None
+    issues = check_path(path)
+    for i in issues:
+        print(i.format())
+    if issues:
+        print(f"{path}: {len(issues)} problem{'s' if len(issues) != 1 else ''}", file=sys.stderr)
+        return 1
+    print(f"{path}: ok")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    try:
+        profile = cfg.server(args.name)
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from None
+    hp = cfg.host_for(profile)
+    target = args.target or hp.target
+    from specmon.hosts import HostError, make_host
+
+    try:
+        host = make_host(target, ssh_config=args.ssh_config or hp.ssh_config,
+                         known_hosts=args.known_hosts or hp.known_hosts,
+                         accept_new=args.accept_new)
+    except ValueError as exc:
+        raise CliError(f"bad TARGET {target!r}: {exc}") from None
+    try:
+        return asyncio.run(_run(args, host, profile, hp))
+    except HostError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _progress(p: Any) -> None:
+    print(f"  {p.describe()}", file=sys.stderr, flush=True)
+
+
+def _print_audit(audit: Any) -> None:
+    if audit is None:
+        return
+    print("environment (NCCL_/CUDA_/SGLANG_/TORCH_ and profile variables):")
+    for p in audit.processes:
+        if p.status != "ok":
+            print(f"  {p.title} (pid {p.pid}): unreadable ({p.reason})")
+            continue
+        env = " ".join(f"{k}={v}" for k, v in (p.env or {}).items()) or "(none)"
+        print(f"  {p.title} (pid {p.pid}): {env}")
+    for line in audit.problems():
+        print(f"  ! {line}")
+
+
+async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> int:
+    from specmon.control.bench import BenchConfig
+    from specmon.control.server import (
+        ControlError,
+        GpuBusy,
+        ServerController,
+        StartFailed,
+    )
+
+    await host.connect()
+    try:
+        async with ServerController(host, profile, hp) as ctl:
+            try:
+                if args.action == "status":
+                    st = await ctl.status()
+                    if args.json:
+                        print(json.dumps({"status": st.__dict__}, default=str))
+                    else:
+                        print(st.describe())
+                        if st.state in ("ready", "starting"):
+                            _print_audit(await ctl.audit_env())
+                    return 0
+                if args.action == "stop":
+                    res = await ctl.stop(grace=args.grace)
+                    _print_stop(res)
+                    return 0 if res.ok else 1
+                if args.action == "bench":
+                    b = await ctl.benchmark(BenchConfig(
+                        num_prompts=args.num_prompts, concurrency=args.concurrency,
+                        output_len=args.output_len,
+                        use_bench_serving=False if args.builtin else None))
+                    print(json.dumps(b.to_json()) if args.json else b.describe())
+                    return 0
+                if args.action == "restart":
+                    _print_stop(await ctl.stop(grace=args.grace))
+                res = await ctl.start(None if args.quiet else _progress, timeout=args.timeout)
+                print(f"{profile.name}: ready in {res.elapsed_s:.1f}s (pid {res.pid}, log "
+                      f"{res.log})")
+                if res.gpu_note:
+                    print(f"  note: {res.gpu_note}")
+                _print_audit(res.audit)
+                return 0
+            except GpuBusy as exc:
+                print(f"specmon server {args.action}: {exc}", file=sys.stderr)
+                return 1
+            except StartFailed as exc:
+                print(f"specmon server {args.action}: {exc}", file=sys.stderr)
+                if exc.last_lines:
+                    print("last log lines:", file=sys.stderr)
+                    for ln in exc.last_lines[-20:]:
+                        print(f"  | {ln}", file=sys.stderr)
+                if exc.traceback:
+                    print("traceback:", file=sys.stderr)
+                    for ln in exc.traceback:
+                        print(f"  | {ln}", file=sys.stderr)
+                return 1
+            except ControlError as exc:
+                print(f"specmon server {args.action}: {exc}", file=sys.stderr)
+                return 1
+    finally:
+        await host.close()
+
+
+def _print_stop(res: Any) -> None:
+    if not res.was_running:
+        print(f"{res.name}: {res.detail or 'not running'}")
+        return
+    sig = "+".join(res.signals) or "no signal"
+    gpus = {None: "GPUs not checked", True: "GPUs free", False: f"GPUs still busy: "
+            f"{res.gpu_holders}"}[res.gpus_free]
+    left = f"processes left: {res.remaining}" if res.remaining else "no process left"
+    print(f"{res.name}: stopped ({sig}); {left}; {gpus}")

@@ -1,0 +1,434 @@
+"""specmon's TOML config: hosts and server profiles for `specmon server ...` and the UI's keys.
+
+Located by `--config`, then `$SPECMON_CONFIG`, then `./specmon.toml`, then the platformdirs
+user config dir (`specmon.toml` there). Every problem is reported as file, key and fix, all of
+them at once (not the first only), so `specmon config check` is one round trip. See
+`examples/specmon.toml` for a commented sample.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+CONFIG_NAME = "specmon.toml"
+ENV_VAR = "SPECMON_CONFIG"
+DEFAULT_RUN_DIR = "~/.cache/specmon/run"
+DEFAULT_READY_TIMEOUT_S = 1800.0  # a 70B model with CUDA graphs can take many minutes
+ROLES = ("baseline", "speculative")
+LAUNCHERS = ("sglang", "sim")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+Role = Literal["baseline", "speculative"]
+
+
+class ConfigError(Exception):
+    """The config cannot be used; `issues` lists every problem found."""
+
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(i.format() for i in issues))
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    file: str
+    key: str
+    message: str
+    fix: str = ""
+
+    def format(self) -> str:
+        text = f"{self.file}: {self.key}: {self.message}"
+        return f"{text} (fix: {self.fix})" if self.fix else text
+
+
+@dataclass
+class HostProfile:
+    name: str
+    target: str = "local"  # 'local', [USER@]HOST[:PORT] or an ~/.ssh/config alias
+    python: str | None = None  # interpreter for the agent and helpers (default python3)
+    run_dir: str = DEFAULT_RUN_DIR  # pidfiles and default logs, on the host
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+    sim_dir: str | None = None  # a simulated host: GPUs come from `specmon sim gpus`
+    n_gpus: int = 8
+
+
+@dataclass
+class SpeculativeArgs:
+    algorithm: str
+    draft_model_path: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+    def argv(self) -> list[str]:
+        out = ["--speculative-algorithm", self.algorithm]
+        for flag, v in (("--speculative-draft-model-path", self.draft_model_path),
+                        ("--speculative-num-steps", self.num_steps),
+                        ("--speculative-eagle-topk", self.eagle_topk),
+                        ("--speculative-num-draft-tokens", self.num_draft_tokens)):
+            if v is not None:
+                out += [flag, str(v)]
+        return out
+
+
+@dataclass
+class ServerProfile:
+    name: str
+    role: Role
+    host: str = "local"
+    port: int = 30000
+    listen_host: str = "127.0.0.1"  # what --host the server binds (and we forward to)
+    model_path: str | None = None
+    tp: int = 1
+    speculative: SpeculativeArgs | None = None
+    extra_args: list[str] = field(default_factory=list)
+    command: list[str] | None = None  # full launch argv instead of launcher + generated args
+    launcher: str = "sglang"  # "sglang": python -m sglang.launch_server; "sim": specmon sim server
+    python: str | None = None  # interpreter for the launcher (default: the host's python)
+    env: dict[str, str] = field(default_factory=dict)
+    spt_noenv: bool = True  # SPT_NOENV=1 keeps the workers' /proc/PID/environ auditable
+    workdir: str | None = None
+    log: str | None = None  # default: <run_dir>/<name>.log
+    gpus: list[int] = field(default_factory=list)
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S
+
+    def launch_argv(self, host_python: str = "python3") -> list[str]:
+        """The command that starts the server (without env and setsid)."""
+        if self.command is not None:
+            return list(self.command)
+        py = self.python or host_python
+        if self.launcher == "sim":
+            head = [py, "-m", "specmon", "sim", "server"]
+        else:
+            head = [py, "-m", "sglang.launch_server"]
+        args = ["--model-path", str(self.model_path), "--tp-size", str(self.tp),
+                "--host", self.listen_host, "--port", str(self.port)]
+        if self.speculative is not None:
+            args += self.speculative.argv()
+        return head + args + list(self.extra_args)
+
+    def launch_env(self) -> dict[str, str]:
+        env = dict(self.env)
+        if self.spt_noenv:
+            env.setdefault("SPT_NOENV", "1")
+        return env
+
+
+@dataclass
+class Config:
+    path: Path | None
+    hosts: dict[str, HostProfile] = field(default_factory=dict)
+    servers: dict[str, ServerProfile] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # binding id -> key(s), for the UI keymap
+
+    def server(self, name: str) -> ServerProfile:
+        try:
+            return self.servers[name]
+        except KeyError:
+            hint = _suggest(name, self.servers)
+            known = ", ".join(sorted(self.servers)) or "none"
+            raise KeyError(f"no server {name!r} in {self.path}{hint} (servers: {known})") from None
+
+    def host_for(self, server: ServerProfile) -> HostProfile:
+        return self.hosts.get(server.host) or HostProfile(server.host, target=server.host)
+
+
+# -- locating -------------------------------------------------------------------------------------
+def candidate_paths(explicit: str | os.PathLike[str] | None = None) -> list[tuple[Path, str]]:
+    """Where the config is looked for, in order, with how each place was chosen."""
+    if explicit is not None:
+        return [(Path(explicit).expanduser(), "--config")]
+    out = []
+    env = os.environ.get(ENV_VAR)
+    if env:
+        out.append((Path(env).expanduser(), f"${ENV_VAR}"))
+    out.append((Path.cwd() / CONFIG_NAME, "current folder"))
+    import platformdirs
+
+    out.append((Path(platformdirs.user_config_dir("specmon")) / CONFIG_NAME, "user config dir"))
+    return out
+
+
+def find_config(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The config file to use; ConfigError naming every place looked at when there is none.
+
+    An explicit --config or $SPECMON_CONFIG that does not exist is an error, not a fall-through:
+    silently using another file would start the wrong servers.
+    """
+    cands = candidate_paths(explicit)
+    for path, how in cands:
+        if path.is_file():
+            return path
+        if how in ("--config", f"${ENV_VAR}"):
+            raise ConfigError([ConfigIssue(str(path), "(file)", f"not found (given by {how})",
+                                           "check the path")])
+    looked = ", ".join(str(p) for p, _ in cands)
+    raise ConfigError([ConfigIssue("(no config)", "(file)", f"no {CONFIG_NAME} found; looked in "
+                                   f"{looked}", "pass --config FILE or set SPECMON_CONFIG; see "
+                                   "examples/specmon.toml")])
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
+    return load_path(find_config(explicit))
+
+
+def load_path(path: str | os.PathLike[str]) -> Config:
+    """Read and validate one file; ConfigError with every issue when it is not usable."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([ConfigIssue(str(p), "(file)", f"cannot read: {exc.strerror}",
+                                       "check the path and permissions")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([ConfigIssue(str(p), "(file)", "not UTF-8 text", "save it as UTF-8")]
+                          ) from None
+    cfg, issues = parse_config(text, p)
+    if issues:
+        raise ConfigError(issues)
+    return cfg
+
+
+def check_path(path: str | os.PathLike[str]) -> list[ConfigIssue]:
+    """Every issue in one file ([] when it is fine)."""
+    try:
+        load_path(path)
+    except ConfigError as exc:
+        return exc.issues
+    return []
+
+
+# -- validation -----------------------------------------------------------------------------------
+def _suggest(word: str, choices: Any) -> str:
+    m = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {m[0]!r}?" if m else ""
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+               list: "an array", dict: "a table"}
+
+
+class _Checker:
+    def __init__(self, path: Path) -> None:
+        self.file = str(path)
+        self.issues: list[ConfigIssue] = []
+
+    def add(self, key: str, message: str, fix: str = "") -> None:
+        self.issues.append(ConfigIssue(self.file, key, message, fix))
+
+    def unknown(self, table: dict[str, Any], allowed: dict[str, Any], where: str) -> None:
+        for k in table:
+            if k not in allowed:
+                m = difflib.get_close_matches(k, list(allowed), n=1, cutoff=0.6)
+                fix = f"did you mean {m[0]!r}?" if m else "remove it; allowed: " + ", ".join(allowed)
+                self.add(f"{where}.{k}", "unknown key", fix)
+
+    def get(self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str,
+            default: Any = None) -> Any:
+        if key not in table:
+            return default
+        v = table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
+        if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+            ok, v = True, float(v)
+        if not ok:
+            want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            self.add(f"{where}.{key}", f"must be {want}, got {type(v).__name__} {v!r}",
+                     f"write it as {want}")
+            return default
+        return v
+
+    def str_list(self, table: dict[str, Any], key: str, where: str) -> list[str] | None:
+        v = self.get(table, key, (list, str), where)
+        if v is None:
+            return None
+        if isinstance(v, str):
+            return shlex.split(v)
+        if not all(isinstance(x, str) for x in v):
+            self.add(f"{where}.{key}", "must be an array of strings", f'e.g. {key} = ["--flag", "1"]')
+            return None
+        return list(v)
+
+
+_HOST_KEYS = {"target": str, "python": str, "run_dir": str, "ssh_config": str,
+              "known_hosts": str, "sim_dir": str, "n_gpus": int}
+_SERVER_KEYS = {"role": str, "host": str, "port": int, "listen_host": str, "model_path": str,
+                "tp": int, "speculative": dict, "extra_args": list, "command": list,
+                "launcher": str, "python": str, "env": dict, "spt_noenv": bool, "workdir": str,
+                "log": str, "gpus": list, "ready_timeout": float}
+_SPEC_KEYS = {"algorithm": str, "draft_model_path": str, "num_steps": int, "eagle_topk": int,
+              "num_draft_tokens": int}
+_TOP_KEYS = {"hosts": dict, "servers": dict, "keys": dict}
+
+
+def parse_config(text: str, path: Path) -> tuple[Config, list[ConfigIssue]]:
+    """Pure: TOML text -> (Config, issues). The Config is partial when there are issues."""
+    ck = _Checker(path)
+    cfg = Config(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        ck.add("(syntax)", str(exc), "fix the TOML syntax at that line")
+        return cfg, ck.issues
+    ck.unknown(data, _TOP_KEYS, "(top)")
+    hosts = ck.get(data, "hosts", dict, "(top)", {})
+    for name, t in hosts.items():
+        where = f"hosts.{name}"
+        if not isinstance(t, dict):
+            ck.add(where, "must be a table", f"write [{where}]")
+            continue
+        ck.unknown(t, _HOST_KEYS, where)
+        h = HostProfile(name)
+        for k, kind in _HOST_KEYS.items():
+            v = ck.get(t, k, kind, where)
+            if v is not None:
+                setattr(h, k, v)
+        if h.n_gpus < 1:
+            ck.add(f"{where}.n_gpus", f"must be >= 1, got {h.n_gpus}", "set the GPU count")
+        cfg.hosts[name] = h
+    keys = ck.get(data, "keys", dict, "(top)", {})
+    for k, v in keys.items():
+        if isinstance(v, str):
+            cfg.keys[k] = v
+        else:
+            ck.add(f"keys.{k}", f"must be a string, got {v!r}", 'e.g. server_start = "ctrl+s"')
+    servers = ck.get(data, "servers", dict, "(top)", {})
+    if not servers:
+        ck.add("servers", "no servers defined", "add a [servers.NAME] table with role, "
+               "model_path, port and gpus")
+    for name, t in servers.items():
+        s = _server(ck, name, t, cfg)
+        if s is not None:
+            cfg.servers[name] = s
+    _cross_checks(ck, cfg)
+    return cfg, ck.issues
+
+
+def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | None:
+    where = f"servers.{name}"
+    if not isinstance(t, dict):
+        ck.add(where, "must be a table", f"write [{where}]")
+        return None
+    ck.unknown(t, _SERVER_KEYS, where)
+    role = ck.get(t, "role", str, where)
+    if role is None and "role" not in t:
+        ck.add(f"{where}.role", "missing", 'role = "baseline" or role = "speculative"')
+    elif role is not None and role not in ROLES:
+        ck.add(f"{where}.role", f"must be baseline or speculative, got {role!r}",
+               f'role = "{"speculative" if role.startswith("spec") else "baseline"}"')
+        role = None
+    s = ServerProfile(name, role or "baseline")
+    for k in ("host", "listen_host", "model_path", "python", "workdir", "log"):
+        v = ck.get(t, k, str, where)
+        if v is not None:
+            setattr(s, k, v)
+    port = ck.get(t, "port", int, where)
+    if port is not None:
+        if not 0 < port < 65536:
+            ck.add(f"{where}.port", f"must be 1-65535, got {port}", "pick a free TCP port")
+        s.port = port
+    tp = ck.get(t, "tp", int, where)
+    if tp is not None:
+        if tp < 1:
+            ck.add(f"{where}.tp", f"must be >= 1, got {tp}", "tp = number of GPUs per server")
+        s.tp = tp
+    launcher = ck.get(t, "launcher", str, where)
+    if launcher is not None:
+        if launcher not in LAUNCHERS:
+            ck.add(f"{where}.launcher", f"unknown launcher {launcher!r}{_suggest(launcher, LAUNCHERS)}",
+                   'launcher = "sglang" (python -m sglang.launch_server) or "sim"')
+        else:
+            s.launcher = launcher
+    s.extra_args = ck.str_list(t, "extra_args", where) or []
+    s.command = ck.str_list(t, "command", where)
+    if s.command is not None and not s.command:
+        ck.add(f"{where}.command", "is empty", "remove it or give the launch argv")
+        s.command = None
+    spt = ck.get(t, "spt_noenv", bool, where)
+    if spt is not None:
+        s.spt_noenv = spt
+    rt = ck.get(t, "ready_timeout", float, where)
+    if rt is not None:
+        if rt <= 0:
+            ck.add(f"{where}.ready_timeout", f"must be > 0, got {rt}", "seconds, e.g. 900")
+        s.ready_timeout = rt
+    env = ck.get(t, "env", dict, where, {})
+    for k, v in env.items():
+        if not _ENV_NAME.match(k):
+            ck.add(f"{where}.env.{k}", "not a valid environment variable name",
+                   "use letters, digits and _")
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            ck.add(f"{where}.env.{k}", f"must be a string, got {v!r}", f'{k} = "VALUE"')
+        else:
+            s.env[k] = str(v)
+    gpus = ck.get(t, "gpus", list, where)
+    if gpus is not None:
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
+            ck.add(f"{where}.gpus", f"must be GPU indices, got {gpus!r}", "e.g. gpus = [0, 1]")
+        elif len(set(gpus)) != len(gpus):
+            ck.add(f"{where}.gpus", f"lists a GPU twice: {gpus!r}", "list each GPU once")
+        else:
+            s.gpus = list(gpus)
+    spec = ck.get(t, "speculative", dict, where)
+    if spec is not None:
+        sw = f"{where}.speculative"
+        ck.unknown(spec, _SPEC_KEYS, sw)
+        algo = ck.get(spec, "algorithm", str, sw)
+        if algo is None:
+            ck.add(f"{sw}.algorithm", "missing", 'algorithm = "EAGLE3" (or EAGLE, NEXTN, ...)')
+        else:
+            sa = SpeculativeArgs(algo)
+            for k in ("draft_model_path",):
+                sa.draft_model_path = ck.get(spec, k, str, sw)
+            for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
+                v = ck.get(spec, k, int, sw)
+                if v is not None and v < 1:
+                    ck.add(f"{sw}.{k}", f"must be >= 1, got {v}", "a positive integer")
+                setattr(sa, k, v)
+            s.speculative = sa
+    # semantic checks
+    if s.command is None and not s.model_path:
+        ck.add(f"{where}.model_path", "missing", 'model_path = "org/model" (or a local '
+               'directory), or give the full launch argv as command = [...]')
+    if role == "speculative" and s.speculative is None and s.command is None and not any(
+            a.startswith("--speculative-algorithm") for a in s.extra_args):
+        ck.add(f"{where}.speculative", "missing for a speculative server",
+               f'add [{where}.speculative] with algorithm = "EAGLE3", num_steps, eagle_topk, '
+               "num_draft_tokens")
+    if s.gpus and s.command is None and len(s.gpus) != s.tp:
+        ck.add(f"{where}.gpus", f"lists {len(s.gpus)} GPUs but tp = {s.tp}",
+               f"list exactly {s.tp} GPU indices")
+    return s
+
+
+def _cross_checks(ck: _Checker, cfg: Config) -> None:
+    by_port: dict[tuple[str, int], str] = {}
+    for name, s in cfg.servers.items():
+        if s.host != "local" and s.host not in cfg.hosts:
+            ck.add(f"servers.{name}.host", f"unknown host {s.host!r}{_suggest(s.host, cfg.hosts)}",
+                   f'add a [hosts.{s.host}] table with target = "user@box", or use host = "local"')
+        key = (s.host, s.port)
+        if key in by_port:
+            ck.add(f"servers.{name}.port", f"port {s.port} is also used by server "
+                   f"{by_port[key]!r} on host {s.host!r}", "give each server its own port")
+        else:
+            by_port[key] = name
+        h = cfg.hosts.get(s.host)
+        if h is not None and h.sim_dir is not None:
+            bad = [g for g in s.gpus if g >= h.n_gpus]
+            if bad:
+                ck.add(f"servers.{name}.gpus", f"GPU(s) {bad} beyond the host's n_gpus = "
+                       f"{h.n_gpus}", "use indices below n_gpus")

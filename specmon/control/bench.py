@@ -1,0 +1,253 @@
+"""Short benchmark runs against one server: built-in httpx client or `sglang.bench_serving`.
+
+The built-in client sends fixed prompts to SGLang's native streaming `/generate` (concurrency 1
+by default) and measures what a user sees: end-to-end output tok/s (all generated tokens over
+the wall time of the run, prefill and TTFT included), TTFT, and ITL split per token the way
+bench_serving's `sglang` backend does (chunk gap / tokens in the chunk, so a speculative server
+that emits 3 tokens per step is not shown as 3x slower per token). Accept length comes from
+`/server_info` (`internal_states[0].avg_spec_accept_length`, a server-lifetime value) and from
+the responses' own `spec_accept_length` where the server reports it. The log's decode-only
+`gen throughput` is a different number and is kept separately (`server_gen_throughput`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from specmon.hosts.base import Host
+from specmon.parse.bench import parse_bench_serving
+
+PROMPTS = (
+    "Explain in detail how speculative decoding speeds up large language model inference.",
+    "Write a short story about a lighthouse keeper who discovers a message in a bottle.",
+    "List the main differences between TCP and UDP, with an example use case for each.",
+    "Describe the water cycle to a ten-year-old, step by step.",
+    "Summarise the causes and consequences of the French Revolution.",
+    "Write a Python function that merges two sorted lists, and explain its complexity.",
+    "What should a traveller know before visiting Japan for the first time?",
+    "Compare renewable and fossil energy sources in terms of cost, reliability and emissions.",
+)
+
+
+@dataclass
+class BenchConfig:
+    num_prompts: int = 8
+    concurrency: int = 1
+    output_len: int = 128
+    input_len: int = 256  # bench_serving --random-input-len
+    timeout_s: float = 600.0
+    use_bench_serving: bool | None = None  # None: use it when the host has sglang
+
+
+@dataclass
+class BenchResult:
+    """One benchmark run; None where a number was not measured (shown as N/A)."""
+
+    server: str
+    kind: Literal["builtin", "bench_serving"]
+    started_at: float
+    completed: int
+    failed: int
+    concurrency: int
+    output_len: int
+    duration_s: float
+    total_output_tokens: int
+    output_tok_s: float | None  # end-to-end: all output tokens / wall time of the run
+    mean_ttft_ms: float | None
+    median_ttft_ms: float | None
+    mean_itl_ms: float | None
+    median_itl_ms: float | None
+    p99_itl_ms: float | None
+    accept_length: float | None  # /server_info avg_spec_accept_length (server lifetime)
+    request_accept_length: float | None = None  # mean of the responses' spec_accept_length
+    server_gen_throughput: float | None = None  # the log's decode-only tok/s (last_gen_throughput)
+    errors: list[str] = field(default_factory=list)
+    raw: str | None = None  # bench_serving stdout
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        def f(v: float | None, fmt: str = ".1f") -> str:
+            return "N/A" if v is None else format(v, fmt)
+
+        return (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
+                f"n={self.completed}]: end-to-end output {f(self.output_tok_s)} tok/s, "
+                f"TTFT {f(self.mean_ttft_ms)} ms, ITL {f(self.mean_itl_ms, '.2f')} ms, "
+                f"accept length {f(self.accept_length, '.2f')}; log decode-only "
+                f"{f(self.server_gen_throughput)} tok/s")
+
+
+async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
+    """`/server_info` (0.5.8+) else `/get_server_info`; None when neither answers."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            r = await client.get(path, timeout=10)
+        except httpx.HTTPError:
+            return None
+        if r.status_code == 200:
+            try:
+                data = r.json()
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def info_numbers(info: dict[str, Any] | None) -> tuple[float | None, float | None]:
+    """(avg_spec_accept_length, last_gen_throughput) from any /get_server_info shape."""
+    if not info:
+        return None, None
+    if isinstance(info.get("decode"), list) and info["decode"]:
+        info = info["decode"][0]  # PD router
+    states = info.get("internal_states")
+    src = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else info
+
+    def num(k: str) -> float | None:
+        v = src.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    return num("avg_spec_accept_length"), num("last_gen_throughput")
+
+
+@dataclass
+class _One:
+    ok: bool
+    tokens: int = 0
+    ttft: float | None = None
+    itls: list[float] = field(default_factory=list)
+    accept: float | None = None
+    error: str | None = None
+
+
+async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
+                       timeout: float) -> _One:
+    body = {"text": prompt, "stream": True,
+            "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0,
+                                "ignore_eos": True}}
+    t0 = time.perf_counter()
+    last_t = t0
+    done = 0
+    res = _One(ok=False)
+    try:
+        async with client.stream("POST", "/generate", json=body, timeout=timeout) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return _One(ok=False, error=f"HTTP {r.status_code}: {r.text[:200]}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue
+                meta = chunk.get("meta_info") or {}
+                n = int(meta.get("completion_tokens") or 0)
+                now = time.perf_counter()
+                new = n - done
+                if new <= 0:
+                    continue
+                if res.ttft is None:
+                    res.ttft = now - t0
+                else:
+                    res.itls.extend([(now - last_t) / new] * new)
+                done, last_t = n, now
+                acc = meta.get("spec_accept_length")
+                if isinstance(acc, (int, float)):
+                    res.accept = float(acc)
+    except httpx.HTTPError as exc:
+        return _One(ok=False, tokens=done, error=f"{type(exc).__name__}: {exc}")
+    res.ok, res.tokens = done > 0, done
+    if not res.ok:
+        res.error = "no tokens received"
+    return res
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[k]
+
+
+async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResult:
+    """The built-in client against `base_url` (a forwarded port)."""
+    started = time.time()
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(cfg.num_prompts)]
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+    limits = httpx.Limits(max_connections=max(1, cfg.concurrency) + 2)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
+        async def go(p: str) -> _One:
+            async with sem:
+                return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(go(p) for p in prompts))
+        duration = time.perf_counter() - t0
+        accept, gen = info_numbers(await server_info(client))
+    ok = [r for r in results if r.ok]
+    ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
+    itls = [x * 1000 for r in ok for x in r.itls]
+    accs = [r.accept for r in ok if r.accept is not None]
+    total = sum(r.tokens for r in ok)
+    return BenchResult(
+        server=server, kind="builtin", started_at=started, completed=len(ok),
+        failed=len(results) - len(ok), concurrency=cfg.concurrency, output_len=cfg.output_len,
+        duration_s=duration, total_output_tokens=total,
+        output_tok_s=total / duration if ok and duration > 0 else None,
+        mean_ttft_ms=statistics.fmean(ttfts) if ttfts else None,
+        median_ttft_ms=statistics.median(ttfts) if ttfts else None,
+        mean_itl_ms=statistics.fmean(itls) if itls else None,
+        median_itl_ms=statistics.median(itls) if itls else None,
+        p99_itl_ms=_pct(itls, 0.99),
+        accept_length=accept, request_accept_length=statistics.fmean(accs) if accs else None,
+        server_gen_throughput=gen,
+        errors=[r.error for r in results if r.error][:5],
+    )
+
+
+async def has_bench_serving(host: Host, python: str) -> bool:
+    res = await host.run([python, "-c", "import importlib.util,sys; sys.exit(0 if "
+                          "importlib.util.find_spec('sglang.bench_serving') else 1)"], timeout=60)
+    return res.rc == 0
+
+
+async def run_bench_serving(host: Host, python: str, server: str, port: int, cfg: BenchConfig,
+                            listen_host: str = "127.0.0.1") -> BenchResult:
+    """`python -m sglang.bench_serving` on the host, its result block parsed."""
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", listen_host,
+            "--port", str(port), "--dataset-name", "random", "--num-prompts",
+            str(cfg.num_prompts), "--random-input-len", str(cfg.input_len),
+            "--random-output-len", str(cfg.output_len), "--random-range-ratio", "1",
+            "--max-concurrency", str(cfg.concurrency)]
+    started = time.time()
+    t0 = time.perf_counter()
+    res = await host.run(argv, timeout=cfg.timeout_s)
+    duration = time.perf_counter() - t0
+    blocks = parse_bench_serving(res.stdout)
+    if not blocks:
+        tail = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or
+                [f"exit {res.rc}"])[-1]
+        raise RuntimeError(f"sglang.bench_serving printed no result block: {tail}")
+    b = blocks[-1]
+    completed = b.completed or 0
+    return BenchResult(
+        server=server, kind="bench_serving", started_at=started, completed=completed,
+        failed=max(0, cfg.num_prompts - completed), concurrency=cfg.concurrency,
+        output_len=cfg.output_len, duration_s=b.duration_s or duration,
+        total_output_tokens=b.total_output_tokens or 0, output_tok_s=b.output_throughput,
+        mean_ttft_ms=b.mean_ttft_ms, median_ttft_ms=b.median_ttft_ms, mean_itl_ms=b.mean_itl_ms,
+        median_itl_ms=b.median_itl_ms, p99_itl_ms=b.p99_itl_ms, accept_length=b.accept_length,
+        raw=res.stdout,
+    )
