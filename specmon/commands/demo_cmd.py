@@ -13,7 +13,7 @@ from specmon.session.state import Session
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.feeds.demo import DemoFeed, default_servers
+    from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
     from specmon.sim.formats import check_version
 
     if args.format_version:
@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from specmon.ui.app import SpecmonApp
 
     app = SpecmonApp(Session(host="demo (simulated host)"), feed,
-                     baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"))
+                     baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
+                     actions=demo_actions(feed))
 
     def _quit(_signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started

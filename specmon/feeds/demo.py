@@ -116,6 +116,8 @@ class DemoFeed:
         self.record_after = record_after
         self.phase_lines = phase_lines
         self.phase = "running"
+        self._sink: FeedSink | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         if self.scenario == "phantom-baseline":
             for srv in self.servers:
                 srv.env["NCCL_DEBUG"] = "INFO"  # per-rank "set by environment" lines: evidence
@@ -139,6 +141,8 @@ class DemoFeed:
         tasks: list[asyncio.Task[None]] = []
         counting = _CountingSink(sink)
         sink = counting  # type: ignore[assignment]
+        self._sink = sink
+        self._tasks = tasks
         try:
             for srv in self.servers:
                 await self.start_server(srv)
@@ -245,3 +249,49 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+class DemoActions:
+    """The keyboard's server actions on a demo server (same methods as ServerController)."""
+
+    def __init__(self, feed: DemoFeed, srv: SimServer) -> None:
+        self.feed = feed
+        self.srv = srv
+        self.name = srv.name
+
+    def _progress(self, progress: object, label: str) -> None:
+        if callable(progress):
+            from specmon.control.progress import StartProgress
+
+            progress(StartProgress("launching", label))
+
+    async def start(self, progress: object = None) -> None:
+        srv, feed = self.srv, self.feed
+        if srv.proc is not None and srv.proc.returncode is None:
+            raise RuntimeError(f"{srv.name} is already running (pid {srv.proc.pid})")
+        self._progress(progress, f"starting {srv.name}")
+        await feed.start_server(srv)
+        if feed._sink is not None:
+            feed._tasks.append(asyncio.create_task(feed._watch(srv, feed._sink)))
+
+    async def stop(self) -> None:
+        await self.feed.stop_server(self.srv)
+
+    async def restart(self, progress: object = None) -> None:
+        self._progress(progress, f"restarting {self.srv.name}")
+        if self.srv.proc is None or self.srv.proc.returncode is not None:
+            await self.start(progress)
+            return
+        assert self.feed._sink is not None
+        await self.feed.restart_server(self.srv, self.feed._sink)
+
+    async def benchmark(self) -> object:
+        from specmon.control.bench import BenchConfig, run_builtin
+
+        port = self.srv.args[self.srv.args.index("--port") + 1]
+        return await run_builtin(f"http://127.0.0.1:{port}", self.srv.name,
+                                 BenchConfig(num_prompts=4, output_len=64))
+
+
+def demo_actions(feed: DemoFeed) -> dict[str, DemoActions]:
+    return {s.name: DemoActions(feed, s) for s in feed.servers}

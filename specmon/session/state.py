@@ -59,6 +59,9 @@ class ServerState:
     nccl_lines: list[str] = field(default_factory=list)  # NCCL_DEBUG "set by environment" lines
     pids: set[int] = field(default_factory=set)  # launcher and workers, when the feed knows them
     fingerprint: Any = None  # the fingerprint of the baseline recorded on this server, if any
+    control_text: str | None = None  # progress/result of the last start/stop/... from the UI
+    env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
+    last_bench: Any = None  # the last benchmark run (end-to-end numbers)
 
     @property
     def is_speculative(self) -> bool:

@@ -30,6 +30,7 @@ from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
+from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.messages import (
     BaselineRequest,
     ConnectionChanged,
@@ -113,7 +114,7 @@ class _Sink:
         self.app.post_message(BaselineRequest(server))
 
 
-class SpecmonApp(SnapshotKeysMixin, App[None]):
+class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -125,6 +126,7 @@ class SpecmonApp(SnapshotKeysMixin, App[None]):
         Binding("w", "cycle_window", "Window", id="window.cycle"),
         Binding("b", "record_baseline", "Record baseline", id="baseline.record"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
+        *ServerControlMixin.CONTROL_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
 
@@ -133,7 +135,8 @@ class SpecmonApp(SnapshotKeysMixin, App[None]):
                  keymap: dict[str, str] | None = None, clock: Any = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
                  baselines: dict[str, Baseline] | None = None,
-                 baseline_store: BaselineStore | None = None) -> None:
+                 baseline_store: BaselineStore | None = None,
+                 actions: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.session = session
         self.feed = feed
@@ -146,6 +149,7 @@ class SpecmonApp(SnapshotKeysMixin, App[None]):
         self.drift = DriftWatcher(session)
         self._initial_baselines = dict(baselines or {})
         self._store = baseline_store
+        self.actions = dict(actions or {})
         self._pending: dict[str, list[str]] = {}
         self._panels: dict[str, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
@@ -457,6 +461,15 @@ class SpecmonApp(SnapshotKeysMixin, App[None]):
         yield SystemCommand("Export snapshot", "Write the session to a snapshot file",
                             self.action_export_snapshot)
         yield SystemCommand("Screenshot", "Save an SVG screenshot", self.action_screenshot)
+        for name, desc, fn in (
+            ("Start server", "Start the focused server from its profile", self.action_server_start),
+            ("Stop server", "Stop the focused server (confirmation)", self.action_server_stop),
+            ("Restart server", "Restart the focused server", self.action_server_restart),
+            ("Swap servers", "Stop the focused server, start the other", self.action_server_swap),
+            ("Benchmark", "Run a short end-to-end benchmark on the focused server",
+             self.action_server_bench),
+        ):
+            yield SystemCommand(name, desc, fn)
 
 
 def _safe_id(name: str) -> str:

@@ -289,6 +289,22 @@ class ServerPanel(Vertical):
 
 def _startup_text(state: ServerState) -> Text:
     t = Text()
+    if state.control_text:
+        t.append(plain(state.control_text) + "\n", style="italic")
+    audit = state.env_audit
+    if audit is not None:
+        problems = audit.problems()
+        t.append(("env audit: " + "; ".join(problems)) if problems else
+                 f"env audit: ok ({len(audit.workers)} workers read)", style="bold" if problems
+                 else "dim")
+        t.append("\n")
+    bench = state.last_bench
+    if bench is not None:
+        t.append(plain(f"benchmark (end-to-end, c={bench.concurrency}, out={bench.output_len}, "
+                       f"n={bench.completed}): {num(bench.output_tok_s, '{:.1f}')} tok/s, "
+                       f"TTFT {num(bench.mean_ttft_ms, '{:.0f}')} ms, ITL "
+                       f"{num(bench.mean_itl_ms, '{:.2f}')} ms, accept len "
+                       f"{num(bench.accept_length)}") + "\n")
     if state.status == "crashed":
         t.append("crashed", style="bold")
         if state.exit_code is not None:
