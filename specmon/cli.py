@@ -116,6 +116,10 @@ def _add_connect(sub: argparse._SubParsersAction) -> None:
         "the server's role; otherwise it is read from the log.",
     )
     add_host_args(p)
+    p.add_argument("--config", metavar="FILE",
+                   help="specmon TOML config: its server profiles on TARGET are tailed and get "
+                   "start/stop/restart/swap/benchmark keys (default: $SPECMON_CONFIG, "
+                   "./specmon.toml, the user config dir)")
     p.set_defaults(func=_cmd_connect)
 def _cmd_sim_server(args: argparse.Namespace) -> int:
     from specmon.commands.sim_cmd import run_server

@@ -8,20 +8,61 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+from typing import Any
 
 from specmon.cli import CliError
 from specmon.commands.record import host_from_args, specs_from_args
 from specmon.hosts import HostError
 from specmon.session.state import Session
+from specmon.sources.tail import TailSpec
+
+
+def _config(args: argparse.Namespace) -> Any:
+    """The config when one is given or found; None when there is none at all."""
+    from specmon.config import ConfigError, find_config, load_path
+
+    try:
+        path = find_config(getattr(args, "config", None))
+    except ConfigError as exc:
+        if getattr(args, "config", None) or "given by" in str(exc):
+            raise CliError(str(exc)) from None
+        return None
+    try:
+        return load_path(path)
+    except ConfigError as exc:
+        raise CliError("; ".join(i.format() for i in exc.issues[:3])) from None
 
 
 def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))
+
+
+async def _main(args: argparse.Namespace) -> int:
+    app, actions = await open_app(args)
+    try:
+        await app.run_async()
+    finally:
+        for ctl in actions.values():
+            with contextlib.suppress(Exception):
+                await ctl.close()
+    return 0
+
+
+async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Resolve config and target, connect (errors are one line), and build the app."""
+    cfg = _config(args)
+    profiles = []
+    if cfg is not None:
+        if args.target in cfg.hosts:  # a [hosts.NAME] of the config
+            hp = cfg.hosts[args.target]
+            args.target = hp.target
+            args.ssh_config = args.ssh_config or hp.ssh_config
+            args.known_hosts = args.known_hosts or hp.known_hosts
+        profiles = [p for p in cfg.servers.values()
+                    if cfg.host_for(p).target == args.target or cfg.host_for(p).name == args.target]
     host = host_from_args(args)
     specs = specs_from_args(args)
-    return asyncio.run(_main(args, host, specs))
-
-
-async def _main(args: argparse.Namespace, host, specs) -> int:  # noqa: ANN001
     try:
         await host.connect()
     except HostError as exc:
@@ -29,8 +70,22 @@ async def _main(args: argparse.Namespace, host, specs) -> int:  # noqa: ANN001
     from specmon.feeds.connect import ConnectFeed
     from specmon.ui.app import SpecmonApp
 
-    roles = {}
+    actions: dict[str, Any] = {}
+    roles: dict[str, str] = {}
+    if profiles and not specs:
+        from specmon.control.server import ServerController
+
+        for prof in profiles:
+            ctl = ServerController(host, prof, cfg.host_for(prof))
+            actions[prof.name] = ctl
+            roles[prof.name] = prof.role
+            try:
+                specs.append(TailSpec(prof.name, await ctl.log_path()))
+            except HostError as exc:
+                raise CliError(f"{prof.name}: {exc}") from None
     for spec in specs:
+        if spec.name in roles:
+            continue
         low = spec.name.lower()
         if "spec" in low or "eagle" in low or "mtp" in low:
             roles[spec.name] = "speculative"
@@ -38,6 +93,6 @@ async def _main(args: argparse.Namespace, host, specs) -> int:  # noqa: ANN001
             roles[spec.name] = "baseline"
     feed = ConnectFeed(host, list(specs), history_lines=None if args.whole_file else args.history,
                        roles=roles)
-    app = SpecmonApp(Session(host=host.name), feed)
-    await app.run_async()
-    return 0
+    app = SpecmonApp(Session(host=host.name), feed, actions=actions,
+                     keymap=dict(cfg.keys) if cfg is not None else None)
+    return app, actions
