@@ -120,6 +120,8 @@ def _add_connect(sub: argparse._SubParsersAction) -> None:
                    help="specmon TOML config: its server profiles on TARGET are tailed and get "
                    "start/stop/restart/swap/benchmark keys (default: $SPECMON_CONFIG, "
                    "./specmon.toml, the user config dir)")
+    p.add_argument("--export-dir", metavar="DIR", default=None,
+                   help="where e (snapshot) and s (screenshot) write (default: current folder)")
     p.set_defaults(func=_cmd_connect)
 def _cmd_sim_server(args: argparse.Namespace) -> int:
     from specmon.commands.sim_cmd import run_server
@@ -184,6 +186,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="requests the built-in clients keep in flight per server (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    p.add_argument("--export-dir", metavar="DIR", default=None,
+                   help="where e (snapshot) and s (screenshot) write (default: current folder)")
     p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
                    help="phantom-baseline: record a tuned baseline, then restart it without the "
                    "NCCL variables, then with a power cap and a patched file; drift alerts follow")

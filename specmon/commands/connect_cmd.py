@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 from specmon.cli import CliError
@@ -94,5 +95,6 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     feed = ConnectFeed(host, list(specs), history_lines=None if args.whole_file else args.history,
                        roles=roles)
     app = SpecmonApp(Session(host=host.name), feed, actions=actions,
-                     keymap=dict(cfg.keys) if cfg is not None else None)
+                     keymap=dict(cfg.keys) if cfg is not None else None,
+                     export_dir=Path(args.export_dir) if args.export_dir else None)
     return app, actions

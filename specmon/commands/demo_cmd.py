@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import shutil
 import signal
+from pathlib import Path
 
 from specmon.cli import CliError
 from specmon.session.baselines import BaselineStore
@@ -27,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     app = SpecmonApp(Session(host="demo (simulated host)"), feed,
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
-                     actions=demo_actions(feed))
+                     actions=demo_actions(feed),
+                     export_dir=Path(args.export_dir) if args.export_dir else None)
 
     def _quit(_signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started
