@@ -396,3 +396,60 @@ def test_record_two_local_hosts_from_config_with_metrics(tmp_path):
     rows = sorted((json.loads(x) for x in out.read_text().splitlines()), key=lambda r: r["host"])
     assert [(r["host"], r["server"], r["record"]["gen_throughput"]) for r in rows] == [
         ("a", "a/base", 10.0), ("b", "b/base", 20.0)]
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.declared: list[tuple[str, str | None]] = []
+        self.lines_by: dict[str, list[str]] = {}
+        self.gpu_calls: list[tuple[list, str | None]] = []
+        self.conn: list[str] = []
+
+    def declare_server(self, server, role, path):
+        self.declared.append((server, role))
+
+    def lines(self, server, items):
+        self.lines_by.setdefault(server, []).extend(t for t, _, _ in items)
+
+    def gpus(self, samples, error=None):
+        self.gpu_calls.append((samples, error))
+
+    def server_exited(self, server, code):
+        pass
+
+    def notice(self, server, text):
+        pass
+
+    def connection(self, text):
+        self.conn.append(text)
+
+
+async def test_single_view_feed_names_servers_host_slash_server(tmp_path):
+    """The interim adapter for the one-host UI: `host/server` names, one GPU list, and the
+    FleetSession (what /metrics reads) fed at the same time."""
+    from specmon.feeds.fleet import SingleViewFeed
+    from specmon.hosts.local import LocalHost
+
+    for n in ("a", "b"):
+        append(tmp_path / f"{n}.log", [decode(10.0), decode(12.0)])
+    hosts = [LocalHost(n) for n in ("a", "b")]
+    fleet = FleetSession(["a", "b"])
+    feed = FleetFeed([HostFeed(h, [TailSpec("base", str(tmp_path / f"{h.name}.log"))],
+                               python=str(fake_python(tmp_path)) if h.name == "a" else "/nonexistent/python",
+                               gpu_interval=0.2, gpu_retry_s=0.3) for h in hosts])
+    ui = RecordingSink()
+    task = asyncio.create_task(SingleViewFeed(feed, fleet).run(ui))
+    try:
+        await until(lambda: len(ui.lines_by.get("a/base", [])) == 2
+                    and len(ui.lines_by.get("b/base", [])) == 2
+                    and any(s for s, _ in ui.gpu_calls), 30, "both hosts' lines and a's GPUs")
+        assert sorted(ui.declared) == [("a/base", "baseline"), ("b/base", "baseline")]
+        samples, _ = next(c for c in ui.gpu_calls if c[0])
+        assert [g.index for g in samples] == [0, 1] and samples[0].name.startswith("a:0 ")
+        assert ui.conn and ui.conn[-1] == "connected"
+        assert fleet.hosts["a"].session.servers["base"].decode_total == 2
+        assert len(fleet.hosts["a"].session.gpus) == 2
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -360,13 +360,6 @@ async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
         for p in plans:
             with contextlib.suppress(Exception):
                 await p.host.close()
-        await settle()
-
-
-async def settle() -> None:
-    """Let local child processes that were just terminated be reaped before the loop closes
-    (their transports otherwise complain from __del__ after asyncio.run returns)."""
-    await asyncio.sleep(0.2)
 
 
 def run(args: argparse.Namespace) -> int:

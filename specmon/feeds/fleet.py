@@ -284,6 +284,10 @@ class FleetFeed:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            # Local children (agents, tails) were just sent SIGTERM; let them be reaped before
+            # the loop may close, or their transports complain from __del__ afterwards.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.2)
 
 
 class _PrefixedHostSink:
