@@ -335,22 +335,32 @@ def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
     assert empty.stale and empty.state == "connecting" and empty.alerts == 0
 
 
-def test_hosts_config_errors_name_the_file_key_and_fix():
-    hs = hosts_from_toml({"hosts": [{"target": "gpu1"}, {"target": "gpu2", "name": "b",
-                                                          "python": "/v/bin/python",
-                                                          "logs": {"base": "/l.log"}}]}, "f.toml")
+def test_hosts_config_errors_name_the_file_key_and_fix(tmp_path):
+    hs = hosts_from_toml({"hosts": {"n1": {"target": "gpu1"}, "b": {
+        "target": "gpu2", "python": "/v/bin/python", "logs": {"base": "/l.log"}}, "loc": {}}},
+        "f.toml")
     assert [(h.target, h.name, h.python, h.logs) for h in hs] == [
-        ("gpu1", None, None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"})]
+        ("gpu1", "n1", None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"}),
+        ("local", "loc", None, {})]  # no target: local, as for server profiles
+    hs = hosts_from_toml({"hosts": [{"target": "gpu1"}]}, "f.toml")  # [[hosts]] is read too
+    assert [(h.target, h.name) for h in hs] == [("gpu1", None)]
     for doc, needle in (
-        ({"hosts": {"target": "x"}}, "write [[hosts]]"),
+        ({"hosts": "x"}, "write [hosts.NAME]"),
+        ({"hosts": {"a": 3}}, "hosts.a: must be a table"),
         ({"hosts": [{"name": "x"}]}, "hosts[0]: 'target' missing"),
-        ({"hosts": [{"target": 3}]}, "'target' must be a non-empty string"),
-        ({"hosts": [{"target": "a", "logs": ["x"]}]}, "'logs' must be a table"),
+        ({"hosts": {"a": {"target": 3}}}, "'target' must be a non-empty string"),
+        ({"hosts": {"a": {"logs": ["x"]}}}, "'logs' must be a table"),
         ({"hosts": [{"target": "a"}, {"target": "a"}]}, "repeated host a"),
     ):
         with pytest.raises(ConfigError, match="f.toml") as ei:
             hosts_from_toml(doc, "f.toml")
         assert needle in str(ei.value)
+    # the same [hosts.NAME] tables pass `specmon config check`'s host checks (logs included)
+    from specmon.config import parse_config
+
+    _, issues = parse_config('[hosts.n1]\ntarget = "gpu1"\nlogs = { base = "/l.log" }\n',
+                             tmp_path / "c.toml")
+    assert [i.key for i in issues if i.key.startswith("hosts")] == []
 
 
 def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -363,9 +373,9 @@ def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.
 
 def test_cli_targets_config_and_prometheus_errors_are_one_line(tmp_path):
     bad = tmp_path / "specmon.toml"
-    bad.write_text('[[hosts]]\nname = "x"\n')
+    bad.write_text('[hosts.x]\ntarget = 5\n')
     for args, needle in (
-        (("record", "--out", "o.jsonl"), "hosts[0]: 'target' missing"),  # ./specmon.toml
+        (("record", "--out", "o.jsonl"), "hosts.x: 'target' must be"),  # ./specmon.toml
         (("record", "a", "b", "--log", "x=/y", "--out", "o.jsonl"), "exactly one TARGET"),
         (("record", "local", "local", "--out", "o.jsonl"), "TARGET given twice: local"),
         (("record", "local", "--prometheus", "nope", "--out", "o.jsonl"), "--prometheus"),
@@ -383,7 +393,7 @@ def test_record_two_local_hosts_from_config_with_metrics(tmp_path):
     for n in ("a", "b"):
         append(tmp_path / f"{n}.log", [decode(10.0 if n == "a" else 20.0)])
     (tmp_path / "fleet.toml").write_text(
-        "".join(f'[[hosts]]\ntarget = "local"\nname = "{n}"\n'
+        "".join(f'[hosts.{n}]\ntarget = "local"\n'
                 f'logs = {{ base = "{tmp_path / (n + ".log")}" }}\n' for n in ("a", "b")))
     out = tmp_path / "rec.jsonl"
     res = run_cli("record", "--config", str(tmp_path / "fleet.toml"), "--out", str(out),

@@ -41,14 +41,16 @@ def parse_record(text: str) -> dict[str, Any] | None:
     return rec.to_json() if rec is not None else None
 
 
-def _make_host(target: str, args: argparse.Namespace, name: str | None = None) -> Host:
+def _make_host(target: str, args: argparse.Namespace, name: str | None = None,
+               ssh_config: str | None = None, known_hosts: str | None = None) -> Host:
     try:
         if target == "local":
             from specmon.hosts.local import LocalHost
 
             return LocalHost(name or "local")
         kw = {"name": name} if name else {}
-        return make_host(target, ssh_config=args.ssh_config, known_hosts=args.known_hosts,
+        return make_host(target, ssh_config=args.ssh_config or ssh_config,
+                         known_hosts=args.known_hosts or known_hosts,
                          accept_new=args.accept_new, **kw)
     except ValueError as exc:
         raise CliError(f"bad TARGET: {exc}") from None
@@ -69,7 +71,7 @@ class HostPlan:
 
 
 def plans_from_args(args: argparse.Namespace) -> list[HostPlan]:
-    """TARGETs from the command line, else the config's [[hosts]]; one plan per host."""
+    """TARGETs from the command line, else the config's [hosts.NAME]; one plan per host."""
     # connect's single-host path sets args.target (resolved from a [hosts.NAME] if need be)
     single = getattr(args, "target", None)
     targets = [single] if single else list(getattr(args, "targets", None) or [])
@@ -78,7 +80,7 @@ def plans_from_args(args: argparse.Namespace) -> list[HostPlan]:
     if targets:
         if specs and len(targets) > 1:
             raise CliError("--log NAME=PATH needs exactly one TARGET; for several hosts put "
-                           'logs = { NAME = "PATH" } under each [[hosts]] of the config')
+                           'logs = { NAME = "PATH" } under each [hosts.NAME] of the config')
         plans = [HostPlan(_make_host(t, args), list(specs) if i == 0 else []) for i, t in
                  enumerate(targets)]
     else:
@@ -90,15 +92,16 @@ def plans_from_args(args: argparse.Namespace) -> list[HostPlan]:
         except ConfigError as exc:
             raise CliError(str(exc)) from None
         if not hosts:
-            where = f"{path} has no [[hosts]]" if path is not None else "no config file found"
+            where = f"{path} has no [hosts.NAME]" if path is not None else "no config file found"
             raise CliError(f"no TARGET given and {where}; pass TARGET (e.g. 'local') or add "
-                           '[[hosts]] target = "HOST" to the config')
+                           '[hosts.NAME] with target = "HOST" to the config')
         if specs and len(hosts) > 1:
             raise CliError("--log NAME=PATH needs exactly one host; use logs = { NAME = \"PATH\" } "
-                           "under each [[hosts]] instead")
+                           "under each [hosts.NAME] instead")
         for h in hosts:
             hs = [TailSpec(n, p) for n, p in h.logs.items()] or list(specs)
-            plans.append(HostPlan(_make_host(h.target, args, h.name), hs, h.python))
+            plans.append(HostPlan(_make_host(h.target, args, h.name, h.ssh_config, h.known_hosts),
+                                  hs, h.python))
     names = [p.host.name for p in plans]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
