@@ -68,6 +68,11 @@ async def _main(args: argparse.Namespace) -> int:
 
 async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Resolve config and target, connect (errors are one line), and build the app."""
+    if getattr(args, "target", None) is None:  # the one TARGET of `connect TARGET`
+        targets = getattr(args, "targets", None) or []
+        if len(targets) != 1:
+            raise CliError("expected exactly one TARGET")
+        args.target = targets[0]
     cfg = _config(args)
     profiles = []
     if cfg is not None:
