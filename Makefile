@@ -21,13 +21,15 @@ venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
 # Integration tests start their own OpenSSH server on loopback (tests/sshd.py: sshd, ssh-keygen;
-# the benchmarks also use the ssh client) and need tmux. Only what is missing is installed.
+# the benchmarks also use the ssh client) and need tmux; promtool (Debian's prometheus package, no
+# service is started) checks examples/specmon-alerts.yml. Only what is missing is installed.
 sysdeps:
 	@pkgs=""; \
 	{ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || pkgs="$$pkgs openssh-server"; \
 	{ command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } \
 		|| pkgs="$$pkgs openssh-client"; \
 	command -v tmux >/dev/null 2>&1 || pkgs="$$pkgs tmux"; \
+	command -v promtool >/dev/null 2>&1 || pkgs="$$pkgs prometheus"; \
 	if [ -n "$$pkgs" ]; then \
 		echo "make sysdeps: installing$$pkgs"; \
 		$(SUDO) apt-get update -qq && \

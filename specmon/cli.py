@@ -45,16 +45,22 @@ def _add_parse(sub: argparse._SubParsersAction) -> None:
 def add_host_args(p: argparse.ArgumentParser) -> None:
     """TARGET and the SSH/log options shared by `record` and `connect`."""
     p.add_argument(
-        "target",
+        "targets",
+        nargs="*",
         metavar="TARGET",
-        help="'local', [USER@]HOST[:PORT], or a Host alias from ~/.ssh/config",
+        help="'local', [USER@]HOST[:PORT], or a Host alias from ~/.ssh/config; several watch "
+        "several hosts at once (default: the [hosts.NAME] of the config)",
     )
     p.add_argument(
         "--log",
         action="append",
         metavar="NAME=PATH",
-        help="tail exactly this file as server NAME (repeatable); default: discover servers",
+        help="tail exactly this file as server NAME (repeatable, one TARGET only); default: "
+        "discover servers",
     )
+    p.add_argument("--prometheus", metavar="[ADDR]:PORT",
+                   help="serve Prometheus /metrics here (e.g. :9464; loopback unless ADDR is "
+                   "given)")
     p.add_argument(
         "--ssh-config", metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)"
     )
@@ -98,6 +104,9 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
     p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--config", metavar="FILE",
+                   help="specmon TOML config whose [hosts.NAME] are recorded when no TARGET is "
+                   "given (default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.set_defaults(func=_cmd_record)
 
 
@@ -118,8 +127,8 @@ def _add_connect(sub: argparse._SubParsersAction) -> None:
     add_host_args(p)
     p.add_argument("--config", metavar="FILE",
                    help="specmon TOML config: its server profiles on TARGET are tailed and get "
-                   "start/stop/restart/swap/benchmark keys (default: $SPECMON_CONFIG, "
-                   "./specmon.toml, the user config dir)")
+                   "start/stop/restart/swap/benchmark keys; with no TARGET its [hosts.NAME] are "
+                   "watched (default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.add_argument("--export-dir", metavar="DIR", default=None,
                    help="where e (snapshot) and s (screenshot) write (default: current folder)")
     p.set_defaults(func=_cmd_connect)

@@ -62,6 +62,7 @@ class HostProfile:
     known_hosts: str | None = None
     sim_dir: str | None = None  # a simulated host: GPUs come from `specmon sim gpus`
     n_gpus: int = 8
+    logs: dict[str, str] = field(default_factory=dict)  # connect/record: NAME = PATH to tail
 
 
 @dataclass
@@ -264,7 +265,7 @@ class _Checker:
 
 
 _HOST_KEYS = {"target": str, "python": str, "run_dir": str, "ssh_config": str,
-              "known_hosts": str, "sim_dir": str, "n_gpus": int}
+              "known_hosts": str, "sim_dir": str, "n_gpus": int, "logs": dict}
 _SERVER_KEYS = {"role": str, "host": str, "port": int, "listen_host": str, "model_path": str,
                 "tp": int, "speculative": dict, "extra_args": list, "command": list,
                 "launcher": str, "python": str, "env": dict, "spt_noenv": bool, "workdir": str,

@@ -1,7 +1,10 @@
-"""`specmon connect TARGET`: the live UI on a host's SGLang servers (SSH or local).
+"""`specmon connect TARGET...`: the live UI on hosts' SGLang servers (SSH or local).
 
-The first connection is made before the UI starts, so an unknown host key, a refused login or a
-typo in the host name is one line on the terminal (exit 2), not a screen to dismiss.
+With one TARGET the first connection is made before the UI starts, so an unknown host key, a
+refused login or a typo in the host name is one line on the terminal (exit 2), not a screen to
+dismiss; the config's server profiles on it get control keys. With several TARGETs (or none: the
+config's [hosts.NAME]) each host connects on its own and one that fails never blocks the
+others. `--prometheus [ADDR]:PORT` also serves /metrics.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from specmon.cli import CliError
-from specmon.commands.record import host_from_args, specs_from_args
+from specmon.commands.record import (
+    HostPlan,
+    default_baselines,
+    host_from_args,
+    listen_from_args,
+    plans_from_args,
+    specs_from_args,
+)
 from specmon.hosts import HostError
 from specmon.session.state import Session
 from specmon.sources.tail import TailSpec
@@ -36,7 +46,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_main(args))
+    targets = list(getattr(args, "targets", None) or [])
+    listen = listen_from_args(args)
+    if len(targets) == 1 and listen is None:
+        args.target = targets[0]
+        return asyncio.run(_main(args))
+    plans = plans_from_args(args)
+    return asyncio.run(_fleet_main(args, plans, listen))
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -52,6 +68,11 @@ async def _main(args: argparse.Namespace) -> int:
 
 async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Resolve config and target, connect (errors are one line), and build the app."""
+    if getattr(args, "target", None) is None:  # the one TARGET of `connect TARGET`
+        targets = getattr(args, "targets", None) or []
+        if len(targets) != 1:
+            raise CliError("expected exactly one TARGET")
+        args.target = targets[0]
     cfg = _config(args)
     profiles = []
     if cfg is not None:
@@ -98,3 +119,44 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
                      keymap=dict(cfg.keys) if cfg is not None else None,
                      export_dir=Path(args.export_dir) if args.export_dir else None)
     return app, actions
+
+
+async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
+                      listen: tuple[str, int] | None) -> int:
+    from specmon.feeds.fleet import FleetFeed, HostFeed, SingleViewFeed
+    from specmon.session.fleet import FleetSession
+
+    if len(plans) == 1:
+        try:
+            await plans[0].host.connect()
+        except HostError as exc:
+            raise CliError(str(exc)) from None
+    fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines())
+    history = None if args.whole_file else args.history
+    feed = FleetFeed([HostFeed(p.host, p.specs, history_lines=history, python=p.python)
+                      for p in plans])
+    server = None
+    if listen is not None:
+        from specmon.export.prometheus import registry_for, serve
+
+        try:
+            server = await serve(registry_for(fleet), *listen)
+        except OSError as exc:
+            raise CliError(f"--prometheus: cannot listen on {listen[0]}:{listen[1]}: "
+                           f"{exc.strerror or exc}") from None
+    from specmon.ui.app import SpecmonApp
+
+    app = SpecmonApp(Session(host=", ".join(fleet.hosts)),
+                     SingleViewFeed(feed, fleet, prefix=len(plans) > 1),
+                     export_dir=Path(args.export_dir) if args.export_dir else None)
+    if server is not None:
+        app.sub_title += f"  ·  /metrics on {server.host}:{server.port}"
+    try:
+        await app.run_async()
+    finally:
+        if server is not None:
+            await server.close()
+        for p in plans:
+            with contextlib.suppress(Exception):
+                await p.host.close()
+    return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from specmon.feed import FeedSink, LineItem
@@ -28,8 +28,13 @@ NOTICE_TEXT = {
 MAX_BATCH = 2000
 
 
-async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1) -> None:
-    """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`."""
+async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
+                    tap: Callable[[LogLine], None] | None = None) -> None:
+    """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`.
+
+    `tap` sees every raw LogLine (path and byte offset included) as it arrives: `specmon record`
+    writes them out while the sink keeps the live state.
+    """
     queue: asyncio.Queue[LogLine | TailNotice | None] = asyncio.Queue()
 
     async def reader() -> None:
@@ -48,6 +53,8 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1) -> 
             n = 0
             while ev is not None:
                 if isinstance(ev, LogLine):
+                    if tap is not None:
+                        tap(ev)
                     batch.setdefault(ev.server, []).append(
                         (ev.text, parse_line(ev.text), ev.received_at))
                     n += 1

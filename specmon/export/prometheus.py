@@ -1,0 +1,264 @@
+"""Prometheus `/metrics` for a fleet session: a custom Collector read at scrape time.
+
+Nothing is done per log line: each scrape walks the FleetSession once (windowed medians over
+the last `window_s` of decode points, the latest GPU samples, each host's connection state).
+The HTTP server is a small asyncio one on the session's own event loop, so a scrape never reads
+the session from another thread while the feeds write it.
+
+Naming follows the Prometheus conventions: `specmon_` prefix, base units in the name (hertz,
+celsius, watts, bytes, ratio), labels `host`, `server`, `role`, `gpu`. A host that is not
+connected keeps exporting its last values, with `specmon_host_stale` 1 and its state in
+`specmon_host_connection_state`, so drift alerts do not resolve just because a host went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from specmon.analysis.window import speedup, stats_for, window_points
+from specmon.parse.gpu import REASON_BITS, decode_reasons
+from specmon.session.fleet import ALERT_LEVELS, FleetSession
+
+STATES = ("connecting", "connected", "reconnecting", "failed", "closed")
+DEFAULT_PORT = 9464
+
+#: Every metric family the exporter can emit (the examples are checked against this list).
+METRIC_NAMES = (
+    "specmon_host_connection_state", "specmon_host_up", "specmon_host_stale",
+    "specmon_host_last_update_timestamp_seconds",
+    "specmon_server_ready", "specmon_server_running_requests",
+    "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
+    "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
+    "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
+    "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
+    "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
+    "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
+    "specmon_gpu_slowdown_temperature_celsius", "specmon_gpu_power_watts",
+    "specmon_gpu_power_limit_watts", "specmon_gpu_utilization_ratio",
+    "specmon_gpu_memory_utilization_ratio", "specmon_gpu_memory_used_bytes",
+    "specmon_gpu_server_info",
+)
+
+SERVER = ["host", "server", "role"]
+GPU = ["host", "gpu"]
+
+
+class FleetCollector(Collector):
+    """Reads a FleetSession at scrape time; `clock` gives "now" for the decode windows."""
+
+    def __init__(self, fleet: FleetSession, clock: Callable[[], float] | None = None) -> None:
+        self.fleet = fleet
+        self.clock = clock or fleet.clock
+
+    def collect(self) -> Iterator[Metric]:
+        f = self.fleet
+        now = self.clock()
+        f.update_alerts(now)
+        g: dict[str, GaugeMetricFamily] = {}
+
+        def fam(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+            m = g[name] = GaugeMetricFamily(name, doc, labels=labels)
+            return m
+
+        conn = fam("specmon_host_connection_state",
+                   "1 for the host's current connection state, 0 for the others", ["host", "state"])
+        up = fam("specmon_host_up", "1 while the host's SSH connection is up", ["host"])
+        stale = fam("specmon_host_stale", "1 when the host's values are the last ones received "
+                    "before it went away", ["host"])
+        last = fam("specmon_host_last_update_timestamp_seconds",
+                   "Unix time of the last log line or GPU sample from the host", ["host"])
+        ready = fam("specmon_server_ready", "1 when the server is ready (decoding or idle)", SERVER)
+        running = fam("specmon_server_running_requests", "#running-req of the last decode line",
+                      SERVER)
+        toks = fam("specmon_server_decode_tokens_per_second",
+                   "Median SGLang decode gen throughput over the window, per #running-req",
+                   [*SERVER, "running_req"])
+        nsamp = fam("specmon_server_decode_samples",
+                    "Decode log lines behind specmon_server_decode_tokens_per_second",
+                    [*SERVER, "running_req"])
+        accept = fam("specmon_server_accept_length",
+                     "Median speculative accept length over the window, per #running-req",
+                     [*SERVER, "running_req"])
+        base = fam("specmon_server_baseline_decode_tokens_per_second",
+                   "Recorded-baseline decode throughput the server is compared with",
+                   [*SERVER, "baseline"])
+        ratio = fam("specmon_server_drift_ratio",
+                    "Live / recorded performance for the current stratum (1 = as recorded)",
+                    [*SERVER, "metric"])
+        level = fam("specmon_server_drift_alert_level",
+                    "Drift alert: 0 none, 1 info (improved), 2 warning, 3 critical", SERVER)
+        sp = fam("specmon_speedup_ratio", "Speculative / baseline decode throughput at the same "
+                 "#running-req on one host", ["host", "server", "baseline", "running_req"])
+        sp_lo = fam("specmon_speedup_ratio_ci95_low", "Lower end of the speedup's 95% interval",
+                    ["host", "server", "baseline", "running_req"])
+        sp_hi = fam("specmon_speedup_ratio_ci95_high", "Upper end of the speedup's 95% interval",
+                    ["host", "server", "baseline", "running_req"])
+        clk = fam("specmon_gpu_sm_clock_hertz", "Current SM clock", GPU)
+        clk_max = fam("specmon_gpu_sm_clock_max_hertz", "Maximum SM clock", GPU)
+        reason = fam("specmon_gpu_clock_event_reason",
+                     "1 when the clock-event (throttle) reason is active", [*GPU, "reason"])
+        temp = fam("specmon_gpu_temperature_celsius", "GPU temperature by sensor",
+                   [*GPU, "sensor"])
+        slow = fam("specmon_gpu_slowdown_temperature_celsius",
+                   "Temperature at which the GPU starts slowing down", GPU)
+        power = fam("specmon_gpu_power_watts", "Power draw", GPU)
+        plimit = fam("specmon_gpu_power_limit_watts", "Enforced power limit", GPU)
+        util = fam("specmon_gpu_utilization_ratio", "GPU (SM) utilisation, 0..1", GPU)
+        mutil = fam("specmon_gpu_memory_utilization_ratio", "Memory-controller utilisation, 0..1",
+                    GPU)
+        mem = fam("specmon_gpu_memory_used_bytes", "GPU memory in use", GPU)
+        ginfo = fam("specmon_gpu_server_info", "1 for each GPU a server uses; server_host is "
+                    "where the server's log comes from (node 0 of a multi-node server)",
+                    [*GPU, "server", "server_host", "role"])
+
+        for h, hv in f.hosts.items():
+            st = hv.state.state
+            for s in STATES:
+                conn.add_metric([h, s], 1.0 if st == s else 0.0)
+            up.add_metric([h], 1.0 if st == "connected" else 0.0)
+            stale.add_metric([h], 1.0 if hv.stale else 0.0)
+            if hv.last_update is not None:
+                last.add_metric([h], hv.last_update)
+            for name, srv in hv.session.servers.items():
+                lab = [h, name, srv.role or ""]
+                ready.add_metric(lab, 1.0 if srv.status == "ready" else 0.0)
+                if srv.last_decode is not None and srv.last_decode.running_req is not None:
+                    running.add_metric(lab, float(srv.last_decode.running_req))
+                pts = window_points(srv, now, f.window_s)
+                for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
+                    ws = stats_for(pts, rr, f.window_s)
+                    if ws is None:
+                        continue
+                    toks.add_metric([*lab, str(rr)], ws.median)
+                    nsamp.add_metric([*lab, str(rr)], float(ws.n))
+                    if ws.accept_len is not None:
+                        accept.add_metric([*lab, str(rr)], ws.accept_len)
+                if f.monitor(h, name) is not None:
+                    bv = f.baseline_value(h, name)
+                    if bv is not None:
+                        base.add_metric([*lab, f.baseline_names.get((h, name), "")], bv)
+                    est = f.drift_estimate(h, name)
+                    if est is not None:
+                        ratio.add_metric([*lab, est.metric], 1.0 + est.delta_pct / 100.0)
+                    a = f.alerts.get((h, name))
+                    level.add_metric(lab, float(ALERT_LEVELS.get(a.level, 0)) if a else 0.0)
+            b = hv.session.by_role("baseline")
+            s_ = hv.session.by_role("speculative")
+            if b is not None and s_ is not None:
+                res = speedup(b, s_, now, f.window_s)
+                if res is not None:
+                    lab = [h, s_.name, b.name, str(res.running_req)]
+                    sp.add_metric(lab, res.ratio)
+                    sp_lo.add_metric(lab, res.low)
+                    sp_hi.add_metric(lab, res.high)
+            for gs in hv.session.gpus:
+                if gs.index is None:
+                    continue
+                gl = [h, str(gs.index)]
+                _opt(clk, gl, gs.clock_sm, 1e6)
+                _opt(clk_max, gl, gs.max_clock_sm, 1e6)
+                if gs.clocks_event_reasons is not None:
+                    active = set(decode_reasons(gs.clocks_event_reasons))
+                    for rname in REASON_BITS.values():
+                        reason.add_metric([*gl, rname], 1.0 if rname in active else 0.0)
+                _opt(temp, [*gl, "gpu"], gs.temp_gpu)
+                _opt(temp, [*gl, "memory"], gs.temp_mem)
+                _opt(slow, gl, gs.temp_slowdown)
+                _opt(power, gl, gs.power_w)
+                _opt(plimit, gl, gs.power_limit_w)
+                _opt(util, gl, gs.util_gpu, 0.01)
+                _opt(mutil, gl, gs.util_mem, 0.01)
+                _opt(mem, gl, gs.mem_used_mib, 1024.0 * 1024.0)
+
+        for ls in f.logical_servers():
+            for gh, gs in f.server_gpus(ls):
+                ginfo.add_metric([gh, str(gs.index), ls.server, ls.host, ls.role or ""], 1.0)
+        yield from g.values()
+
+
+def _opt(m: GaugeMetricFamily, labels: list[str], v: float | None, scale: float = 1.0) -> None:
+    if v is not None:
+        m.add_metric(labels, float(v) * scale)
+
+
+def registry_for(fleet: FleetSession, clock: Callable[[], float] | None = None) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(FleetCollector(fleet, clock))
+    return reg
+
+
+# -- address and HTTP ----------------------------------------------------------------------------
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`:9464`, `9464` -> loopback; `ADDR:PORT`, `[V6]:PORT` as given. ValueError if malformed."""
+    t = text.strip()
+    host = "127.0.0.1"
+    if t.startswith("["):
+        addr, sep, rest = t[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"expected [ADDR]:PORT, got {text!r}")
+        host, port_s = addr, rest[1:]
+    elif ":" in t:
+        addr, _, port_s = t.rpartition(":")
+        if ":" in addr:
+            raise ValueError(f"IPv6 addresses need brackets: [ADDR]:PORT, got {text!r}")
+        host = addr or host
+    else:
+        port_s = t
+    if not port_s.isdigit() or not 0 <= int(port_s) < 65536:
+        raise ValueError(f"bad port in {text!r}")
+    return host, int(port_s)
+
+
+@dataclass
+class MetricsServer:
+    server: asyncio.AbstractServer
+    host: str
+    port: int
+
+    async def close(self) -> None:
+        self.server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.server.wait_closed(), 5)
+
+
+async def serve(registry: CollectorRegistry, host: str = "127.0.0.1",
+                port: int = DEFAULT_PORT) -> MetricsServer:
+    """Serve GET /metrics on the running loop (HTTP/1.0 style: one request per connection)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            parts = head.split(b"\r\n", 1)[0].split()
+            method, target = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
+            path = target.split(b"?", 1)[0]
+            if method not in (b"GET", b"HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path in (b"/metrics", b"/"):
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"see /metrics\n"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: "
+                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode())
+            if method != b"HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+                ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, host, port, limit=64 << 10)
+    sock = server.sockets[0].getsockname()
+    return MetricsServer(server, host, int(sock[1]))
