@@ -187,3 +187,23 @@ async def test_reconnecting_host_keeps_values_marked_stale():
         app.post_message(ConnectionChanged("connected"))
         await wait_for(pilot, lambda: not app.query_one("#connection").display)
         assert not session.server("baseline").stale
+
+
+async def test_several_hosts_show_one_summary_row_each():
+    from specmon.hosts.base import ConnectionState
+    from specmon.session.fleet import FleetSession
+    from tests.uikit import apply
+
+    fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
+    fleet.set_state("box-a", ConnectionState("connected"))
+    fleet.set_state("box-b", ConnectionState("reconnecting", retry_at=None))
+    for i in range(10):
+        apply(fleet.host("box-a").session, "base", decode_line(i, 88.0 + (i % 3)), T0 + 21 + i)
+    app = SpecmonApp(populated_session(5), clock=lambda: T0 + 31, show_clock=False, fleet=fleet)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "box-b" in text_of(app.query_one("#hosts")))
+        out = rendered(app.query_one("#hosts").content, width=160)
+        row_a = next(r for r in out.splitlines() if "box-a" in r)
+        row_b = next(r for r in out.splitlines() if "box-b" in r)
+        assert "connected" in row_a and "89.0@bs1" in row_a
+        assert "reconnecting" in row_b and "(stale)" in row_b

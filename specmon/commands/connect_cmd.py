@@ -148,7 +148,8 @@ async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
 
     app = SpecmonApp(Session(host=", ".join(fleet.hosts)),
                      SingleViewFeed(feed, fleet, prefix=len(plans) > 1),
-                     export_dir=Path(args.export_dir) if args.export_dir else None)
+                     export_dir=Path(args.export_dir) if args.export_dir else None,
+                     fleet=fleet if len(plans) > 1 else None)
     if server is not None:
         app.sub_title += f"  ·  /metrics on {server.host}:{server.port}"
     try:

@@ -43,7 +43,7 @@ from specmon.ui.messages import (
 )
 from specmon.ui.safe import plain
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
-from specmon.ui.widgets import GpuPanel, LogView, ServerPanel, SpeedupBar
+from specmon.ui.widgets import GpuPanel, HostsPanel, LogView, ServerPanel, SpeedupBar
 
 WINDOWS_S = (30.0, 60.0, 300.0)
 
@@ -136,7 +136,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
                  show_clock: bool = True, export_dir: Path | None = None,
                  baselines: dict[str, Baseline] | None = None,
                  baseline_store: BaselineStore | None = None,
-                 actions: dict[str, Any] | None = None) -> None:
+                 actions: dict[str, Any] | None = None, fleet: Any = None) -> None:
         super().__init__()
         self.session = session
         self.feed = feed
@@ -150,6 +150,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self._initial_baselines = dict(baselines or {})
         self._store = baseline_store
         self.actions = dict(actions or {})
+        self.fleet = fleet  # a FleetSession when several hosts are watched
         self._pending: dict[str, list[str]] = {}
         self._panels: dict[str, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
@@ -163,6 +164,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
         yield Static("", id="alerts")
+        if self.fleet is not None:
+            yield HostsPanel("", id="hosts")
         yield Horizontal(id="servers")
         yield SpeedupBar("", id="speedup")
         with VerticalScroll(id="gpu-box"):
@@ -303,6 +306,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
                        for st in self.session.servers.values())
         self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
                                       self.session.gpu_error, decoding)
+        if self.fleet is not None:
+            self.query_one(HostsPanel).show(self.fleet.summary(now))
         conn = self.query_one("#connection", Static)
         conn.display = self.session.connection != "connected"
         conn.update(self.session.connection)
