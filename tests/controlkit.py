@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from specmon.config import HostProfile, ServerProfile
+from specmon.control.local import group_members
 
 N_GPUS = 4
 
@@ -39,19 +40,7 @@ def sim_profile(tmp: Path, name: str, gpus: list[int], env: dict[str, str] | Non
                          ready_timeout=60, **kw)
 
 
-def group_alive(pgid: int) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rfind(")") + 2:].split()
-        if f[0] != "Z" and int(f[2]) == pgid:
-            out.append(int(p.name))
-    return out
+group_alive = group_members  # the live members of a process group, from /proc
 
 
 def alive(pid: int) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specmon.analysis.stats import median
+from specmon.parse.argv import flag_values
 from specmon.parse.gpu import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
 
@@ -302,23 +303,6 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def flag_values(argv: Sequence[str]) -> dict[str, str | bool]:
-    """`--flag value`, `--flag=value` and bare `--flag` (True) from a command line."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and len(arg) > 2:
-            if "=" in arg:
-                k, v = arg.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[arg] = argv[i + 1]
-                i += 1
-            else:
-                out[arg] = True
-        i += 1
-    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,9 +20,10 @@ from typing import Any
 from specmon.analysis.drift import Alert, DriftMonitor, Estimate, stratum_of
 from specmon.analysis.window import DEFAULT_WINDOW_S, current_stats
 from specmon.hosts.base import ConnectionState
+from specmon.parse.argv import flag_values
 from specmon.parse.gpu import decode_reasons
 from specmon.session.state import ServerState, Session
-from specmon.sources.discovery import DiscoveredServer, _flag_values
+from specmon.sources.discovery import DiscoveredServer
 
 #: (host, server, role) -> the recorded baseline to compare that server with, or None.
 BaselineLookup = Callable[[str, str, "str | None"], Any]
@@ -55,7 +56,7 @@ class ServerInfo:
 
     @classmethod
     def from_discovered(cls, d: DiscoveredServer) -> ServerInfo:
-        flags = _flag_values(d.argv)
+        flags = flag_values(d.argv)
         dist = flags.get("--dist-init-addr") or flags.get("--nccl-init-addr")
         return cls(
             name=d.name, role=d.kind, pid=d.pid, tp_size=d.tp_size or 1,

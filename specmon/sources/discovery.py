@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from specmon.hosts.agent_client import AgentClient
+from specmon.parse.argv import flag_values
 
 DEFAULT_PORT = 30000  # SGLang's default --port
 LOG_NOT_READABLE = "log not readable; pass --log NAME=PATH"
@@ -84,23 +85,6 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
     return False, False
 
 
-def _flag_values(argv: list[str]) -> dict[str, str | bool]:
-    """`--flag value`, `--flag=value` and bare `--flag` (True) from a command line."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and len(arg) > 2:
-            if "=" in arg:
-                k, v = arg.split("=", 1)
-                out[k] = v
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[arg] = argv[i + 1]
-                i += 1
-            else:
-                out[arg] = True
-        i += 1
-    return out
 
 
 def _first(flags: dict[str, str | bool], *names: str) -> str | None:
@@ -126,7 +110,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
         # A launcher started by another launcher (e.g. a wrapper) belongs to the outer one.
         if any(_is_launcher(a.argv)[0] for a in _ancestors(p, by_pid)):
             continue
-        flags = _flag_values(p.argv)
+        flags = flag_values(p.argv)
         port = _int(_first(flags, "--port"))
         spec = {k: v for k, v in flags.items() if k.startswith("--speculative-")}
         algo = spec.get("--speculative-algorithm")
