@@ -207,3 +207,39 @@ async def test_several_hosts_show_one_summary_row_each():
         row_b = next(r for r in out.splitlines() if "box-b" in r)
         assert "connected" in row_a and "89.0@bs1" in row_a
         assert "reconnecting" in row_b and "(stale)" in row_b
+
+
+async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
+    from specmon.hosts.base import ConnectionState
+    from specmon.parse.gpu import GpuSample
+    from specmon.session.fleet import FleetSession
+    from specmon.session.state import Session
+    from tests.uikit import apply
+
+    fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
+    for h in fleet.hosts:
+        fleet.set_state(h, ConnectionState("connected"))
+    fleet.host("box-a").session.set_gpus([GpuSample(index=0, clock_sm=1980, max_clock_sm=1980)])
+    fleet.host("box-b").session.set_gpus([GpuSample(index=0, clock_sm=1111, max_clock_sm=1980)])
+    s = Session(host="box-a, box-b")
+    for host, base, spec in (("box-a", 88.0, 94.0), ("box-b", 60.0, 90.0)):
+        s.server(f"{host}/base").role = "baseline"
+        s.server(f"{host}/spec").role = "speculative"
+        for i in range(10):
+            apply(s, f"{host}/base", decode_line(i, base), T0 + 21 + i)
+            apply(s, f"{host}/spec", decode_line(i, spec, 2.4), T0 + 21 + i)
+    app = SpecmonApp(s, clock=lambda: T0 + 31, show_clock=False, fleet=fleet)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.panels()) == 4)
+        in_a = {p.server for p in app.query_one("#servers-0").query(ServerPanel)}
+        in_b = {p.server for p in app.query_one("#servers-1").query(ServerPanel)}
+        assert in_a == {"box-a/base", "box-a/spec"} and in_b == {"box-b/base", "box-b/spec"}
+        await pilot.pause(0.3)
+        assert app.active_host() == "box-a"
+        assert f"{94.0 / 88.0:.3f}×" in text_of(app.query_one(SpeedupBar))
+        assert "1980" in rendered(app.query_one("#gpus").content, 200)
+        await pilot.press("h")
+        await wait_for(pilot, lambda: app.active_host() == "box-b")
+        await pilot.pause(0.3)
+        assert f"{90.0 / 60.0:.3f}×" in text_of(app.query_one(SpeedupBar))
+        assert "1111" in rendered(app.query_one("#gpus").content, 200)

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
@@ -43,7 +43,14 @@ from specmon.ui.messages import (
 )
 from specmon.ui.safe import plain
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
-from specmon.ui.widgets import GpuPanel, HostsPanel, LogView, ServerPanel, SpeedupBar
+from specmon.ui.widgets import (
+    GpuPanel,
+    HostsPanel,
+    LogView,
+    ServerPanel,
+    SpeedupBar,
+    safe_id,
+)
 
 WINDOWS_S = (30.0, 60.0, 300.0)
 
@@ -125,6 +132,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("p", "pause", "Pause log", id="log.pause"),
         Binding("w", "cycle_window", "Window", id="window.cycle"),
         Binding("b", "record_baseline", "Record baseline", id="baseline.record"),
+        Binding("h", "next_host", "Next host", id="host.next"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
@@ -166,7 +174,13 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         yield Static("", id="alerts")
         if self.fleet is not None:
             yield HostsPanel("", id="hosts")
-        yield Horizontal(id="servers")
+            # one tab per host; its servers (named host/server) go in its pane
+            with TabbedContent(id="host-tabs"):
+                for i, host in enumerate(self.fleet.hosts):
+                    with TabPane(host, id=f"tab-{i}"):
+                        yield Horizontal(id=f"servers-{i}", classes="servers")
+        else:
+            yield Horizontal(id="servers", classes="servers")
         yield SpeedupBar("", id="speedup")
         with VerticalScroll(id="gpu-box"):
             yield GpuPanel("", id="gpus")
@@ -207,10 +221,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         if panel is not None:
             return panel
         try:
-            container = self.query_one("#servers", Horizontal)
+            container = self.query_one(self._container_for(name), Horizontal)
         except NoMatches:  # the app is shutting down
             return None
-        panel = self._panels[name] = ServerPanel(name, id=f"panel-{_safe_id(name)}")
+        panel = self._panels[name] = ServerPanel(name, id=f"panel-{safe_id(name)}")
         state = self.session.server(name)
         # baseline on the left, speculative on the right
         if state.role == "baseline" and container.children:
@@ -219,6 +233,38 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             container.mount(panel)
         self.call_after_refresh(self.refresh_view)
         return panel
+
+    def _host_of(self, server: str) -> str | None:
+        if self.fleet is None:
+            return None
+        host = server.split("/", 1)[0] if "/" in server else None
+        return host if host in self.fleet.hosts else next(iter(self.fleet.hosts), None)
+
+    def _container_for(self, server: str) -> str:
+        host = self._host_of(server)
+        if host is None:
+            return "#servers"
+        return f"#servers-{list(self.fleet.hosts).index(host)}"
+
+    def active_host(self) -> str | None:
+        """The host of the selected tab (several hosts), else None."""
+        if self.fleet is None:
+            return None
+        try:
+            active = self.query_one("#host-tabs", TabbedContent).active
+        except NoMatches:
+            return None
+        hosts = list(self.fleet.hosts)
+        if active and active.startswith("tab-") and active[4:].isdigit():
+            i = int(active[4:])
+            return hosts[i] if i < len(hosts) else None
+        return hosts[0] if hosts else None
+
+    def _role_on(self, role: str, host: str | None) -> Any:
+        for s in self.session.servers.values():
+            if s.role == role and (host is None or self._host_of(s.name) == host):
+                return s
+        return None
 
     def panels(self) -> list[ServerPanel]:
         return [p for p in self._panels.values() if p.is_mounted]
@@ -298,14 +344,19 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             elif pending:
                 view.append(pending)
             view.keep_following()
-        base = self.session.by_role("baseline")
-        spec = self.session.by_role("speculative")
+        host = self.active_host()
+        base = self._role_on("baseline", host)  # like with like: the same host's servers
+        spec = self._role_on("speculative", host)
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
         self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
         decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
                        for st in self.session.servers.values())
-        self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
-                                      self.session.gpu_error, decoding)
+        if host is not None and self.fleet is not None:
+            hs = self.fleet.host(host).session  # the selected host's own GPUs
+            self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding)
+        else:
+            self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
+                                          self.session.gpu_error, decoding)
         if self.fleet is not None:
             self.query_one(HostsPanel).show(self.fleet.summary(now))
         conn = self.query_one("#connection", Static)
@@ -415,6 +466,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         keys = "\n".join(
             f"  {b.key_display or b.key:<12} {b.description}"
             for b in self.BINDINGS if isinstance(b, Binding) and b.description
+            and self.check_action(b.action, ()) is not False
         )
         self.push_screen(HelpScreen(keys))
 
@@ -444,6 +496,21 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         view = self._focused_view()
         if view is not None:
             view.pause()
+
+    def action_next_host(self) -> None:
+        """Several hosts: show the next host's tab."""
+        if self.fleet is None or not self.fleet.hosts:
+            return
+        hosts = list(self.fleet.hosts)
+        cur = self.active_host()
+        nxt = (hosts.index(cur) + 1) % len(hosts) if cur in hosts else 0
+        self.query_one("#host-tabs", TabbedContent).active = f"tab-{nxt}"
+        self.refresh_view()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next_host" and self.fleet is None:
+            return False  # hidden from the footer with a single host
+        return True
 
     def action_cycle_window(self) -> None:
         i = WINDOWS_S.index(self.window_s) if self.window_s in WINDOWS_S else -1
@@ -477,8 +544,6 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             yield SystemCommand(name, desc, fn)
 
 
-def _safe_id(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
 
 
 __all__ = ["SpecmonApp", "HelpScreen", "Vertical"]

@@ -37,6 +37,12 @@ STATUS_MARK = {
 }
 
 
+def safe_id(name: str) -> str:
+    """A widget id for a server name (`host/server` has characters ids may not hold)."""
+    out = "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
+    return out if not out[0].isdigit() else f"s{out}"
+
+
 def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
     return NA if v is None else fmt.format(v)
 
@@ -138,9 +144,9 @@ class LogView(Vertical):
         self._source: Iterable[str] = ()
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="filter (plain text)", id=f"filter-{self.server}", classes="filter")
-        yield StickyLog(max_lines=5000, auto_scroll=True, id=f"log-{self.server}")
-        yield Static("", classes="badge", id=f"badge-{self.server}")
+        yield Input(placeholder="filter (plain text)", id=f"filter-{safe_id(self.server)}", classes="filter")
+        yield StickyLog(max_lines=5000, auto_scroll=True, id=f"log-{safe_id(self.server)}")
+        yield Static("", classes="badge", id=f"badge-{safe_id(self.server)}")
 
     @property
     def log_widget(self) -> Log:
@@ -241,12 +247,12 @@ class ServerPanel(Vertical):
         self.can_focus = True
 
     def compose(self) -> ComposeResult:
-        yield Static("", classes="panel-title", id=f"title-{self.server}")
-        yield Static("", classes="startup", id=f"startup-{self.server}")
-        yield ServerSummary("", classes="summary", id=f"summary-{self.server}")
-        yield Static("", classes="spark-label", id=f"sparklabel-{self.server}")
-        yield Sparkline([], classes="spark", id=f"spark-{self.server}")
-        yield LogView(self.server, id=f"logview-{self.server}")
+        yield Static("", classes="panel-title", id=f"title-{safe_id(self.server)}")
+        yield Static("", classes="startup", id=f"startup-{safe_id(self.server)}")
+        yield ServerSummary("", classes="summary", id=f"summary-{safe_id(self.server)}")
+        yield Static("", classes="spark-label", id=f"sparklabel-{safe_id(self.server)}")
+        yield Sparkline([], classes="spark", id=f"spark-{safe_id(self.server)}")
+        yield LogView(self.server, id=f"logview-{safe_id(self.server)}")
 
     @property
     def log_view(self) -> LogView:
