@@ -463,3 +463,34 @@ async def test_single_view_feed_names_servers_host_slash_server(tmp_path):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
+    from specmon.session.state import Session
+    from specmon.ui.app import SpecmonApp
+
+    def procs(rank: int, base_pid: int) -> list[Proc]:
+        argv = ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "16",
+                "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.0.0.1:5000",
+                "--port", "30000"]
+        return [Proc(base_pid, 1, 0, argv),
+                *(Proc(base_pid + 1 + k, base_pid, 0, [f"sglang::scheduler_TP{8 * rank + k}"])
+                  for k in range(8))]
+
+    fleet = FleetSession(["n0", "n1"])
+    for h, rank in (("n0", 0), ("n1", 1)):
+        [d] = find_servers(procs(rank, 100 * (rank + 1)))
+        fleet.set_servers(h, [ServerInfo.from_discovered(d)])
+        fleet.host(h).session.set_gpus([gpu(i, 1400 + 10 * rank, 60.0) for i in range(8)])
+    app = SpecmonApp(Session(host="n0, n1"), fleet=fleet, show_clock=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.5)
+        assert app.active_host() == "n0"
+        from rich.console import Console
+
+        console = Console(width=200, record=True, file=open("/dev/null", "w"))
+        console.print(app.query_one("#gpus").content)
+        text = console.export_text()
+        rows = [r.split()[0] for r in text.splitlines()[1:] if r.strip()]
+        assert rows == [str(i) for i in range(8)] + [f"n1:{i}" for i in range(8)]
+        assert "1410" in text and "1400" in text  # both nodes' own clocks

@@ -260,6 +260,18 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             return hosts[i] if i < len(hosts) else None
         return hosts[0] if hosts else None
 
+    def _other_node_gpus(self, host: str) -> list[tuple[str, Any, list[Any]]]:
+        """GPUs on other hosts of the multi-node servers whose node 0 is `host`."""
+        out: list[tuple[str, Any, list[Any]]] = []
+        for ls in self.fleet.logical_servers():
+            if ls.host != host or not ls.multi_node:
+                continue
+            for h, g in self.fleet.server_gpus(ls):
+                if h != host:
+                    hist = list(self.fleet.host(h).session.gpu_history.get(g.index, []))
+                    out.append((h, g, hist))
+        return out
+
     def _role_on(self, role: str, host: str | None) -> Any:
         for s in self.session.servers.values():
             if s.role == role and (host is None or self._host_of(s.name) == host):
@@ -353,7 +365,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
                        for st in self.session.servers.values())
         if host is not None and self.fleet is not None:
             hs = self.fleet.host(host).session  # the selected host's own GPUs
-            self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding)
+            self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding,
+                                          self._other_node_gpus(host))
         else:
             self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
                                           self.session.gpu_error, decoding)

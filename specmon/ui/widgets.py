@@ -370,7 +370,8 @@ class GpuPanel(Static):
     """
 
     def show(self, gpus: list[Any], history: dict[int, Any], error: str | None,
-             decoding: bool = False) -> None:
+             decoding: bool = False, extra: list[tuple[str, Any, list[Any]]] = ()) -> None:
+        """`extra`: (host, sample, its history) of GPUs on other nodes of a multi-node server."""
         if error and not gpus:
             self.update(Text(f"no GPU telemetry: {plain(error)}"))
             return
@@ -381,17 +382,19 @@ class GpuPanel(Static):
         for col in ("GPU", "SM MHz", "max", "clock reasons", "°C", "HBM °C", "W", "limit W",
                     "util %", "mem MiB", "SM clock (last 30)", "power (last 30)"):
             t.add_column(col, no_wrap=True)
-        for g in gpus:
+        rows = [(None, g, list(history.get(g.index, []))) for g in gpus] + list(extra)
+        for host, g, hist in rows:
             reasons = g.reasons if g.clocks_event_reasons is not None else None
             busy = [r for r in reasons or () if r != "GpuIdle"]
             reasons_txt = Text(",".join(reasons) if reasons else
                                ("none" if reasons is not None else NA),
                                style="bold" if busy else "dim")
             limited = decoding and _clock_limited(g)
-            hist = list(history.get(g.index, []))[-30:]
+            hist = hist[-30:]
             mark = "▶ " if limited else ""
+            label = num(g.index, "{}") if host is None else f"{plain(host)}:{num(g.index, '{}')}"
             t.add_row(
-                f"{mark}{num(g.index, '{}')}", num(g.clock_sm, "{}"), num(g.max_clock_sm, "{}"),
+                f"{mark}{label}", num(g.clock_sm, "{}"), num(g.max_clock_sm, "{}"),
                 reasons_txt, num(g.temp_gpu, "{:.0f}"), num(g.temp_mem, "{:.0f}"),
                 num(g.power_w, "{:.0f}"), num(g.power_limit_w, "{:.0f}"),
                 num(g.util_gpu, "{:.0f}"), num(g.mem_used_mib, "{:,.0f}"),
