@@ -415,6 +415,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
 
     def drift_tick(self) -> None:
         now = self.clock()
+        if self.fleet is not None:
+            self.fleet.update_alerts(now)  # the exporter's alert gauges follow at 1 Hz too
         for server, alert in self.drift.tick(now):
             self.session.alerts.append({
                 "t": now, "server": server, "level": alert.level, "kind": alert.kind,
