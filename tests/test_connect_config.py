@@ -68,3 +68,59 @@ NCCL_PROTO = "LL"
         for ctl in actions.values():
             await ctl.close()
         cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(tmp_path):
+    from specmon.ui.control_keys import ConfirmScreen
+
+    def server(name: str, role: str) -> str:
+        return f"""
+[servers.{name}]
+host = "box"
+role = "{role}"
+launcher = "sim"
+model_path = "org/model"
+tp = 2
+port = {free_port()}
+gpus = [0, 1]
+extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
+              "--decode-log-interval", "4", "--load-concurrency", "1"]
+"""
+
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(f"""
+[hosts.box]
+target = "local"
+python = "{sys.executable}"
+run_dir = "{tmp_path / 'run'}"
+sim_dir = "{tmp_path / 'sim'}"
+n_gpus = 4
+""" + server("base", "baseline") + server("spec", "speculative") + """
+[servers.spec.speculative]
+algorithm = "EAGLE3"
+draft_model_path = "org/draft"
+num_steps = 2
+eagle_topk = 1
+num_draft_tokens = 3
+""")
+    args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            base, spec = app.session.server("base"), app.session.server("spec")
+            app.query_one("#panel-base").focus()
+            await pilot.press("u")
+            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            app.query_one("#panel-spec").focus()
+            await pilot.press("u")  # same GPUs: refused, naming the owner, swap offered
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60)
+            assert "used by base" in str(app.screen.question)
+            assert spec.decode_total == 0
+            await pilot.press("y")
+            await wait_for(pilot, lambda: spec.decode_total >= 2, 90)
+            status = await actions["base"].status(check_health=False)
+            assert status.state in ("stopped", "exited")
+    finally:
+        for ctl in actions.values():
+            await ctl.close()
+        cleanup_pidfiles(tmp_path / "run")

@@ -85,6 +85,7 @@ class ServerControlMixin:
                 last = getattr(exc, "last_lines", None)
                 if last:
                     state.notices.extend(last[-5:])
+                self._offer_swap(server, exc)
                 return
             state.control_text = f"{what}: done"
             if done is not None:
@@ -144,6 +145,34 @@ class ServerControlMixin:
         server, ctl = self._target()
         if server is not None:
             self._run(server, "benchmark", ctl.benchmark(), lambda r: self._bench_done(server, r))
+
+    def _offer_swap(self, server: str, exc: Exception) -> None:
+        """GPUs busy with another server we control: offer to stop it and start this one."""
+        app: Any = self
+        owners = [o.server for o in getattr(exc, "owners", None) or [] if o.server]
+        other = next((o for o in owners if o in self.actions and o != server), None)
+        if other is None:
+            return
+        start_ctl, stop_ctl = self.actions[server], self.actions[other]
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+
+            async def do_swap() -> Any:
+                from specmon.control.server import ServerController, swap
+
+                if isinstance(stop_ctl, ServerController) and isinstance(start_ctl,
+                                                                         ServerController):
+                    return await swap(stop_ctl, start_ctl, self._progress(server))
+                await stop_ctl.stop()
+                return await start_ctl.start(self._progress(server))
+
+            self._run(server, f"swap ({other} -> {server})", do_swap(),
+                      self._after_start(server))
+
+        app.push_screen(ConfirmScreen(f"{server}: its GPUs are used by {other}. Swap: stop "
+                                      f"{other}, wait for the GPUs, start {server}?"), answered)
 
     # --- results --------------------------------------------------------------------------------
 
