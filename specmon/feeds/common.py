@@ -93,6 +93,15 @@ async def pump_gpus(source: AsyncIterable[list[Any]], sink: FeedSink,
         await asyncio.sleep(retry_s)
 
 
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel the feed's tasks and wait until each has run its cleanup."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
 def _aiter(source: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
     return source.__aiter__()
 

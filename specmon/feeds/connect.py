@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 from specmon.feed import FeedSink
-from specmon.feeds.common import pump_gpus, pump_tail
+from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
 from specmon.hosts import Host, HostError
 from specmon.hosts.agent_client import AgentClient
 from specmon.sources.discovery import DiscoveredServer, discover
@@ -83,11 +83,7 @@ class ConnectFeed:
             try:
                 await asyncio.gather(*tasks)
             finally:
-                for t in tasks:
-                    t.cancel()
-                for t in tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await t
+                await cancel_all(tasks)
         finally:
             remove()
             ticker.cancel()

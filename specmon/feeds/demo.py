@@ -9,7 +9,6 @@ host's NVML-like model. The UI cannot tell it from a real host.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -24,7 +23,7 @@ from specmon.control.local import (  # noqa: F401 - group_members: re-exported f
     stop_child_group,
 )
 from specmon.feed import FeedSink
-from specmon.feeds.common import pump_gpus, pump_tail
+from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
 from specmon.hosts.local import LocalHost
 from specmon.sim.gpu_model import SimGpuHost
 from specmon.sources.gpu import SimGpuSource
@@ -158,11 +157,7 @@ class DemoFeed:
                 tasks.append(asyncio.create_task(self._phantom_baseline(counting)))
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+            await cancel_all(tasks)
             await self.stop_all()
 
     async def _watch(self, srv: SimServer, sink: FeedSink) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from specmon.feed import FeedSink, LineItem
-from specmon.feeds.common import pump_gpus, pump_tail
+from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
 from specmon.session.fleet import FleetSession, ServerInfo
@@ -243,11 +243,7 @@ class HostFeed:
             try:
                 await asyncio.gather(*tasks)
             finally:
-                for t in tasks:
-                    t.cancel()
-                for t in tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await t
+                await cancel_all(tasks)
         finally:
             remove()
             with contextlib.suppress(Exception):
@@ -279,11 +275,7 @@ class FleetFeed:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+            await cancel_all(tasks)
             # Local children (agents, tails) were just sent SIGTERM; let them be reaped before
             # the loop may close, or their transports complain from __del__ afterwards.
             with contextlib.suppress(asyncio.CancelledError):
