@@ -190,14 +190,10 @@ def _reverse_marks(buf: bytes) -> Iterator[int]:
         pos = max(d, p)
         if pos < 0:
             return
-        # a line holding both markers is one line: move before its start
         yield pos
-        end = buf.rfind(b"\n", 0, pos) + 1 if pos else 0
-        if end <= 0:
-            if pos > 0 and buf.rfind(b"\n", 0, pos) < 0:
-                return
-            if end <= 0:
-                return
+        end = buf.rfind(b"\n", 0, pos)  # go on before this line (one line, even with 2 markers)
+        if end < 0:
+            return
 
 
 def _summarise_piece(args: tuple[str, int, int]) -> LogSummary:

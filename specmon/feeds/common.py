@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
@@ -109,7 +108,3 @@ def _aiter(source: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def now() -> float:
-    return time.time()

@@ -105,7 +105,6 @@ class DemoFeed:
                  gpu_interval: float = 1.0, scenario: str | None = None,
                  record_after: int = 40, phase_lines: int = 60) -> None:
         self.servers = servers if servers is not None else default_servers()
-        self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="specmon-demo-"))
         self.sim_dir = self.workdir / "host"
         self.gpu_interval = gpu_interval

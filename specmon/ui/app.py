@@ -18,7 +18,7 @@ from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
@@ -561,4 +561,4 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
 
 
 
-__all__ = ["SpecmonApp", "HelpScreen", "Vertical"]
+__all__ = ["HelpScreen", "SpecmonApp"]

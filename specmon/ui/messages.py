@@ -7,9 +7,7 @@ from typing import Any
 
 from textual.message import Message
 
-from specmon.parse.sglang import Record
-
-LineItem = tuple[str, "Record | None", float]  # (text, parsed record, received_at)
+from specmon.feed import LineItem
 
 
 @dataclass

@@ -15,7 +15,6 @@ from textual.reactive import reactive
 from textual.widgets import Input, Log, Sparkline, Static
 
 from specmon.analysis.window import (
-    DEFAULT_WINDOW_S,
     Speedup,
     WindowStats,
     current_stats,
@@ -420,10 +419,6 @@ def _mini_spark(vals: list[float | None]) -> str:
     lo, hi = min(xs), max(xs)
     span = (hi - lo) or 1.0
     return "".join(" " if v is None else _BARS[int((v - lo) / span * 7)] for v in vals)
-
-
-def default_window() -> float:
-    return DEFAULT_WINDOW_S
 
 
 class HostsPanel(Static):
