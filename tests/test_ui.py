@@ -44,8 +44,8 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
         # baseline on the left
         assert [p.server for p in app.query(ServerPanel)] == ["baseline", "speculative"]
         out = rendered(app.query_one("#summary-speculative").content)
-        assert "decode-only, bs 1" in out
-        assert "accept rate (recomputed)" in out and "draft tokens 3" in out
+        assert "tok/s · bs 1 · queue 0 · decode-only" in out
+        assert "(recomputed, 3 draft tokens)" in out
         bar = rendered(app.query_one(SpeedupBar).content, width=200)
         base = session.server("baseline")
         spec = session.server("speculative")
@@ -53,7 +53,7 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
 
         sp = speedup(base, spec, T0 + 31, 60)
         assert f"{sp.ratio:.3f}×" in bar
-        assert "decode-only" in bar and "n 30/30" in bar and "at bs 1" in bar
+        assert "decode-only" in bar and "n 30/30" in bar and "bs 1 · 95%" in bar
 
 
 async def test_speedup_na_when_no_common_batch_size():
@@ -180,7 +180,8 @@ async def test_reconnecting_host_keeps_values_marked_stale():
         assert "reconnecting in 4s" in text_of(app.query_one("#connection"))
         assert session.server("baseline").stale
         after = rendered(app.query_one("#summary-baseline").content)
-        assert "(stale)" in after and "(stale)" not in before
+        assert "stale ·" in after and "stale" not in before
+        assert "STALE" in rendered(app.query_one("#title-baseline").content)
         # the last good values are still shown
         last = f"{session.server('baseline').last_decode.gen_throughput:.2f}"
         assert last in after

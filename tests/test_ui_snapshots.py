@@ -1,19 +1,42 @@
-"""SVG snapshots of the app at a fixed size on deterministic sessions (pytest-textual-snapshot).
+"""SVG snapshots of the app at fixed sizes on deterministic sessions (pytest-textual-snapshot).
 
 Regenerate after an intended visual change with `pytest tests/test_ui_snapshots.py
---snapshot-update` and review the SVGs in tests/__snapshots__ before committing.
+--snapshot-update` and review the SVGs in tests/__snapshots__ before committing (convert one
+to PNG, e.g. `python -c "import cairosvg; cairosvg.svg2png(url='x.svg', write_to='x.png')"`).
+
+The demo's steady and drift states (tests/uikit.py `demo_app`) are shot at the four sizes the
+layout is designed for: 80x24 (headline, key numbers, GPU summary), 120x36 (nothing cut
+mid-word), 160x48 and 220x60 (the throughput chart).
 """
 
 from __future__ import annotations
 
+import pytest
+
 from specmon.ui.app import SpecmonApp
-from tests.uikit import T0, apply, populated_session
+from tests.uikit import T0, apply, demo_app, populated_session
 
 SIZE = (140, 44)
+SIZES = [(80, 24), (120, 36), (160, 48), (220, 60)]
 
 
 def make_app(session) -> SpecmonApp:
     return SpecmonApp(session, clock=lambda: T0 + 31, show_clock=False)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_demo_steady(snap_compare, size):
+    assert snap_compare(demo_app(drift=False), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_demo_drift(snap_compare, size):
+    assert snap_compare(demo_app(drift=True), terminal_size=size)
+
+
+def test_snapshot_demo_gpus_expanded(snap_compare):
+    """`g`: every GPU's row, grouped by server (baseline 0-7, speculative 8-15)."""
+    assert snap_compare(demo_app(drift=False), terminal_size=(160, 48), press=["g"])
 
 
 def test_snapshot_both_running(snap_compare):

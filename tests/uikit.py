@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 from specmon.parse.sglang import parse_line
 from specmon.session.state import Session
@@ -62,3 +63,112 @@ class ScriptFeed:
                 await asyncio.sleep(self.delay)
         self.done.set()
         await asyncio.Event().wait()
+
+
+# --- the demo's steady and drift states, deterministic (snapshot and headline tests) -----------
+
+DEMO_NOW = T0 + 400.0
+NCCL_TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
+ARGS_DEMO = ("[2026-11-29 10:00:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-70B-"
+             "Instruct', tp_size=8, port=30000, base_gpu_id={base}, speculative_algorithm={algo}"
+             "{spec})")
+SPEC_ARGS = ", speculative_num_steps=2, speculative_eagle_topk=1, speculative_num_draft_tokens=3"
+KV_LINE = "[2026-11-29 10:00:02 TP0] Memory pool end. max_total_num_tokens=1200000, avail mem=12.3 GB"
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def demo_decode(t: float, k: int, gt: float, accept: float | None = None) -> str:
+    """A decode line printed at log time `t` (UTC) by a bs-1 request of up to 1,100 tokens."""
+    acc = f"accept len: {accept:.2f}, accept rate: 0.70, " if accept is not None else ""
+    return (f"[{_stamp(t)} TP0] Decode batch, #running-req: 1, #token: {600 + (k * 40) % 500}, "
+            f"token usage: 0.00, {acc}cuda graph: True, gen throughput (token/s): {gt:.2f}, "
+            "#queue-req: 0")
+
+
+def _nccl_lines(pid: int, tuned: bool) -> list[str]:
+    env = {"NCCL_DEBUG": "INFO", **(NCCL_TUNING if tuned else {})}
+    return [f"gpu-box:{pid}:{pid} [{r}] NCCL INFO {k} set by environment to {v}"
+            for r in range(8) for k, v in env.items()]
+
+
+def _start(s: Session, name: str, t: float, spec: bool, nccl: bool) -> None:
+    base = 8 if spec else 0
+    args = ARGS_DEMO.format(base=base, algo="'EAGLE3'" if spec else "None",
+                            spec=SPEC_ARGS if spec else "")
+    apply(s, name, args.replace("[2026-11-29 10:00:00]", f"[{_stamp(t)}]"), t)
+    apply(s, name, KV_LINE.replace("[2026-11-29 10:00:02", f"[{_stamp(t)}"), t)
+    for line in _nccl_lines(4000 + base, nccl):
+        apply(s, name, line, t)
+    apply(s, name, READY.replace("[2026-11-29 10:00:05]", f"[{_stamp(t)}]"), t)
+
+
+def demo_gpus(t: float, capped: bool = False) -> list:
+    """16 simulated H200s: baseline on 0-7, speculative on 8-15 (their pids own them)."""
+    from specmon.parse.gpu import GpuProcess, GpuSample
+
+    out = []
+    for i in range(16):
+        spec = i >= 8
+        clock = 1455 if (capped and not spec) else 1980
+        out.append(GpuSample(
+            ts=t, index=i, name="NVIDIA H200", clock_sm=clock, max_clock_sm=1980,
+            clocks_event_reasons=0x4 if (capped and not spec) or i in (3, 11) else 0,
+            temp_gpu=52.0 + (i % 8), temp_mem=48.0 + (i % 5), power_w=388.0 + (i % 3),
+            power_limit_w=330.0 if (capped and not spec) else 700.0, util_gpu=100.0,
+            mem_used_mib=127_133.0, mem_total_mib=143_771.0,
+            processes=(GpuProcess(pid=5000 + i, used_mib=127_000.0),)))
+    return out
+
+
+def demo_session(drift: bool) -> tuple[Session, dict]:
+    """The demo after a few minutes: baseline recorded at ~88.8 tok/s with NCCL tuning, EAGLE-3 at
+    ~94; with `drift`, the baseline restarted without the NCCL variables and runs at ~62.9.
+    Returns (session, {server: the baseline recorded on it})."""
+    from specmon.analysis.live import record_baseline
+
+    rnd = random.Random(7)
+    s = Session(host="demo")
+    s.server("baseline").role = "baseline"
+    s.server("speculative").role = "speculative"
+    t_start = DEMO_NOW - 390
+    _start(s, "baseline", t_start, spec=False, nccl=True)
+    _start(s, "speculative", t_start, spec=True, nccl=True)
+    s.server("baseline").pids = {4000, *range(5000, 5008)}
+    s.server("speculative").pids = {4008, *range(5008, 5016)}
+    for k in range(0, 390, 2):
+        t = t_start + 1 + k
+        s.set_gpus(demo_gpus(t))
+        if not (drift and k > 250):
+            apply(s, "baseline", demo_decode(t, k, rnd.gauss(88.8, 0.9)), t)
+        apply(s, "speculative", demo_decode(t + 0.5, k, rnd.gauss(94.0, 1.8),
+                                            rnd.gauss(2.4, 0.06)), t + 0.5)
+        if k == 200:
+            recorded = {name: record_baseline(s, s.server(name), name=f"demo/{name}/recorded",
+                                              now=t) for name in ("baseline", "speculative")}
+    if drift:
+        _start(s, "baseline", t_start + 252, spec=False, nccl=False)
+        for k in range(254, 390, 2):
+            t = t_start + 1 + k
+            apply(s, "baseline", demo_decode(t, k, rnd.gauss(62.9, 0.7)), t)
+    return s, recorded
+
+
+def demo_app(drift: bool, **kwargs):  # noqa: ANN201 - a SpecmonApp
+    """A SpecmonApp on `demo_session(drift)` whose drift watcher has seen the whole session."""
+    from specmon.ui.app import SpecmonApp
+
+    s, recorded = demo_session(drift)
+    app = SpecmonApp(s, clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
+    for name, b in recorded.items():
+        app._watch(name, b)
+        # watch from the recording on, as if the app had been watching since then
+        mon = app.drift.watches[name].monitor
+        mon._seen_decode, mon._seen_prefill = b.source["decode_points"], 0
+        mon._seen_startup = object()  # a start-up the monitor has not seen: it restarts once
+    for server, alert in app.drift.tick(DEMO_NOW):
+        s.alerts.append({"t": DEMO_NOW, "server": server, "level": alert.level,
+                         "text": alert.text, "causes": list(alert.causes)})
+    return app

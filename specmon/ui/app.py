@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
-from textual import on
+from rich.markup import escape
+from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -25,12 +25,14 @@ from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPan
 from textual.worker import Worker
 
 from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
-from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
+from specmon.analysis.window import DEFAULT_WINDOW_S
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
+from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
+from specmon.ui.headline import HeadlineModel, headline_model
 from specmon.ui.messages import (
     BaselineRequest,
     ConnectionChanged,
@@ -41,40 +43,67 @@ from specmon.ui.messages import (
     ServerNotice,
     ServerPids,
 )
-from specmon.ui.safe import plain
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
+    DriftPanel,
     GpuPanel,
     HostsPanel,
     LogView,
     ServerPanel,
     SpeedupBar,
+    SpeedupDigits,
     safe_id,
 )
 
 WINDOWS_S = (30.0, 60.0, 300.0)
 
-HELP_TEXT = """\
+HELP_INTRO = """\
 [b]specmon[/b] — live, honest numbers for speculative decoding on SGLang
 
 [b]What the numbers are[/b]
-• decode tok/s is SGLang's own [i]gen throughput (token/s)[/i]: decode-only, one value per
-  log interval (40 decode steps by default), idle and prefill time inside the interval included.
-  It is not a benchmark's end-to-end tok/s, which includes prefill.
-• Medians are over the window shown (w cycles 30 s / 60 s / 300 s) at the server's current
-  #running-req (batch size); n and the p10–p90 spread are always shown.
-• speedup = speculative ÷ baseline median at the [i]same[/i] #running-req; the 95% interval comes
-  from both medians' standard errors. N/A when there is no common batch size with ≥3 samples.
-• accept rate is recomputed as (accept len − 1) / (draft tokens − 1), because SGLang changed the
-  printed rate's definition twice.
+• [b]decode tok/s[/b] is SGLang's own [i]gen throughput (token/s)[/i]: decode-only, one value per \
+log interval (40 decode steps by default), idle and prefill time inside the interval included. \
+It is not a benchmark's end-to-end tok/s, which includes prefill.
+• [b]Medians[/b] are over the window shown (w cycles 30 s / 60 s / 300 s) at the server's current \
+#running-req (batch size, "bs"); n and the p10–p90 spread are always shown.
+• [b]speedup[/b] = speculative ÷ baseline median at the [i]same[/i] bs; the 95% interval comes \
+from both medians' standard errors. Green: speculation wins (the interval is above 1), red: it \
+loses, yellow: the interval holds 1. N/A when no batch size has ≥3 samples on both servers.
+• [b]DRIFT[/b] beside a server compares it with its recorded baseline (b records one); the first \
+likely cause is shown under it.
+• [b]accept rate[/b] is recomputed as (accept len − 1) / (draft tokens − 1), because SGLang \
+changed the printed rate's definition twice.
 • N/A means specmon did not measure it; it never shows a guess.
-
-[b]Keys[/b]
-{keys}
-
-The command palette (ctrl+p) lists every action and the themes.
-Press escape or q to close this help.
 """
+
+# (group, [(action, what it does)]): the help lists these with the keys currently bound to them
+HELP_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Move around", [("focus_next", "next panel (the focused one has a bright border)"),
+                     ("focus_previous", "previous panel"),
+                     ("next_host", "next host tab (several hosts)"),
+                     ("toggle_log_full", "the focused server's log full screen, and back"),
+                     ("toggle_gpus", "every GPU's row, or one summary row per server"),
+                     ("help", "this help"), ("command_palette", "every action, and the themes")]),
+    ("Logs", [("filter", "filter the focused log (plain text)"),
+              ("clear_filter", "clear the filter"),
+              ("pause", "pause following (scrolling up pauses too)"),
+              ("follow", "follow the end again"),
+              ("toggle_compact", "compact lines (time, bs, tok/s, accept len) or raw lines")]),
+    ("Numbers", [("cycle_window", "statistics window: 30 s, 60 s, 300 s"),
+                 ("chart_metric", "chart: decode tok/s, accept len, t_cycle"),
+                 ("record_baseline", "record the focused server's run as its baseline")]),
+    ("Servers", [("server_start", "start the focused server from its profile"),
+                 ("server_stop", "stop it (asks first)"),
+                 ("server_restart", "restart it"),
+                 ("server_swap", "stop it and start the other"),
+                 ("server_bench", "a short end-to-end benchmark")]),
+    ("Replay", [("toggle_play", "play / pause"), ("seek(-10)", "back 10 s"),
+                ("seek(10)", "forward 10 s"), ("seek(-60)", "back 60 s"),
+                ("seek(60)", "forward 60 s"), ("slower", "slower"), ("faster", "faster"),
+                ("seek_start", "to the start"), ("seek_end", "to the end")]),
+    ("Files", [("export_snapshot", "export the session to a snapshot file"),
+               ("screenshot", "save an SVG screenshot"), ("quit", "quit")]),
+]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -86,7 +115,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(HELP_TEXT.format(keys=self.keys), id="help-text")
+            yield Static(HELP_INTRO + "\n" + self.keys + "\n[dim]escape, q or ? closes "
+                         "this help[/dim]", id="help-text")
 
 
 class _Sink:
@@ -127,16 +157,22 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
-        Binding("slash", "filter", "Filter log", id="log.filter"),
-        Binding("end", "follow", "Follow log", id="log.follow"),
-        Binding("p", "pause", "Pause log", id="log.pause"),
+        Binding("slash", "filter", "Filter", id="log.filter"),
+        Binding("end", "follow", "Follow log", show=False, id="log.follow"),
+        Binding("p", "pause", "Pause log", show=False, id="log.pause"),
         Binding("w", "cycle_window", "Window", id="window.cycle"),
-        Binding("b", "record_baseline", "Record baseline", id="baseline.record"),
+        Binding("b", "record_baseline", "Baseline", id="baseline.record"),
         Binding("h", "next_host", "Next host", id="host.next"),
+        Binding("l", "toggle_log_full", "Full log", id="log.full"),
+        Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
+        Binding("t", "chart_metric", "Chart", id="chart.metric"),
+        Binding("g", "toggle_gpus", "GPUs", id="gpus.toggle"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
+    # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
+    CHART_MIN = (160, 48)
 
     def __init__(self, session: Session, feed: Feed | None = None, *, window_s: float =
                  DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
@@ -164,6 +200,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self._feed_worker: Worker[None] | None = None
         self.lines_received = 0
         self.refreshes = 0
+        self.chart_metric = METRICS[0]
+        self.compact_logs = True
+        self._run_starts: dict[str, list[int]] = {}
+        self._args_seen: dict[str, int] = {}
         self.sub_title = session.host
 
     # --- layout -------------------------------------------------------------------------------
@@ -171,7 +211,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
-        yield Static("", id="alerts")
+        with Horizontal(id="headline"):
+            yield SpeedupDigits("-•--", id="speedup-big")
+            yield SpeedupBar("", id="speedup")
+            yield DriftPanel("", id="alerts")
         if self.fleet is not None:
             yield HostsPanel("", id="hosts")
             # one tab per host; its servers (named host/server) go in its pane
@@ -181,14 +224,28 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
                         yield Horizontal(id=f"servers-{i}", classes="servers")
         else:
             yield Horizontal(id="servers", classes="servers")
-        yield SpeedupBar("", id="speedup")
+        yield ThroughputChart(id="chart")
         with VerticalScroll(id="gpu-box"):
             yield GpuPanel("", id="gpus")
         yield Footer()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._apply_size(event.size.width, event.size.height)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        """Responsive layout through classes on the app: TCSS says what each size shows."""
+        self.set_class(width >= self.CHART_MIN[0] and height >= self.CHART_MIN[1], "-chart")
+        self.set_class(height < 30, "-short")
+        self.set_class(width < 100, "-narrow")
+        with contextlib.suppress(NoMatches):
+            footer = self.query_one(Footer)
+            footer.compact = width < 130
+            footer.show_command_palette = width >= 100
+
     def on_mount(self) -> None:
         if self._keymap:
             self.set_keymap(self._keymap)
+        self._apply_size(self.size.width, self.size.height)
         for name in self.session.servers:
             self._ensure_panel(name)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
@@ -345,9 +402,14 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     def _refresh_view(self) -> None:
         now = self.clock()
         self.refreshes += 1
+        host = self.active_host()
+        base = self._role_on("baseline", host)  # like with like: the same host's servers
+        spec = self._role_on("speculative", host)
+        recorded = self._recorded()
         for panel in self.panels():
             state = self.session.server(panel.server)
-            panel.refresh_from(state, now, self.window_s)
+            self._track_runs(state)
+            panel.refresh_from(state, now, self.window_s, recorded.get(panel.server, (None,))[0])
             pending = self._pending.pop(panel.server, None)
             view = panel.log_view
             view.set_source(state.log)
@@ -356,25 +418,66 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             elif pending:
                 view.append(pending)
             view.keep_following()
-        host = self.active_host()
-        base = self._role_on("baseline", host)  # like with like: the same host's servers
-        spec = self._role_on("speculative", host)
-        sp = speedup(base, spec, now, self.window_s) if base and spec else None
-        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
+        self._show_headline(base, spec, now)
+        chart = self.query_one(ThroughputChart)
+        if chart.display and self.has_class("-chart"):
+            shown = [s for s in (base, spec) if s is not None]
+            span = max(self.window_s * 10, 600.0)
+            chart.show(chart_model(shown, self.chart_metric, now, self.window_s, span, recorded,
+                                   self._run_starts))
         decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
                        for st in self.session.servers.values())
+        servers = sorted(self.session.servers.values(),
+                         key=lambda st: {"baseline": 0, "speculative": 1}.get(st.role or "", 2))
         if host is not None and self.fleet is not None:
             hs = self.fleet.host(host).session  # the selected host's own GPUs
+            mine = [st for st in servers if self._host_of(st.name) == host]
             self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding,
-                                          self._other_node_gpus(host))
+                                          self._other_node_gpus(host), servers=mine)
         else:
             self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
-                                          self.session.gpu_error, decoding)
+                                          self.session.gpu_error, decoding, servers=servers)
         if self.fleet is not None:
             self.query_one(HostsPanel).show(self.fleet.summary(now))
         conn = self.query_one("#connection", Static)
-        conn.display = self.session.connection != "connected"
-        conn.update(self.session.connection)
+        want = self.session.connection != "connected"
+        if conn.display != want:
+            conn.display = want
+        if want and str(conn.content) != self.session.connection:
+            conn.update(self.session.connection)
+
+    def _track_runs(self, state: Any) -> None:
+        """Run starts for the chart's boundaries: a new `server_args` replaced the arguments, so
+        the next decode line begins a run. (Until the runs model lands in the session, the UI
+        notes the decode-line count at each start it sees.)"""
+        key = id(state.args)
+        seen = self._args_seen.get(state.name)
+        if seen != key and state.args:
+            if seen is not None:
+                self._run_starts.setdefault(state.name, []).append(state.decode_total)
+            self._args_seen[state.name] = key
+
+    def _recorded(self) -> dict[str, tuple[float | None, float | None]]:
+        """server -> (decode tok/s, accept len) medians of its recorded baseline."""
+        out: dict[str, tuple[float | None, float | None]] = {}
+        for server, w in self.drift.watches.items():
+            best = w.baseline.stats.best()
+            if best is not None:
+                out[server] = (best.median_thr, best.median_accept)
+        return out
+
+    def headline(self) -> HeadlineModel:
+        """The headline's model right now (tests read it; the widgets render it)."""
+        host = self.active_host()
+        return headline_model(self._role_on("baseline", host), self._role_on("speculative", host),
+                              self.drift, self.clock(), self.window_s)
+
+    def _show_headline(self, base: Any, spec: Any, now: float) -> None:
+        model = headline_model(base, spec, self.drift, now, self.window_s)
+        rows = 3 if self.has_class("-short") else 4
+        self.query_one(SpeedupDigits).show(model)
+        self.query_one(SpeedupBar).show(model, rows)
+        self.query_one(DriftPanel).show(model, rows)
 
     # --- baselines and drift ------------------------------------------------------------------
 
@@ -433,20 +536,13 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self._show_alerts()
 
     def _show_alerts(self) -> None:
+        """Alerts are part of the headline (no banner over the logs): redraw it now."""
         try:
-            banner = self.query_one("#alerts", Static)
+            host = self.active_host()
+            self._show_headline(self._role_on("baseline", host),
+                                self._role_on("speculative", host), self.clock())
         except NoMatches:
             return
-        active = self.drift.active()
-        banner.display = bool(active)
-        t = Text()
-        for i, (server, alert) in enumerate(active):
-            if i:
-                t.append("\n")
-            t.append(f"{alert.level.upper()} ", style="bold")
-            t.append(plain("\n".join(alert_lines(server, alert))))
-        banner.update(t)
-        banner.set_class(any(a.level == "critical" for _, a in active), "critical")
 
     def _focused_server(self) -> str | None:
         node = self.focused
@@ -477,13 +573,64 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         panels = self.panels()
         return panels[0].log_view if panels else None
 
+    def help_keys(self) -> str:
+        """Key groups for the help: readable key names ("?", "/", "esc"), only keys that work
+        here (replay drops the control keys), remaps included."""
+        keys: dict[str, list[str]] = {}
+        for key, active in self.active_bindings.items():
+            del key
+            b = active.binding
+            if self.check_action(b.action, ()) is False:
+                continue
+            keys.setdefault(b.action, [])
+            disp = self.get_key_display(b)
+            if disp not in keys[b.action]:
+                keys[b.action].append(disp)
+        keys.setdefault("focus_next", ["tab"])
+        keys.setdefault("focus_previous", ["shift+tab"])
+        keys.setdefault("command_palette", ["ctrl+p"])
+        out = []
+        for group, entries in HELP_GROUPS:
+            rows = [(", ".join(keys[a]), what) for a, what in entries if keys.get(a)]
+            if not rows:
+                continue
+            out.append(f"[b]{group}[/b]")
+            out.extend(f"  [b]{escape(k):<10}[/b] {what}" for k, what in rows)
+            out.append("")
+        return "\n".join(out)
+
     def action_help(self) -> None:
-        keys = "\n".join(
-            f"  {b.key_display or b.key:<12} {b.description}"
-            for b in self.BINDINGS if isinstance(b, Binding) and b.description
-            and self.check_action(b.action, ()) is not False
-        )
-        self.push_screen(HelpScreen(keys))
+        self.push_screen(HelpScreen(self.help_keys()))
+
+    def action_toggle_log_full(self) -> None:
+        """The focused server's log alone on the screen (Textual's maximize), and back."""
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+            return
+        view = self._focused_view()
+        if view is not None:
+            self.screen.maximize(view, container=False)
+
+    def action_toggle_compact(self) -> None:
+        self.compact_logs = not self.compact_logs
+        for panel in self.panels():
+            panel.log_view.set_compact(self.compact_logs)
+        self.notify("log: compact lines (time, bs, tok/s, accept len)" if self.compact_logs
+                    else "log: raw lines", timeout=3)
+
+    def action_chart_metric(self) -> None:
+        i = METRICS.index(self.chart_metric) if self.chart_metric in METRICS else -1
+        self.chart_metric = METRICS[(i + 1) % len(METRICS)]
+        if not self.has_class("-chart"):
+            self.notify(f"chart: {self.chart_metric} (the chart shows from "
+                        f"{self.CHART_MIN[0]}x{self.CHART_MIN[1]})", timeout=3)
+        self.refresh_view()
+
+    def action_toggle_gpus(self) -> None:
+        panel = self.query_one(GpuPanel)
+        panel.expanded = not panel.expanded
+        self.set_class(panel.expanded, "-gpus-expanded")
+        self.refresh_view()
 
     def action_filter(self) -> None:
         view = self._focused_view()

@@ -42,9 +42,9 @@ class ServerControlMixin:
     CONTROL_BINDINGS = [
         Binding("u", "server_start", "Start", id="server.start"),
         Binding("x", "server_stop", "Stop", id="server.stop"),
-        Binding("r", "server_restart", "Restart", id="server.restart"),
-        Binding("o", "server_swap", "Swap", id="server.swap"),
-        Binding("m", "server_bench", "Benchmark", id="server.bench"),
+        Binding("r", "server_restart", "Restart", show=False, id="server.restart"),
+        Binding("o", "server_swap", "Swap", show=False, id="server.swap"),
+        Binding("m", "server_bench", "Benchmark", show=False, id="server.bench"),
     ]
     actions: dict[str, Any]
 

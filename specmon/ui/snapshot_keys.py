@@ -23,8 +23,8 @@ class SnapshotKeysMixin:
     """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
 
     SNAPSHOT_BINDINGS = [
-        Binding("e", "export_snapshot", "Export", id="snapshot.export"),
-        Binding("s", "screenshot", "Screenshot", id="snapshot.screenshot"),
+        Binding("e", "export_snapshot", "Export", show=False, id="snapshot.export"),
+        Binding("s", "screenshot", "Screenshot", show=False, id="snapshot.screenshot"),
     ]
     export_dir: Path
 

@@ -1,0 +1,269 @@
+"""The throughput chart: both servers on one time axis, the recorded baseline as a reference.
+
+Drawn by `textual-plotext` (Textualize's Plotext widget; it works with the pinned Textual). The
+chart is rebuilt only when its data changed (a new decode line, another metric or window, a
+resize), at most at the app's refresh rate; Plotext renders it once per change.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from textual.app import ComposeResult
+from textual.color import Color
+from textual.containers import Vertical
+from textual_plotext import PlotextPlot
+
+from specmon.session.state import ServerState
+from specmon.ui.safe import plain
+from specmon.ui.widgets import Lines, Piece
+
+METRICS = ("tok/s", "accept len", "t_cycle")
+MAX_POINTS = 400  # per series: about two points per braille column of a wide terminal
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    role: str | None
+    xs: tuple[float, ...]  # seconds (the decode points' time)
+    ys: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ChartModel:
+    metric: str
+    series: tuple[Series, ...]
+    reference: tuple[tuple[str, str | None, float], ...]  # (label, role, value): recorded
+    boundaries: tuple[float, ...]  # run starts inside the span
+    window: tuple[float, float]  # the statistics window, shaded
+    span: tuple[float, float]
+    unit: str = ""
+    log_time: bool = True  # x is the time SGLang printed (else the time specmon received)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def metric_value(rec: object, metric: str) -> float | None:
+    """A decode record's value of `metric`; t_cycle = accept len x ms/token per request (one
+    draft+verify round; a plain decode step for a non-speculative server)."""
+    thr = getattr(rec, "gen_throughput", None)
+    if metric == "tok/s":
+        v = thr
+    elif metric == "accept len":
+        v = getattr(rec, "accept_len", None)
+    else:
+        rr = getattr(rec, "running_req", None)
+        if not thr or not rr:
+            return None
+        v = (getattr(rec, "accept_len", None) or 1.0) * 1000.0 * rr / thr
+    return float(v) if v is not None and math.isfinite(v) and v > 0 else None
+
+
+_TS_CACHE: dict[str, float] = {}
+
+
+def log_time(rec: object) -> float | None:
+    """The time SGLang printed on the line, as seconds on a UTC-naive axis (shown as printed;
+    host time zones never enter), or None when the line carries no date."""
+    ts = getattr(rec, "timestamp", None)
+    if not ts:
+        return None
+    v = _TS_CACHE.get(ts)
+    if v is None:
+        try:
+            v = datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            return None
+        if len(_TS_CACHE) > 50_000:
+            _TS_CACHE.clear()
+        _TS_CACHE[ts] = v
+    return v
+
+
+def _points(s: ServerState, metric: str, span_s: float, end: float | None
+            ) -> tuple[list[tuple[float, float]], bool]:
+    """(x, value) of the server's decode points over the last `span_s` of its log time (receive
+    time when lines carry no date); newest first is how they are walked, oldest first returned."""
+    out: list[tuple[float, float]] = []
+    use_log = bool(s.decode) and log_time(s.decode[-1].rec) is not None
+    last = None
+    for p in reversed(s.decode):
+        x = log_time(p.rec) if use_log else p.t
+        if x is None:
+            continue
+        if last is None:
+            last = end if end is not None else x
+        if x < last - span_s:
+            break
+        v = metric_value(p.rec, metric)
+        if v is not None:
+            out.append((x, v))
+    out.reverse()
+    return out, use_log
+
+
+_RUN_CACHE: dict[int, tuple[int, tuple[float, ...]]] = {}
+
+
+def run_starts(s: ServerState) -> tuple[float, ...]:
+    """Log times of the `server_args=` lines the server's kept log holds: where runs began.
+    (The runs model of the session will carry these; until then the log says it.)"""
+    cached = _RUN_CACHE.get(id(s))
+    if cached is not None and cached[0] == s.lines_total:
+        return cached[1]
+    out = []
+    for line in s.log:
+        if "server_args=" in line and line.startswith("["):
+            try:
+                ts = line[1:20]
+                out.append(datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp())
+            except ValueError:
+                continue
+    _RUN_CACHE[id(s)] = (s.lines_total, tuple(out))
+    return tuple(out)
+
+
+def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_s: float,
+                span_s: float, recorded: dict[str, tuple[float | None, float | None]],
+                run_starts_n: dict[str, Sequence[int]] | None = None) -> ChartModel:
+    """What the chart shows. `recorded`: server -> (tok/s, accept len) of its recorded baseline;
+    `run_starts_n`: server -> decode-line numbers (decode_total before them) where a run began,
+    for logs without dates (with dates, the `server_args` lines' own times are used).
+
+    x is log time; the shaded window is the span of log time the statistics window (the last
+    `window_s` seconds received) covers.
+    """
+    ends = [log_time(s.decode[-1].rec) or s.decode[-1].t for s in servers if s.decode]
+    end = max(ends) if ends else None
+    out = []
+    any_log = False
+    win_lo: float | None = None
+    boundaries: list[float] = []
+    for s in servers:
+        pts, use_log = _points(s, metric, span_s, end)
+        any_log = any_log or use_log
+        if metric == "accept len" and not pts:
+            continue
+        step = max(1, math.ceil(len(pts) / MAX_POINTS))
+        kept = pts[::step]
+        if pts and kept[-1] is not pts[-1]:
+            kept.append(pts[-1])
+        out.append(Series(s.name, s.role, tuple(t for t, _ in kept), tuple(v for _, v in kept)))
+        # the window's first point, on the log-time axis
+        first_in = next((p for p in s.decode if p.t >= now - window_s), None)
+        if first_in is not None:
+            x = log_time(first_in.rec) if use_log else first_in.t
+            if x is not None:
+                win_lo = x if win_lo is None else min(win_lo, x)
+        if use_log:
+            boundaries.extend(run_starts(s))
+            continue
+        offset = s.decode_total - len(s.decode)
+        for n0 in (run_starts_n or {}).get(s.name, ()):
+            i = n0 - offset
+            if 0 <= i < len(s.decode):
+                x = log_time(s.decode[i].rec) if use_log else s.decode[i].t
+                if x is not None:
+                    boundaries.append(x)
+    xs = [x for se in out for x in se.xs]
+    lo, hi = (min(xs), max(xs)) if xs else (now - span_s, now)
+    if hi - lo < 10:
+        lo = hi - 10
+    refs = []
+    for s in servers:
+        thr, acc = recorded.get(s.name, (None, None))
+        v = thr if metric == "tok/s" else (acc if metric == "accept len" else None)
+        if v is not None:
+            refs.append((f"{s.name} recorded {v:.1f}" if metric == "tok/s" else
+                         f"{s.name} recorded {v:.2f}", s.role, v))
+    unit = {"tok/s": "decode tok/s", "accept len": "accept len (tokens/round)",
+            "t_cycle": "t_cycle ms (accept len × ms/token)"}[metric]
+    window = (win_lo if win_lo is not None else hi, hi)
+    return ChartModel(metric, tuple(out), tuple(refs),
+                      tuple(sorted(b for b in boundaries if lo <= b <= hi)), window, (lo, hi), unit,
+                      any_log or not xs)
+
+
+def _rgb(value: str | None, fallback: tuple[int, int, int]) -> tuple[int, int, int]:
+    try:
+        return Color.parse(value).rgb if value else fallback
+    except Exception:  # noqa: BLE001 - a theme without that variable
+        return fallback
+
+
+class ThroughputChart(Vertical):
+    """Title line + the Plotext plot; `show(model)` redraws only on a changed model."""
+
+    DEFAULT_CLASSES = "chart"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._key: object = None
+        self.draws = 0
+
+    def compose(self) -> ComposeResult:
+        yield Lines("", classes="chart-title", id="chart-title")
+        yield PlotextPlot(id="chart-plot")
+
+    def on_resize(self) -> None:
+        self._key = None
+
+    def show(self, model: ChartModel) -> None:
+        key = (model, self.size)
+        if key == self._key:
+            return
+        self._key = key
+        self.draws += 1
+        title: list[Piece] = [(model.unit, "bold"), (" over log time · " if model.log_time else
+                                                     " over receive time · ", "$text-muted")]
+        for s in model.series:
+            title.append((f"━ {plain(s.name)} ", "$primary" if s.role == "baseline" else "$success"))
+        for label, role, _ in model.reference:
+            title.append((f"┄ {plain(label)} ", "$primary" if role == "baseline" else "$success"))
+        title.append(("│ run start  ▒ window · t switches metric", "$text-muted"))
+        self.query_one(".chart-title", Lines).put(title)
+        self._draw(model)
+
+    def _draw(self, model: ChartModel) -> None:
+        widget = self.query_one(PlotextPlot)
+        plt = widget.plt
+        tv = self.app.theme_variables
+        colours = {"baseline": _rgb(tv.get("primary"), (0, 120, 215)),
+                   "speculative": _rgb(tv.get("success"), (78, 191, 113))}
+        warn = _rgb(tv.get("warning"), (254, 166, 43))
+        muted = _rgb(tv.get("text-muted"), (128, 128, 128))
+        shade = _rgb(tv.get("panel"), (60, 60, 60))
+        plt.clear_figure()
+        lo, hi = model.span
+        x0, x1 = max(model.window[0], lo), model.window[1]
+        ys = [v for s in model.series for v in s.ys] + [v for _, _, v in model.reference]
+        top = max(ys) * 1.1 if ys else 1.0
+        if model.metric == "tok/s" or model.metric == "t_cycle":
+            bottom = 0.0
+        else:
+            bottom = max(0.0, min(ys) * 0.9) if ys else 0.0
+        # the current window, shaded: a filled band drawn first, the lines over it
+        plt.plot([x0, x1], [top, top], fillx=True, color=shade, marker="░")
+        for b in model.boundaries:
+            plt.vline(b, muted)
+        for s in model.series:
+            if s.xs:
+                plt.plot(list(s.xs), list(s.ys), color=colours.get(s.role or "", muted),
+                         marker="braille")
+        # the recorded baselines over the data, the baseline server's last (it is the reference)
+        for _, role, v in sorted(model.reference, key=lambda r: r[1] == "baseline"):
+            plt.plot([lo, hi], [v, v], color=colours.get(role or "", warn), marker="┄")
+        plt.xlim(lo, hi)
+        plt.ylim(bottom, top)
+        ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
+        fmt = time.gmtime if model.log_time else time.localtime
+        plt.xticks(ticks, [time.strftime("%H:%M:%S", fmt(t)) for t in ticks])
+        plt.xfrequency(5)
+        widget.refresh()
+
+
+__all__ = ["METRICS", "ChartModel", "Series", "ThroughputChart", "chart_model", "metric_value"]
