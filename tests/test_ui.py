@@ -244,3 +244,63 @@ async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
         await pilot.pause(0.3)
         assert f"{90.0 / 60.0:.3f}×" in text_of(app.query_one(SpeedupBar))
         assert "1111" in rendered(app.query_one("#gpus").content, 200)
+
+
+async def test_replay_shows_only_replay_keys_and_never_records_a_baseline(tmp_path):
+    from specmon.export.snapshot import snapshot_from_session
+    from specmon.session.baselines import BaselineStore
+    from specmon.ui.replay import ReplayApp
+
+    snap = snapshot_from_session(populated_session(30))
+    store_path = tmp_path / "baselines.sqlite3"
+    app = ReplayApp(snap, playing=False, show_clock=False,
+                    baseline_store=BaselineStore(store_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        shown = {b.binding.action for b in app.active_bindings.values() if b.binding.show
+                 and app.check_action(b.binding.action, ()) is not False}
+        for action in ("server_start", "server_stop", "server_restart", "server_swap",
+                       "server_bench", "record_baseline"):
+            assert action not in shown
+            assert app.check_action(action, ()) is False
+        assert "toggle_play" in shown
+        app.query_one(ServerPanel).focus()
+        await pilot.press("b")
+        await pilot.pause(0.2)
+        app.record_baseline("baseline")  # a snapshot's scenario asking for one
+        assert app.session.baselines == [] and not app.drift.watches
+        assert not store_path.exists() or BaselineStore(store_path).list() == []
+        keys = app.help_keys()
+        assert "Replay" in keys and "space" in keys and "Servers" not in keys
+        assert "record the focused" not in keys
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Record baseline" not in titles and "Stop server" not in titles
+
+
+async def test_help_lists_readable_keys_grouped_by_task():
+    app = SpecmonApp(populated_session(5), clock=lambda: T0 + 6, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        keys = app.help_keys()
+        for raw in ("question_mark", "slash", "escape"):
+            assert raw not in keys
+        assert "Move around" in keys and "tab" in keys and "shift+tab" in keys
+        lines = keys.splitlines()
+        assert any(line.strip().startswith("[b]?") for line in lines)
+        assert any(line.strip().startswith("[b]/") for line in lines)
+        assert any(line.strip().startswith("[b]esc") for line in lines)
+
+
+async def test_confirm_dialog_keeps_the_screen_visible_behind_it():
+    from specmon.ui.control_keys import ConfirmScreen
+
+    app = SpecmonApp(populated_session(30), clock=lambda: T0 + 31, show_clock=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.push_screen(ConfirmScreen("Stop baseline?"))
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.styles.background.a < 1.0  # translucent: the panels show through
+        text = "\n".join("".join(seg.text for seg in strip)
+                         for strip in app.screen._compositor.render_strips())
+        assert "median 60 s" in text and "Stop baseline?" in text

@@ -163,9 +163,9 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("w", "cycle_window", "Window", id="window.cycle"),
         Binding("b", "record_baseline", "Baseline", id="baseline.record"),
         Binding("h", "next_host", "Next host", id="host.next"),
-        Binding("l", "toggle_log_full", "Full log", id="log.full"),
+        Binding("l", "toggle_log_full", "Log", id="log.full"),
         Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
-        Binding("t", "chart_metric", "Chart", id="chart.metric"),
+        Binding("t", "chart_metric", "Chart", show=False, id="chart.metric"),
         Binding("g", "toggle_gpus", "GPUs", id="gpus.toggle"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
@@ -474,7 +474,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
 
     def _show_headline(self, base: Any, spec: Any, now: float) -> None:
         model = headline_model(base, spec, self.drift, now, self.window_s)
-        rows = 3 if self.has_class("-short") else 4
+        rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
         self.query_one(SpeedupDigits).show(model)
         self.query_one(SpeedupBar).show(model, rows)
         self.query_one(DriftPanel).show(model, rows)
@@ -577,9 +577,9 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         """Key groups for the help: readable key names ("?", "/", "esc"), only keys that work
         here (replay drops the control keys), remaps included."""
         keys: dict[str, list[str]] = {}
-        for key, active in self.active_bindings.items():
-            del key
-            b = active.binding
+        # the app's own bindings after the keymap (a focused widget may shadow a key; the help
+        # lists what the app binds)
+        for b in (b for bs in self._bindings.key_to_bindings.values() for b in bs):
             if self.check_action(b.action, ()) is False:
                 continue
             keys.setdefault(b.action, [])

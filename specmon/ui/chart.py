@@ -250,13 +250,13 @@ class ThroughputChart(Vertical):
         plt.plot([x0, x1], [top, top], fillx=True, color=shade, marker="░")
         for b in model.boundaries:
             plt.vline(b, muted)
+        # the recorded baselines under the data: visible wherever a server left its recording
+        for _, role, v in sorted(model.reference, key=lambda r: r[1] == "baseline"):
+            plt.plot([lo, hi], [v, v], color=colours.get(role or "", warn), marker="┄")
         for s in model.series:
             if s.xs:
                 plt.plot(list(s.xs), list(s.ys), color=colours.get(s.role or "", muted),
                          marker="braille")
-        # the recorded baselines over the data, the baseline server's last (it is the reference)
-        for _, role, v in sorted(model.reference, key=lambda r: r[1] == "baseline"):
-            plt.plot([lo, hi], [v, v], color=colours.get(role or "", warn), marker="┄")
         plt.xlim(lo, hi)
         plt.ylim(bottom, top)
         ticks = [lo + (hi - lo) * i / 4 for i in range(5)]

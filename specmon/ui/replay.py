@@ -64,6 +64,29 @@ class ReplayApp(SpecmonApp):
                          export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
         self.sub_title = f"replay · {snapshot.host}" + (f" · {source_name}" if source_name else "")
 
+    # a replay is read-only: no server control, no baseline recording (the user's baseline
+    # store is never written), no host switching of a live fleet
+    READ_ONLY_ACTIONS = frozenset({"server_start", "server_stop", "server_restart", "server_swap",
+                                   "server_bench", "record_baseline"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.READ_ONLY_ACTIONS:
+            return False  # hidden from the footer and the help, and not run
+        return super().check_action(action, parameters)
+
+    def record_baseline(self, server: str) -> None:
+        """Never in a replay: a snapshot's scenario may ask for one; the store is not touched."""
+        self.notify(f"replay is read-only: no baseline recorded for {server}", markup=False,
+                    timeout=3)
+        return None
+
+    def get_system_commands(self, screen: Any) -> Any:
+        hidden = {"Record baseline", "Start server", "Stop server", "Restart server",
+                  "Swap servers", "Benchmark"}
+        for cmd in super().get_system_commands(screen):
+            if cmd.title not in hidden:
+                yield cmd
+
     def compose(self) -> ComposeResult:
         for widget in super().compose():
             if isinstance(widget, Footer):

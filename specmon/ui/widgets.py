@@ -84,6 +84,10 @@ def fit(text: str, width: int) -> str:
 class Lines(Static):
     """A Static that repaints only when its content changed and relayouts only when needed."""
 
+    DEFAULT_CSS = """
+    Lines { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
     def __init__(self, content: str = "", **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self._key: tuple[Piece, ...] | None = None
@@ -330,7 +334,8 @@ class StickyLog(Log):
 
 
 def compact_line(line: str) -> str:
-    """A log line reduced to what matters (time, bs, tok/s, accept len); others unchanged."""
+    """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"); others
+    unchanged."""
     rec = parse_line(line)
     if not isinstance(rec, BatchRecord):
         return plain(line)
@@ -341,7 +346,7 @@ def compact_line(line: str) -> str:
         out = (f"{ts}{dp} bs {num(rec.running_req, '{}')} "
                f"{num(rec.gen_throughput, '{:.1f}')} tok/s")
         if rec.accept_len is not None:
-            out += f" accept {rec.accept_len:.2f}"
+            out += f" acc {rec.accept_len:.2f}"
         if rec.queue_req:
             out += f" queue {rec.queue_req}"
         if rec.cuda_graph is False:
@@ -490,9 +495,11 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
         extras.append(f"tp {state.args['tp_size']}")
     algo = state.args.get("speculative_algorithm")
     if algo:
-        extras.append(f"{algo} steps {state.args.get('speculative_num_steps')} "
-                      f"topk {state.args.get('speculative_eagle_topk')} "
-                      f"draft {state.args.get('speculative_num_draft_tokens')}")
+        extras.append(str(algo))
+        for key, word in (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
+                          ("speculative_num_draft_tokens", "draft")):
+            if state.args.get(key) is not None:
+                extras.append(f"{word} {state.args.get(key)}")
     used = sum(len(t) for t, _ in p)
     if extras:
         p.append((fit(" · " + " · ".join(plain(str(e)) for e in extras),
@@ -535,7 +542,7 @@ class ServerPanel(Vertical):
         title = self.query_one(".panel-title", Lines)
         title.put(title_pieces(state, title.avail))
         startup = self.query_one(".startup", Lines)
-        pieces = _startup_pieces(state)
+        pieces = _startup_pieces(state, startup.avail)
         startup.display = bool(pieces)
         startup.put(pieces)
         self.query_one(ServerSummary).show(state, now, window_s)
@@ -563,11 +570,11 @@ def _throughput_spark(state: ServerState, now: float, window_s: float, recorded:
             (f" bs {num(bs, '{}')} · {span:.0f} s", "$text-muted")]
 
 
-def _startup_pieces(state: ServerState) -> list[Piece]:
+def _startup_pieces(state: ServerState, width: int = 200) -> list[Piece]:
     p: list[Piece] = []
 
     def line(text: str, style: str = "") -> None:
-        p.append((("\n" if p else "") + text, style))
+        p.append((("\n" if p else "") + (fit(text, width) or text[:width]), style))
 
     if state.control_text:
         line(plain(state.control_text), "italic")
@@ -652,14 +659,15 @@ def gpu_groups(gpus: Sequence[Any], servers: Iterable[ServerState]
     return out
 
 
-def _reasons_of(gs: Sequence[Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def _reasons_of(gs: Sequence[Any]) -> dict[str, list[Any]]:
+    """reason -> the GPU indices that report it."""
+    out: dict[str, list[Any]] = {}
     for g in gs:
         if getattr(g, "clocks_event_reasons", None) is None:
             continue
         for r in g.reasons:
-            counts[r] = counts.get(r, 0) + 1
-    return counts
+            out.setdefault(r, []).append(g.index)
+    return out
 
 
 def _fmt_int(v: float | None) -> str:
@@ -714,8 +722,8 @@ class GpuPanel(Lines):
         groups = gpu_groups(allg, servers)
         nw = max(12, *(len(plain(n)) + 2 for n, _ in groups))
         p: list[Piece] = _cells([(f"{len(allg)} GPUs", "bold", nw), ("", "", 6),
-                                 ("SM MHz min/med/max", "$text-muted", 18),
-                                 ("max °C", "$text-muted", 6), ("power/limit W", "$text-muted", 15),
+                                 ("SM min/med/max", "$text-muted", 15),
+                                 ("°C", "$text-muted", 4), ("W/limit", "$text-muted", 12),
                                  ("clock-event reasons" + ("" if self.expanded else
                                                            " · g: every GPU"), "$text-muted", 0)],
                                 w)
@@ -749,7 +757,7 @@ class GpuPanel(Lines):
         cols: list[tuple[str, str, int]] = [
             (mark + plain(name), "bold reverse" if limited else "bold", nw),
             (f"{len(gs)} GPU{'s' if len(gs) != 1 else ''}", "", 6),
-            (clock, "bold $warning" if limited else "", 18), (temp, "", 6), (pw, "", 15)]
+            (clock, "bold $warning" if limited else "", 15), (temp, "", 4), (pw, "", 12)]
         p = _cells(cols, w)
         used = sum(len(t) for t, _ in p)
         if len(p) < 2 * len(cols) - 1:
@@ -760,8 +768,11 @@ class GpuPanel(Lines):
             if used + 1 + len(note) <= w:
                 p.append((" " + note, "$text-muted"))
             return p
-        for i, (r, n) in enumerate(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))):
-            txt = (" " if i == 0 else ", ") + (f"{r}×{n}" if n > 1 else r)
+        for i, (r, idx) in enumerate(sorted(counts.items(), key=lambda kv: (-len(kv[1]), kv[0]))):
+            which = (f" (all {len(gs)})" if len(idx) == len(gs) and len(gs) > 1 else
+                     f" (GPU {','.join(str(x) for x in idx)})" if len(idx) <= 3 else
+                     f" ({len(idx)} of {len(gs)})")
+            txt = (" " if i == 0 else ", ") + r + which
             if used + len(txt) > w - 2:
                 p.append((" …", "$text-muted"))
                 break
@@ -778,9 +789,9 @@ class GpuPanel(Lines):
             (("▶ " if limited else "  ") + label, "bold reverse" if limited else "", nw),
             ("", "", 6),
             (f"{num(g.clock_sm, '{}')}/{num(g.max_clock_sm, '{}')}",
-             "bold $warning" if limited else "", 18),
-            (num(g.temp_gpu, "{:.0f}"), "", 6),
-            (f"{num(g.power_w, '{:.0f}')}/{num(g.power_limit_w, '{:.0f}')}", "", 15),
+             "bold $warning" if limited else "", 15),
+            (num(g.temp_gpu, "{:.0f}"), "", 4),
+            (f"{num(g.power_w, '{:.0f}')}/{num(g.power_limit_w, '{:.0f}')}", "", 12),
         ]
         p = _cells(cols, w)
         if len(p) < 2 * len(cols) - 1:

@@ -1,0 +1,105 @@
+"""The headline follows the session through the phantom-baseline scenario (issue 15).
+
+Over the simulated host, with both servers: at every sampled moment the headline's digits, its
+speedup line and its drift text say what the session's records say. The expected speedup is
+recomputed here from the decode points themselves (median of each server's window at the
+compared batch size), not read back from the widget's own model; the drift text must turn from
+OK to `DRIFT -N% vs recorded X` with the alert's first cause, without any toast being needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+from specmon.feeds.demo import DemoFeed, default_servers, group_members
+from specmon.session.baselines import BaselineStore
+from specmon.session.state import Session
+from specmon.ui.app import SpecmonApp
+from specmon.ui.headline import drift_state, headline_model
+from specmon.ui.widgets import DriftPanel, SpeedupBar, SpeedupDigits
+
+
+def plain(widget) -> str:  # noqa: ANN001 - a Lines widget
+    return str(widget.content)
+
+
+def window_median(state, now: float, window_s: float, bs: int) -> float:  # noqa: ANN001
+    vals = [p.rec.gen_throughput for p in state.decode
+            if p.t >= now - window_s and p.rec.running_req == bs and p.rec.gen_throughput]
+    return statistics.median(vals)
+
+
+def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
+    """Assert the headline shows the session's numbers now; returns (drift text, ratio)."""
+    now = app.clock()
+    base, spec = app.session.server("baseline"), app.session.server("speculative")
+    model = headline_model(base, spec, app.drift, now, app.window_s)
+    bar = plain(app.query_one(SpeedupBar))
+    digits = app.query_one(SpeedupDigits)
+    drift_txt = plain(app.query_one(DriftPanel))
+    ds = drift_state("baseline", app.drift)
+    assert ds.text.split(" vs ")[0] in drift_txt, (ds, drift_txt)
+    if ds.cause:
+        assert ds.cause[:20] in drift_txt
+    sp = model.speedup
+    if sp is None:
+        assert "speedup N/A" in bar and digits.value == "-•--"
+        return ds.text, None
+    expected = (window_median(spec, now, app.window_s, sp.running_req)
+                / window_median(base, now, app.window_s, sp.running_req))
+    assert abs(sp.ratio - expected) < 1e-9
+    assert f"speedup {sp.ratio:.3f}×" in bar and f"bs {sp.running_req}" in bar
+    assert f"95% {sp.low:.3f}–{sp.high:.3f}" in bar
+    assert digits.value == f"{sp.ratio:.2f}x"
+    state = "win" if sp.low > 1 else ("lose" if sp.high < 1 else "tie")
+    assert digits.has_class(f"-{state}")
+    return ds.text, sp.ratio
+
+
+async def test_headline_follows_the_phantom_baseline_scenario(tmp_path):
+    servers = default_servers()
+    for s in servers:
+        s.args += ["--startup-s", "0.5"]
+    feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
+                    phase_lines=50)
+    app = SpecmonApp(Session(host="demo"), feed, show_clock=False,
+                     baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
+    seen: list[tuple[str, str, float | None]] = []
+    toasts: list[str] = []
+    notify = app.notify
+
+    def counted(message: str, **kwargs):  # noqa: ANN202, ANN003
+        toasts.append(str(message))
+        return notify(message, **kwargs)
+
+    app.notify = counted  # type: ignore[method-assign]
+    async with app.run_test(size=(160, 48)) as pilot:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 200
+        drifted_at: float | None = None
+        while loop.time() < end:
+            await pilot.pause(0.5)
+            app.refresh_view()  # what a refresh tick draws, checked against the session now
+            text, ratio = check_headline(app)
+            seen.append((feed.phase, text, ratio))
+            if text.startswith("DRIFT") and drifted_at is None:
+                drifted_at = loop.time()
+                banner = plain(app.query_one(DriftPanel))
+                assert "NCCL_" in banner  # the first cause, on screen without a toast
+            if drifted_at is not None and loop.time() - drifted_at > 5:
+                break
+        phases = [p for p, _, _ in seen]
+        assert "recording" in phases and "no-nccl-tuning" in phases
+        assert any(t.startswith("OK vs recorded") for _, t, _ in seen)
+        drift = [t for _, t, _ in seen if t.startswith("DRIFT")]
+        assert drift and "vs recorded" in drift[0] and "%" in drift[0]
+        # while the baseline drifted down, the live speedup rose above what it was when OK
+        ok = [r for _, t, r in seen if t.startswith("OK") and r is not None]
+        bad = [r for _, t, r in seen if t.startswith("DRIFT") and r is not None]
+        assert ok and bad and max(bad) > max(ok)
+        # one toast per alert, not one per tick
+        alerts = [a for a in app.session.alerts if not a["cleared"]]
+        assert alerts
+        assert len([t for t in toasts if "vs recorded" in t]) == len(alerts)
+    assert all(not group_members(s.proc.pid) for s in feed.servers if s.proc is not None)
