@@ -12,9 +12,9 @@ mid-word), 160x48 and 220x60 (the throughput chart).
 from __future__ import annotations
 
 import pytest
+from uikit import T0, apply, demo_app, populated_session
 
 from specmon.ui.app import SpecmonApp
-from tests.uikit import T0, apply, demo_app, populated_session
 
 SIZE = (140, 44)
 SIZES = [(80, 24), (120, 36), (160, 48), (220, 60)]
