@@ -266,6 +266,11 @@ async def test_replay_shows_only_replay_keys_and_never_records_a_baseline(tmp_pa
             assert action not in shown
             assert app.check_action(action, ()) is False
         assert "toggle_play" in shown
+        # every key does one thing: the live app's keys never shadow a replay key
+        by_key: dict[str, set[str]] = {}
+        for b in (b for bs in app._bindings.key_to_bindings.values() for b in bs):
+            by_key.setdefault(b.key, set()).add(b.action)
+        assert {k: a for k, a in by_key.items() if len(a) > 1} == {}
         app.query_one(ServerPanel).focus()
         await pilot.press("b")
         await pilot.pause(0.2)

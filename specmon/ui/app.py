@@ -166,7 +166,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("l", "toggle_log_full", "Log", id="log.full"),
         Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
         Binding("t", "chart_metric", "Chart", show=False, id="chart.metric"),
-        Binding("g", "toggle_gpus", "GPUs", id="gpus.toggle"),
+        Binding("a", "toggle_gpus", "All GPUs", id="gpus.toggle"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),

@@ -692,7 +692,7 @@ def _cells(cols: Sequence[tuple[str, str, int]], w: int) -> list[Piece]:
 
 
 class GpuPanel(Lines):
-    """GPUs grouped by server: one summary row per group, `g` expands every GPU's row.
+    """GPUs grouped by server: one summary row per group, `a` expands every GPU's row.
 
     A GPU is marked (▶) when its SM clock is under 90% of max while a server decodes: that is
     when a clock limit costs tokens. Reasons are coloured by severity (power cap: warning;
@@ -725,7 +725,7 @@ class GpuPanel(Lines):
                                  ("SM min/med/max", "$text-muted", 15),
                                  ("°C", "$text-muted", 4), ("W/limit", "$text-muted", 12),
                                  ("clock-event reasons" + ("" if self.expanded else
-                                                           " · g: every GPU"), "$text-muted", 0)],
+                                                           " · a: every GPU"), "$text-muted", 0)],
                                 w)
         for name, gs in groups:
             p.append(("\n", ""))
