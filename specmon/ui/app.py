@@ -201,6 +201,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self.lines_received = 0
         self.refreshes = 0
         self.chart_metric = METRICS[0]
+        self._refresh_requested = False
         self.compact_logs = True
         self._run_starts: dict[str, list[int]] = {}
         self._args_seen: dict[str, int] = {}
@@ -232,8 +233,23 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
 
+    PANEL_MIN_W = 40
+
+    def _fit_panels(self, width: int | None = None) -> None:
+        """Panels share the width while each gets PANEL_MIN_W columns; beyond that they keep
+        that width and the row scrolls (fr units would give each the whole viewport there)."""
+        width = width or self.size.width
+        for box in self.query(".servers"):
+            panels = [p for p in box.children if isinstance(p, ServerPanel)]
+            fixed = len(panels) * self.PANEL_MIN_W > width
+            for p in panels:
+                want = f"{self.PANEL_MIN_W}" if fixed else "1fr"
+                if str(p.styles.width) != want:
+                    p.styles.width = want
+
     def _apply_size(self, width: int, height: int) -> None:
         """Responsive layout through classes on the app: TCSS says what each size shows."""
+        self._fit_panels(width)
         self.set_class(width >= self.CHART_MIN[0] and height >= self.CHART_MIN[1], "-chart")
         self.set_class(height < 30, "-short")
         self.set_class(width < 100, "-narrow")
@@ -288,6 +304,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             container.mount(panel, before=0)
         else:
             container.mount(panel)
+        self._fit_panels()
         self.call_after_refresh(self.refresh_view)
         return panel
 
@@ -393,6 +410,16 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
 
     # --- periodic refresh ---------------------------------------------------------------------
 
+    def request_refresh(self) -> None:
+        """A refresh after the current layout (a resize); several requests make one."""
+        if not self._refresh_requested:
+            self._refresh_requested = True
+            self.call_after_refresh(self._requested_refresh)
+
+    def _requested_refresh(self) -> None:
+        self._refresh_requested = False
+        self.refresh_view()
+
     def refresh_view(self) -> None:
         try:
             self._refresh_view()
@@ -409,9 +436,13 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         for panel in self.panels():
             state = self.session.server(panel.server)
             self._track_runs(state)
-            panel.refresh_from(state, now, self.window_s, recorded.get(panel.server, (None,))[0])
             pending = self._pending.pop(panel.server, None)
             view = panel.log_view
+            if not self._visible(panel):
+                # scrolled out of view (many servers): no work; its log refills when it shows
+                view.filled = False
+                continue
+            panel.refresh_from(state, now, self.window_s, recorded.get(panel.server, (None,))[0])
             view.set_source(state.log)
             if not view.filled:
                 view.refill()  # a panel mounted after lines arrived starts with what is kept
@@ -445,6 +476,19 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             conn.display = want
         if want and str(conn.content) != self.session.connection:
             conn.update(self.session.connection)
+
+    def _visible(self, widget: Any) -> bool:
+        """On screen now: the refresh cost follows the visible panels, not the tailed logs."""
+        if not widget.display or widget.parent is None:
+            return False
+        try:
+            container = widget.parent
+            box = container.scrollable_content_region if hasattr(
+                container, "scrollable_content_region") else container.region
+            r = widget.region
+        except NoMatches:
+            return False
+        return r.area > 0 and box.overlaps(r)
 
     def _track_runs(self, state: Any) -> None:
         """Run starts for the chart's boundaries: a new `server_args` replaced the arguments, so

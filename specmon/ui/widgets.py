@@ -109,6 +109,9 @@ class Lines(Static):
 
     def on_resize(self, _event: events.Resize) -> None:
         self._key, self._nlines = None, -1  # laid out for another width: redraw, relayout
+        request = getattr(self.app, "request_refresh", None)
+        if request is not None:
+            request()  # now, not at the next tick: text is laid out to the new width
 
 
 def _spark(vals: Sequence[float | None], top: float | None, width: int) -> str:
