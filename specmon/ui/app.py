@@ -202,6 +202,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self.refreshes = 0
         self.chart_metric = METRICS[0]
         self._refresh_requested = False
+        self._chart_sig: object = None
         self.compact_logs = True
         self._run_starts: dict[str, list[int]] = {}
         self._args_seen: dict[str, int] = {}
@@ -453,9 +454,14 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         chart = self.query_one(ThroughputChart)
         if chart.display and self.has_class("-chart"):
             shown = [s for s in (base, spec) if s is not None]
-            span = max(self.window_s * 10, 600.0)
-            chart.show(chart_model(shown, self.chart_metric, now, self.window_s, span, recorded,
-                                   self._run_starts))
+            # the model is rebuilt only when a decode line arrived or a setting changed
+            sig = (tuple((s.name, s.decode_total) for s in shown), self.chart_metric,
+                   self.window_s, tuple(sorted(recorded.items())), chart.size)
+            if sig != self._chart_sig:
+                self._chart_sig = sig
+                span = max(self.window_s * 10, 600.0)
+                chart.show(chart_model(shown, self.chart_metric, now, self.window_s, span,
+                                       recorded, self._run_starts))
         decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
                        for st in self.session.servers.values())
         servers = sorted(self.session.servers.values(),

@@ -154,7 +154,11 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
             kept.append(pts[-1])
         out.append(Series(s.name, s.role, tuple(t for t, _ in kept), tuple(v for _, v in kept)))
         # the window's first point, on the log-time axis
-        first_in = next((p for p in s.decode if p.t >= now - window_s), None)
+        first_in = None
+        for p in reversed(s.decode):
+            if p.t < now - window_s:
+                break
+            first_in = p
         if first_in is not None:
             x = log_time(first_in.rec) if use_log else first_in.t
             if x is not None:
