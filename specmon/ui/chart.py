@@ -192,6 +192,23 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
                       any_log or not xs)
 
 
+def _segments(s: Series, boundaries: Sequence[float], gap_s: float = 30.0
+              ) -> list[tuple[list[float], list[float]]]:
+    """The series cut at run starts and at silences: no line is drawn across a restart."""
+    out: list[tuple[list[float], list[float]]] = []
+    xs: list[float] = []
+    ys: list[float] = []
+    for x, y in zip(s.xs, s.ys, strict=True):
+        if xs and (x - xs[-1] > gap_s or any(xs[-1] < b <= x for b in boundaries)):
+            out.append((xs, ys))
+            xs, ys = [], []
+        xs.append(x)
+        ys.append(y)
+    if xs:
+        out.append((xs, ys))
+    return out
+
+
 def _rgb(value: str | None, fallback: tuple[int, int, int]) -> tuple[int, int, int]:
     try:
         return Color.parse(value).rgb if value else fallback
@@ -257,10 +274,10 @@ class ThroughputChart(Vertical):
         # the recorded baselines under the data: visible wherever a server left its recording
         for _, role, v in sorted(model.reference, key=lambda r: r[1] == "baseline"):
             plt.plot([lo, hi], [v, v], color=colours.get(role or "", warn), marker="┄")
+        # points, not lines: a line between two log intervals would draw values never measured
         for s in model.series:
-            if s.xs:
-                plt.plot(list(s.xs), list(s.ys), color=colours.get(s.role or "", muted),
-                         marker="braille")
+            for xs, ys in _segments(s, model.boundaries):
+                plt.scatter(xs, ys, color=colours.get(s.role or "", muted), marker="braille")
         plt.xlim(lo, hi)
         plt.ylim(bottom, top)
         ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
