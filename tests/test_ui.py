@@ -311,3 +311,27 @@ async def test_confirm_dialog_keeps_the_screen_visible_behind_it():
         text = "\n".join("".join(seg.text for seg in strip)
                          for strip in app.screen._compositor.render_strips())
         assert "median 60 s" in text and "Stop baseline?" in text
+
+
+async def test_control_status_line_clears_when_the_action_is_done():
+    class Actions:
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+
+        async def start(self, progress=None):  # noqa: ANN001, ANN201
+            await self.release.wait()
+
+    ctl = Actions()
+    app = SpecmonApp(populated_session(30), clock=lambda: T0 + 31, show_clock=False,
+                     actions={"baseline": ctl})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.query_one("#panel-baseline").focus()
+        await pilot.press("u")
+        await pilot.pause(0.3)
+        startup = app.query_one("#startup-baseline")
+        assert "start…" in str(startup.content) and startup.display
+        ctl.release.set()
+        await wait_for(pilot, lambda: app.session.server("baseline").control_text is None)
+        await pilot.pause(0.4)
+        assert "start" not in str(startup.content) and not startup.display

@@ -87,7 +87,9 @@ class ServerControlMixin:
                     state.notices.extend(last[-5:])
                 self._offer_swap(server, exc)
                 return
-            state.control_text = f"{what}: done"
+            # superseded: the panel's own state says what follows (loading, ready, stopped)
+            state.control_text = None
+            app.notify(f"{server}: {what} done", markup=False, timeout=4)
             if done is not None:
                 done(result)
 

@@ -838,7 +838,13 @@ def _clock_limited(g: Any) -> bool:
 class HostsPanel(Static):
     """One summary row per host (several hosts in one session): state, servers, alerts, GPUs."""
 
+    _last: Any = None
+
     def show(self, rows: list[Any]) -> None:
+        key = repr(rows)
+        if key == self._last:
+            return  # unchanged: no measuring, no repaint
+        self._last = key
         t = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
         for col in ("host", "state", "servers (decode tok/s median, bs)", "alerts",
                     "hottest GPU", "slowest clock", "last data"):
