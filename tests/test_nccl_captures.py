@@ -198,3 +198,21 @@ def test_log_parser_keeps_the_lines_the_rule_needs():
     assert nccl_log_proves_unset(fp, "NCCL_CUMEM_ENABLE") and not nccl_log_proves_unset(fp, "NCCL_PROTO")
     cumem = next(parse_event(ln) for ln in stdout_lines("env-spt") if "NCCL_CUMEM_ENABLE set" in ln)
     assert cumem is not None and cumem.data == {"var": "NCCL_CUMEM_ENABLE", "value": "0"}
+
+
+def test_simulated_rank_prints_what_the_real_one_printed():
+    """The simulator's NCCL output for the env-spt case's environment, next to the real capture."""
+    from specmon.sim.worker import nccl_debug_lines
+
+    env = {k: v for k, v in run_of("env-spt")["workers"][0]["os_environ"].items() if k.startswith("NCCL_")}
+    sim = nccl_debug_lines(env, rank=0, pid=463, tid=463, nranks=1)
+    real = stdout_lines("env-spt")
+
+    def said(lines: list[str]) -> set[str]:
+        return {ln.split("NCCL INFO ", 1)[1] for ln in lines if "set by environment" in ln or "version" in ln}
+
+    assert said(sim) == said(real)
+    assert nccl_debug_meta(sim) == nccl_debug_meta(real) == ("2.28.9", 1)
+    # with 2+ ranks the tuning model runs: the sim prints PROTO/ALGO there (source, not a capture)
+    two = nccl_debug_env(nccl_debug_lines(env, rank=1, pid=9, tid=9, nranks=2))["rank 1"]
+    assert two["NCCL_PROTO"] == "LL" and two["NCCL_ALGO"] == "Ring"
