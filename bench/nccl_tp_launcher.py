@@ -19,6 +19,7 @@ times per call (CUDA events and host wall clock around all_reduce + synchronize)
 
   python bench/nccl_tp_launcher.py capture --world-size 1 --out DIR   # every mode x SPT_NOENV 0/1
   python bench/nccl_tp_launcher.py launch --mode late --world-size 2 --out DIR
+  python bench/nccl_tp_launcher.py capture --world-size 2 --no-nccl --out DIR  # no GPU: /proc only
 
 Needs torch (and setproctitle) on the GPU machine; specmon and its tests never import it.
 Keep NCCL_NVLS_ENABLE=0: `capture` forces it for every case.
@@ -119,7 +120,8 @@ def worker_main(rank: int, world: int, port: int, out: str, cfg: dict[str, Any],
         res["setproctitle"] = f"missing: {exc}"
     res["self_environ_after_title"], _ = environ_summary("self")
     try:
-        _run_collectives(rank, world, port, cfg, res, log)
+        if cfg.get("nccl", True):
+            _run_collectives(rank, world, port, cfg, res, log)
     except Exception:  # noqa: BLE001 - report what we have; the launcher still reads /proc
         import traceback
 
@@ -226,7 +228,7 @@ def launch(args: argparse.Namespace) -> int:
     if args.mode == "prespawn":
         os.environ.update(tuning)
     cfg = {"tokens": [int(x) for x in args.tokens.split(",")], "hidden": args.hidden,
-           "iters": args.iters, "warmup": args.warmup}
+           "iters": args.iters, "warmup": args.warmup, "nccl": not args.no_nccl}
     ctx = mp.get_context("spawn")
     port = _free_port()
     procs, conns = [], []
@@ -307,7 +309,7 @@ def capture(args: argparse.Namespace) -> int:
             argv = [sys.executable, os.path.abspath(__file__), "launch", "--mode", mode,
                     "--world-size", str(args.world_size), "--out", str(root / case), "--tuning", args.tuning,
                     "--tokens", args.tokens, "--hidden", str(args.hidden), "--iters", str(args.iters),
-                    "--warmup", str(args.warmup)]
+                    "--warmup", str(args.warmup)] + (["--no-nccl"] if args.no_nccl else [])
             (root / case).mkdir(exist_ok=True)
             cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra.items()) + " " + shlex.join(argv)
             commands.append(f"{cmd} >{case}/launcher.stdout 2>{case}/launcher.stderr")
@@ -338,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--iters", type=int, default=500)
         p.add_argument("--warmup", type=int, default=50)
         p.add_argument("--timeout", type=float, default=240.0)
+        p.add_argument("--no-nccl", action="store_true",
+                       help="skip torch/NCCL: only spawn, titles and /proc captures (CPU test)")
         if name == "launch":
             p.add_argument("--mode", choices=MODES, required=True)
         else:
