@@ -50,6 +50,7 @@ def nccl_lines(env: dict[str, str], ranks: int = 8, version: str | None = "2.28.
         out.append(f"h200:{200 + r}:{200 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x3ba2b9{r}0 "
                    f"rank {r} nranks {ranks} cudaDev {r} nvmlDev {r} busId {r}0 commId 0x91ef - Init START")
         out += [f"h200:{200 + r}:{300 + r} [{r}] NCCL INFO {k} set by environment to {v}"
+                + ("." if v.isdigit() and k != "NCCL_P2P_LEVEL" else "")  # integer params end with "."
                 for k, v in env.items()]
     return out
 
@@ -115,8 +116,9 @@ def test_worker_env_trust_order():
 # --- diff -> causes ----------------------------------------------------------------------------
 
 def test_lost_nccl_tuning_named_like_the_issue():
-    rec = fingerprint_from(nccl_lines=nccl_lines({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}))
-    live = fingerprint_from(nccl_lines=nccl_lines({"NCCL_CUMEM_ENABLE": "0"}))
+    nvls = {"NCCL_NVLS_ENABLE": "0"}  # SGLang sets it: its "0." line shows the ENV subsystem was on
+    rec = fingerprint_from(nccl_lines=nccl_lines({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"} | nvls))
+    live = fingerprint_from(nccl_lines=nccl_lines({"NCCL_CUMEM_ENABLE": "0"} | nvls))
     causes, checked = diff(rec, live)
     assert causes[0] == "TP workers lack NCCL_ALGO=Ring, NCCL_PROTO=LL that the recorded run had"
     assert causes[1] == "TP workers have NCCL_CUMEM_ENABLE=0 that the recorded run did not"

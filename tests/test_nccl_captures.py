@@ -19,6 +19,7 @@ from specmon.analysis.fingerprint import (
     fingerprint_from,
     nccl_debug_env,
     nccl_debug_meta,
+    nccl_debug_subsystems,
     nccl_log_proves_unset,
 )
 
@@ -75,7 +76,7 @@ def test_one_rank_reports_some_set_variables_and_never_proto_or_algo():
         assert seen == {"rank 0": {"NCCL_CUMEM_ENABLE": "0", "NCCL_P2P_LEVEL": "SYS", "NCCL_NVLS_ENABLE": "0",
                                    "NCCL_BUFFSIZE": "4194304"}}, case
         # specmon's table is exactly what was printed; the rest of what was set is the tuning model's
-        assert set(seen["rank 0"]) == NCCL_REPORTED[("2.28.9", 1)]
+        assert set(seen["rank 0"]) == set(NCCL_REPORTED[("2.28.9", 1)])
         assert set(TUNING) - set(seen["rank 0"]) == NCCL_TUNING_MODEL_VARS
     every_subsystem = (CAP / "env-subsys-all" / "TP0.stdout").read_text()
     assert len(every_subsystem.splitlines()) > 500  # NCCL_DEBUG_SUBSYS=ALL was really on
@@ -174,15 +175,33 @@ def test_recorded_log_proves_only_its_own_version_and_rank_count():
                                 f"tuning model; no real log of NCCL {version} with {nranks} ranks")
 
 
-def test_env_subsystem_off_proves_nothing():
-    lines = [ln for ln in stdout_lines("late-spt") if "set by environment" not in ln]
-    launcher = env_from_environ(b"NCCL_DEBUG=INFO\0NCCL_DEBUG_SUBSYS=INIT\0", 1, "launcher")
-    live = fingerprint_from(nccl_lines=lines, launcher=launcher)
-    assert live.nccl_version == "2.28.9" and live.nccl_nranks == 1
-    assert not nccl_log_proves_unset(live, "NCCL_CUMEM_ENABLE")
-    assert nccl_log_proves_unset(case_fp("late-spt"), "NCCL_CUMEM_ENABLE")  # ENV on: NVLS line shown
-    causes = nccl_causes(case_fp("env-noenv"), live)
-    assert causes and all("only with its ENV debug subsystem on" in c for c in causes)
+def test_debug_subsystems_from_the_captures():
+    """NCCL_DEBUG_SUBSYS=INIT alone: only P2P_LEVEL's line came (integer params need ENV); unset:
+    NCCL's default printed them all."""
+    only_init = stdout_lines("subsys-INIT")
+    assert nccl_debug_env(only_init) == {"rank 0": {"NCCL_P2P_LEVEL": "SYS"}}
+    assert nccl_debug_subsystems(only_init) == ["INIT"]
+    assert nccl_debug_env(stdout_lines("subsys-default")) == nccl_debug_env(stdout_lines("env-spt"))
+    assert nccl_debug_subsystems(stdout_lines("subsys-default")) == ["ENV", "INIT"]
+    for case, want in (("subsys-INIT", "INIT"), ("subsys-default", None)):
+        assert run_of(case)["launcher_environ_start"]["tracked"].get("NCCL_DEBUG_SUBSYS") == want
+    assert all(v in ("ENV", "INIT") for v in NCCL_REPORTED[("2.28.9", 1)].values())
+    assert NCCL_REPORTED[("2.28.9", 1)]["NCCL_P2P_LEVEL"] == "INIT"
+
+
+def test_env_subsystem_off_proves_nothing_for_the_lines_it_carries():
+    rec = case_fp("env-noenv")
+    live = case_fp("subsys-INIT", launcher=False, workers=False)  # only its log
+    for var in ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_BUFFSIZE"):
+        assert not nccl_log_proves_unset(live, var)
+    assert nccl_log_proves_unset(live, "NCCL_P2P_LEVEL")  # its INIT line would have come
+    assert nccl_log_proves_unset(case_fp("late-spt"), "NCCL_CUMEM_ENABLE")  # ENV on there
+    causes = nccl_causes(rec, live)
+    assert len(causes) == 5 and not any(" lack " in c for c in causes)
+    assert all("debug subsystem on, and nothing shows it was (NCCL_DEBUG_SUBSYS not known)" in c
+               for c in causes if "NCCL_PROTO" not in c and "NCCL_ALGO" not in c)
+    # its launcher exec'd with the variables (mode env): nothing is missing, nothing is said
+    assert nccl_causes(rec, case_fp("subsys-INIT")) == []
 
 
 def test_log_parser_keeps_the_lines_the_rule_needs():
@@ -213,6 +232,8 @@ def test_simulated_rank_prints_what_the_real_one_printed():
 
     assert said(sim) == said(real)
     assert nccl_debug_meta(sim) == nccl_debug_meta(real) == ("2.28.9", 1)
+    only_init = dict(env, NCCL_DEBUG_SUBSYS="INIT")
+    assert said(nccl_debug_lines(only_init, 0, 463, 463, 1)) == said(stdout_lines("subsys-INIT"))
     # with 2+ ranks the tuning model runs: the sim prints PROTO/ALGO there (source, not a capture)
     two = nccl_debug_env(nccl_debug_lines(env, rank=1, pid=9, tid=9, nranks=2))["rank 1"]
     assert two["NCCL_PROTO"] == "LL" and two["NCCL_ALGO"] == "Ring"

@@ -48,12 +48,16 @@ _RE_NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
 _RE_NCCL_NRANKS = re.compile(r"NCCL INFO .*\bcomm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
 
 # What real NCCL_DEBUG=INFO captures proved NCCL prints a "set by environment" line for when the
-# variable is set, per (NCCL version, rank count of the communicator): only these (and what the
-# recording itself printed under the same version and ranks) make a missing line mean "not set".
-# Source: tests/data/nccl-h200-launcher (NCCL 2.28.9, 1 rank, NCCL_DEBUG_SUBSYS=INIT,ENV and ALL).
-NCCL_REPORTED: dict[tuple[str, int], frozenset[str]] = {
-    ("2.28.9", 1): frozenset({"NCCL_CUMEM_ENABLE", "NCCL_P2P_LEVEL", "NCCL_NVLS_ENABLE", "NCCL_BUFFSIZE"}),
+# variable is set, per (NCCL version, rank count of the communicator), with the debug subsystem
+# the line needs: only these (and what the recording itself printed under the same version and
+# ranks) make a missing line mean "not set". Source: tests/data/nccl-h200-launcher (NCCL 2.28.9,
+# 1 rank; NCCL_DEBUG_SUBSYS=INIT,ENV, ALL, unset, and INIT alone: then only P2P_LEVEL's line came).
+NCCL_REPORTED: dict[tuple[str, int], dict[str, str]] = {
+    ("2.28.9", 1): {"NCCL_CUMEM_ENABLE": "ENV", "NCCL_NVLS_ENABLE": "ENV", "NCCL_BUFFSIZE": "ENV",
+                    "NCCL_P2P_LEVEL": "INIT"},
 }
+# An integer parameter's line ends with "." and needs ENV; version and communicator lines are INIT.
+_RE_NCCL_PARAM_LINE = re.compile(r"NCCL INFO NCCL_\w+ set by environment to -?\d+\.\s*$")
 # Read (and printed) only by NCCL's tuning model, which a 1-rank communicator never runs: the same
 # captures set both and no line of the log named them, not even with NCCL_DEBUG_SUBSYS=ALL.
 NCCL_TUNING_MODEL_VARS = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
@@ -148,6 +152,21 @@ def nccl_debug_env(lines: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def nccl_debug_subsystems(lines: Iterable[str]) -> list[str]:
+    """NCCL debug subsystems the lines prove were on: INIT (version or communicator lines), ENV
+    (an integer parameter's "... set by environment to 0." line). NCCL never prints its
+    NCCL_DEBUG_SUBSYS, and P2P_LEVEL's line comes with INIT alone, so it proves nothing about ENV."""
+    subs: set[str] = set()
+    for line in lines:
+        if "NCCL INFO" not in line:
+            continue
+        if _RE_NCCL_PARAM_LINE.search(line):
+            subs.add("ENV")
+        elif _RE_NCCL_VERSION.search(line) or _RE_NCCL_NRANKS.search(line):
+            subs.add("INIT")
+    return sorted(subs)
+
+
 def nccl_debug_meta(lines: Iterable[str]) -> tuple[str | None, int | None]:
     """(NCCL version, largest communicator rank count) from NCCL_DEBUG=INFO lines, None if unseen.
 
@@ -228,6 +247,7 @@ class Fingerprint:
     nccl_debug: dict[str, dict[str, str]] = field(default_factory=dict)
     nccl_version: str | None = None  # from the NCCL_DEBUG lines ("2.28.9"), None: not in the log
     nccl_nranks: int | None = None  # largest communicator seen in them
+    nccl_subsys: list[str] = field(default_factory=list)  # debug subsystems the lines prove on
     modified_files: list[str] | None = None
     modified_method: str | None = None  # "RECORD" | "git" | why it could not be checked
     gpus: list[GpuState] = field(default_factory=list)
@@ -343,7 +363,7 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
         version=version, model=model, tp_size=tp if isinstance(tp, int) else None, spec=spec,
         server_pids=list(server_pids), launcher=launcher, workers=list(workers),
         nccl_conf=dict(nccl_conf or {}), nccl_debug=nccl_debug_env(nccl_lines),
-        nccl_version=nccl_version, nccl_nranks=nccl_nranks,
+        nccl_version=nccl_version, nccl_nranks=nccl_nranks, nccl_subsys=nccl_debug_subsystems(nccl_lines),
         modified_files=modified_files, modified_method=modified_method, gpus=list(gpus),
         host=dict(host or {}))
 
@@ -423,46 +443,57 @@ def _environ_nccl(fp: Fingerprint) -> tuple[dict[str, str] | None, str]:
     return None, "unreadable"
 
 
-def _env_subsystem_on(fp: Fingerprint) -> bool:
-    """Whether NCCL's ENV debug subsystem (the "set by environment" lines) was on, as far as known.
-
-    Proven by any such line in the log, or by NCCL_DEBUG_SUBSYS in a readable environ (unset:
-    NCCL's default INIT,BOOTSTRAP,ENV). Nothing else tells: NCCL never prints NCCL_DEBUG_SUBSYS.
-    """
-    if any(env for env in fp.nccl_debug.values()):
-        return True
+def _subsystems(fp: Fingerprint) -> set[str]:
+    """NCCL debug subsystems known to be on: proven by the lines, or NCCL_DEBUG_SUBSYS in a readable
+    environ (unset: NCCL's default INIT,BOOTSTRAP,ENV, as the unset-capture showed)."""
+    subs = set(fp.nccl_subsys)
     for snap in [w for w in fp.workers if w.readable] + ([fp.launcher] if fp.launcher else []):
         if snap.readable:
             sub = snap.vars.get("NCCL_DEBUG_SUBSYS")
             if sub is None:
-                return True
-            parts = {p.strip().upper() for p in sub.split(",")}
-            return not sub.startswith("^") and bool(parts & {"ENV", "ALL"})
-    return False
+                return subs | {"INIT", "ENV"}
+            parts = {p.strip().upper() for p in sub.lstrip("^").split(",")}
+            for name in ("INIT", "ENV"):
+                if (name not in parts) if sub.startswith("^") else (name in parts or "ALL" in parts):
+                    subs.add(name)
+            break
+    return subs
+
+
+def _subsys_value(fp: Fingerprint) -> str:
+    for snap in [w for w in fp.workers if w.readable] + ([fp.launcher] if fp.launcher else []):
+        if snap.readable:
+            return snap.vars.get("NCCL_DEBUG_SUBSYS", "unset")
+    return "not known"
 
 
 def nccl_log_proves_unset(fp: Fingerprint, var: str, ref: Fingerprint | None = None) -> bool:
     """Whether the absence of `var`'s "set by environment" line in fp's NCCL log means "not set".
 
     True only where a real capture showed NCCL prints it in fp's configuration (NCCL_REPORTED by
-    NCCL version and rank count), or `ref` (the other run) printed it under the same version and
-    rank count; and fp's log had NCCL's ENV subsystem on.
+    NCCL version and rank count) with the debug subsystem that line needs on, or where `ref` (the
+    other run) printed it under the same version and rank count and fp had at least ref's
+    subsystems on (ENV among them).
     """
-    if not fp.nccl_debug or not _env_subsystem_on(fp):
+    if not fp.nccl_debug or fp.nccl_version is None or fp.nccl_nranks is None:
         return False
-    if fp.nccl_version is None or fp.nccl_nranks is None:
+    subs = _subsystems(fp)
+    table = NCCL_REPORTED.get((fp.nccl_version, fp.nccl_nranks), {})
+    if var in table:
+        return table[var] in subs
+    if ref is None or ref.nccl_version != fp.nccl_version or ref.nccl_nranks != fp.nccl_nranks:
         return False
-    if var in NCCL_REPORTED.get((fp.nccl_version, fp.nccl_nranks), frozenset()):
-        return True
-    return (ref is not None and ref.nccl_version == fp.nccl_version and ref.nccl_nranks == fp.nccl_nranks
-            and any(var in env for env in ref.nccl_debug.values()))
+    ref_subs = _subsystems(ref)
+    return ("ENV" in subs and ref_subs <= subs and any(var in env for env in ref.nccl_debug.values()))
 
 
 def nccl_invisible_reason(fp: Fingerprint, var: str) -> str:
     """Why fp's NCCL log cannot say whether `var` was set: "NCCL reports VAR only when ..."."""
     ver, n = fp.nccl_version, fp.nccl_nranks
-    if not _env_subsystem_on(fp):
-        return "NCCL reports variables only with its ENV debug subsystem on, and nothing shows it was"
+    need = NCCL_REPORTED.get((ver or "", n or 0), {}).get(var, "ENV")
+    if need not in _subsystems(fp) and not (var in NCCL_TUNING_MODEL_VARS and n == 1):
+        return (f"NCCL reports {var} only with its {need} debug subsystem on, and nothing shows it was "
+                f"(NCCL_DEBUG_SUBSYS {_subsys_value(fp)})")
     if var in NCCL_TUNING_MODEL_VARS:
         if n == 1:
             return (f"NCCL reports {var} only when a communicator of 2+ ranks runs its tuning model; "

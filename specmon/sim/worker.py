@@ -35,6 +35,9 @@ _NCCL_SILENT = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERS
 # skips). With 2+ ranks the sim prints every NCCL_* it has, as NCCL's source says the tuning model
 # does; no real multi-rank capture exists yet to check that.
 _ONE_RANK_REPORTED = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_P2P_LEVEL", "NCCL_NVLS_ENABLE", "NCCL_BUFFSIZE"})
+# The line of NCCL_P2P_LEVEL comes with the INIT debug subsystem (the capture with
+# NCCL_DEBUG_SUBSYS=INIT had it and no other); the others need ENV.
+_INIT_SUBSYS_VARS = frozenset({"NCCL_P2P_LEVEL"})
 # Printed as strings; NCCL's integer params end with "." ("... set by environment to 0.")
 _STRING_VARS = frozenset({"NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO", "NCCL_NET_GDR_LEVEL", "NCCL_NET",
                           "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"})
@@ -74,22 +77,38 @@ def nccl_debug_lines(env: dict[str, str], rank: int, pid: int, tid: int, nranks:
     """What NCCL_DEBUG=INFO prints on this rank at communicator init, in real NCCL's line shapes."""
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         return []
+    subs = _debug_subsystems(env)
     host = socket.gethostname().split(".")[0]
     pre = f"{host}:{pid}:{tid} [{rank}] NCCL INFO "
     comm = f"0x{(pid * 2654435761) & 0xFFFFFFFF:x}"
     init = (f"ncclCommInitRankConfig comm {comm} rank {rank} nranks {nranks} cudaDev {rank} nvmlDev {rank} "
             f"busId {rank + 1}0 commId 0x91ef59283a7fc5c - Init")
-    out = [pre + f"NCCL version {NCCL_VERSION}"] if rank == 0 else []
-    out.append(pre + init + " START")
+    out = [pre + f"NCCL version {NCCL_VERSION}"] if rank == 0 and "INIT" in subs else []
+    if "INIT" in subs:
+        out.append(pre + init + " START")
     for var, value in nccl_vars(env).items():
         if var in _NCCL_SILENT or (nranks == 1 and var not in _ONE_RANK_REPORTED):
             continue
+        if ("INIT" if var in _INIT_SUBSYS_VARS else "ENV") not in subs:
+            continue
         dot = "." if var not in _STRING_VARS and value.lstrip("-").isdigit() else ""
         out.append(formats.nccl_env_line(host, pid, tid, rank, var, value + dot))
-    out.append(pre + f"comm {comm} rank {rank} nRanks {nranks} nNodes 1 localRanks {nranks} "
-               f"localRank {rank} MNNVL 0")
-    out.append(pre + init + " COMPLETE")
+    if "INIT" in subs:
+        out.append(pre + f"comm {comm} rank {rank} nRanks {nranks} nNodes 1 localRanks {nranks} "
+                   f"localRank {rank} MNNVL 0")
+        out.append(pre + init + " COMPLETE")
     return out
+
+
+def _debug_subsystems(env: dict[str, str]) -> set[str]:
+    """INIT/ENV per NCCL_DEBUG_SUBSYS (unset: NCCL's default INIT,BOOTSTRAP,ENV; "^X": all but X)."""
+    sub = env.get("NCCL_DEBUG_SUBSYS")
+    if sub is None:
+        return {"INIT", "ENV"}
+    parts = {p.strip().upper() for p in sub.lstrip("^").split(",")}
+    if sub.startswith("^"):
+        return {"INIT", "ENV"} - parts
+    return {"INIT", "ENV"} if "ALL" in parts else parts & {"INIT", "ENV"}
 
 
 def _nccl_debug_writer(env: dict[str, str], log: LogWriter) -> LogWriter:
