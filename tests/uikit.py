@@ -89,9 +89,15 @@ def demo_decode(t: float, k: int, gt: float, accept: float | None = None) -> str
 
 
 def _nccl_lines(pid: int, tuned: bool) -> list[str]:
-    env = {"NCCL_DEBUG": "INFO", **(NCCL_TUNING if tuned else {})}
-    return [f"gpu-box:{pid}:{pid} [{r}] NCCL INFO {k} set by environment to {v}"
-            for r in range(8) for k, v in env.items()]
+    """What 8 TP ranks print with NCCL_DEBUG=INFO, as the simulated host prints it (its format
+    follows the real NCCL 2.28 capture)."""
+    from specmon.sim.server import sglang_env_edits
+    from specmon.sim.worker import nccl_debug_lines
+
+    sglang = {k: v for k, v in sglang_env_edits("0.5.23", False, False).items()
+              if k.startswith("NCCL_")}  # what SGLang itself sets before it spawns the ranks
+    env = {"NCCL_DEBUG": "INFO", **sglang, **(NCCL_TUNING if tuned else {})}
+    return [line for r in range(8) for line in nccl_debug_lines(env, r, pid + r, pid + r, 8)]
 
 
 def _start(s: Session, name: str, t: float, spec: bool, nccl: bool) -> None:
