@@ -54,6 +54,9 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
     assert digits.value == f"{sp.ratio:.2f}x"
     state = "win" if sp.low > 1 else ("lose" if sp.high < 1 else "tie")
     assert digits.has_class(f"-{state}")
+    if ds.state == "drift" and model.vs_recorded is not None:
+        r, rec = model.vs_recorded
+        assert f"{r:.2f}× vs recorded {rec:.1f}" in bar
     return ds.text, sp.ratio
 
 
@@ -103,3 +106,22 @@ async def test_headline_follows_the_phantom_baseline_scenario(tmp_path):
         assert alerts
         assert len([t for t in toasts if "vs recorded" in t]) == len(alerts)
     assert all(not group_members(s.proc.pid) for s in feed.servers if s.proc is not None)
+
+
+def test_headline_model_of_the_demo_states():
+    from uikit import DEMO_NOW, demo_app
+
+    steady = demo_app(drift=False).headline()
+    assert steady.state == "win" and steady.vs_recorded is None
+    assert [d.text for d in steady.drift] == ["OK vs recorded 89.0", "OK vs recorded 94.2"]
+    app = demo_app(drift=True)
+    m = app.headline()
+    base = m.drift[0]
+    assert base.state == "drift" and base.level == "critical"
+    assert base.text == "DRIFT -29% vs recorded 89.0"
+    assert base.cause.startswith("TP workers lack NCCL_ALGO=Ring")
+    spec = app.session.server("speculative")
+    r, rec = m.vs_recorded
+    assert abs(rec - 89.0) < 0.05
+    assert abs(r - window_median(spec, DEMO_NOW, 60.0, 1) / rec) < 1e-9
+    assert m.drift[1].text == "OK vs recorded 94.2"

@@ -35,6 +35,8 @@ class HeadlineModel:
     window_s: float
     reason: str | None  # why N/A
     drift: tuple[DriftState, ...]
+    # while the baseline drifts: (spec median ÷ the recorded baseline at the same bs, recorded)
+    vs_recorded: tuple[float, float] | None = None
 
     @property
     def ratio_text(self) -> str:
@@ -80,7 +82,23 @@ def headline_model(base: ServerState | None, spec: ServerState | None, drift: An
         return HeadlineModel("na", None, window_s, f"no batch size with ≥3 decode samples on both "
                              f"in the last {window_s:.0f} s", states)
     state = "win" if sp.low > 1.0 else ("lose" if sp.high < 1.0 else "tie")
-    return HeadlineModel(state, sp, window_s, None, states)
+    vs = None
+    if states and states[0].state == "drift":
+        rec = recorded_at(drift.watches[base.name], sp.running_req)
+        if rec:
+            vs = (sp.spec.median / rec, rec)
+    return HeadlineModel(state, sp, window_s, None, states, vs)
+
+
+def recorded_at(watch: Any, running_req: int) -> float | None:
+    """The recorded baseline's median decode tok/s at this batch size (its largest stratum)."""
+    from specmon.analysis.drift import rr_bucket
+
+    strata = [b for b in watch.baseline.stats.strata.values()
+              if b.stratum.rr == rr_bucket(running_req) and b.median_thr]
+    if not strata:
+        return None
+    return max(strata, key=lambda b: b.n).median_thr
 
 
 __all__ = ["DriftState", "HeadlineModel", "drift_state", "headline_model"]

@@ -177,7 +177,12 @@ class SpeedupBar(Lines):
         p.append((head, STATE_STYLE[model.state]))
         p.append((fit(f" · bs {sp.running_req} · 95% {sp.low:.3f}–{sp.high:.3f}", w - len(head)),
                   "bold"))
-        lines = [f"{verdict} · spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s",
+        first = f"{verdict} · spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s"
+        if model.vs_recorded is not None:
+            r, rec = model.vs_recorded
+            first = (f"vs a drifted live baseline {sp.base.median:.1f} · {r:.2f}× vs recorded "
+                     f"{rec:.1f} · spec {sp.spec.median:.1f} tok/s")
+        lines = [first,
                  f"medians, decode-only, last {model.window_s:.0f} s · n {sp.spec.n}/{sp.base.n}"]
         cyc, be = sp.verify_cycle_ms, sp.break_even_accept_len
         if cyc is not None and be is not None and sp.spec.accept_len is not None:
@@ -187,7 +192,8 @@ class SpeedupBar(Lines):
             lines.append(f"ms/token {sp.spec_ms_per_token:.1f} spec vs "
                          f"{sp.base_ms_per_token:.1f} base")
         for i, line in enumerate(lines[:max(rows - 1, 0)]):
-            p.append(("\n" + fit(line, w), "" if i == 0 else "$text-muted"))
+            style = "$text-muted" if i else ("bold $warning" if model.vs_recorded else "")
+            p.append(("\n" + fit(line, w), style))
         self.put(p)
 
 
