@@ -63,8 +63,13 @@ NCCL_PROTO = "LL"
             assert all(w.env.get("NCCL_PROTO") == "LL" for w in workers)
             await pilot.press("x")
             await pilot.pause(0.3)
+            toasts: list[str] = []
+            notify = app.notify
+            app.notify = lambda message, **kw: (toasts.append(str(message)),  # type: ignore
+                                                notify(message, **kw))[1]
             await pilot.press("y")
-            await wait_for(pilot, lambda: (st.control_text or "").startswith("stop: done"), 60)
+            await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
+            assert st.control_text is None  # the status line cleared once the stop was done
     finally:
         for ctl in actions.values():
             await ctl.close()

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.table import Table
-from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -79,6 +78,31 @@ def fit(text: str, width: int) -> str:
         return ""
     cut = cut[:sp].rstrip(" ·,")
     return cut + "…" if cut else ""
+
+
+def wrap_words(text: str, width: int, rows: int) -> list[str]:
+    """`text` over at most `rows` lines of `width`, broken between words; the last line ends
+    with an ellipsis (at a word boundary) when the text does not fit."""
+    out: list[str] = []
+    words = text.split()
+    line = ""
+    while words and len(out) < rows:
+        word = words[0]
+        cand = f"{line} {word}" if line else word
+        if len(cand) <= width:
+            line = cand
+            words.pop(0)
+            continue
+        if not line:  # a single word wider than the line
+            line = word[:width]
+            words.pop(0)
+        out.append(line)
+        line = ""
+    if line and len(out) < rows:
+        out.append(line)
+    if words and out:
+        out[-1] = fit(out[-1] + " " + " ".join(words), width) or out[-1]
+    return out
 
 
 class Lines(Static):
@@ -216,8 +240,10 @@ class DriftPanel(Lines):
                 text = text.split(" vs ")[0]  # "DRIFT -29%": the essential
             p.append((fit(text, max(w - len(name) - 1, 4)), DRIFT_STYLE[d.state]))
             if d.cause and left > 0:
-                left -= 1
-                p.append(("\n  " + fit(plain(d.cause), w - 2), "$warning"))
+                lines = wrap_words(plain(d.cause), w - 2, left)
+                left -= len(lines)
+                for line in lines:
+                    p.append(("\n  " + line, "$warning"))
         if not p:
             p.append(("drift: no servers yet", "$text-muted"))
         self.put(p)
@@ -874,5 +900,5 @@ class HostsPanel(Static):
 
 
 __all__ = ["NA", "DriftPanel", "GpuPanel", "HostsPanel", "LogView", "ServerPanel",
-           "ServerSummary", "SpeedupBar", "SpeedupDigits", "StickyLog", "Text", "compact_line",
+           "ServerSummary", "SpeedupBar", "SpeedupDigits", "StickyLog", "compact_line",
            "fit", "gpu_groups", "safe_id", "summary_rows"]
