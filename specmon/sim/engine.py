@@ -19,7 +19,14 @@ from typing import Any
 
 from specmon.sim import formats
 from specmon.sim.gpu_model import decode_intensity
-from specmon.sim.perf import PerfModel, RankSpeed, SpecConfig, uniform_ranks
+from specmon.sim.perf import (
+    DRAFT_WEIGHT_FRAC,
+    VERIFY_TOKEN_COST,
+    PerfModel,
+    RankSpeed,
+    SpecConfig,
+    uniform_ranks,
+)
 
 IDLE_AFTER_S = 1.0  # a pause longer than this lets the GPUs go idle
 TokenSink = Callable[[int, bool], None]  # (new tokens, finished)
@@ -37,6 +44,8 @@ class EngineConfig:
     context_len: int = 131072
     spec: SpecConfig | None = None
     patch_overhead: float = 0.0
+    draft_weight_frac: float = DRAFT_WEIGHT_FRAC  # one draft forward vs the target's weights
+    verify_token_cost: float = VERIFY_TOKEN_COST  # verify pass: extra cost per draft token
     load_concurrency: int = 0
     load_input_len: int = 1024
     load_output_len: int = 1024
@@ -57,6 +66,8 @@ class Request:
     alpha: float = 0.0
     generated: int = 0
     verify_ct: int = 0
+    correct_drafts: int = 0
+    spec_hist: list[int] = field(default_factory=list)  # rounds by number of correct drafts
     first_token_time: float | None = None
     finish_time: float | None = None
 
@@ -116,7 +127,9 @@ class Engine:
     def __init__(self, cfg: EngineConfig, ranks: Sequence[RankSpeed] | None = None) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.perf = PerfModel(tp_size=cfg.tp_size, patch_overhead=cfg.patch_overhead)
+        self.perf = PerfModel(tp_size=cfg.tp_size, patch_overhead=cfg.patch_overhead,
+                              draft_weight_frac=cfg.draft_weight_frac,
+                              verify_token_cost=cfg.verify_token_cost)
         self.ranks: list[RankSpeed] = list(ranks or uniform_ranks(cfg.tp_size, {}))
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -300,6 +313,10 @@ class Engine:
                 self.spec_accepted += k
                 self.spec_verify += 1
                 r.verify_ct += 1
+                r.correct_drafts += k
+                if len(r.spec_hist) <= spec.max_accept_drafts:
+                    r.spec_hist.extend([0] * (spec.max_accept_drafts + 1 - len(r.spec_hist)))
+                r.spec_hist[k] += 1
                 self.spec_verify_calls_total += 1
         end = now + dur
         self._recent_bs = bs

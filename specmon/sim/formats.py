@@ -301,3 +301,50 @@ def access_message(client: str, method: str, path: str, status: int, reason: str
 def nccl_env_line(host: str, pid: int, tid: int, dev: int, var: str, value: str) -> str:
     """What NCCL_DEBUG=INFO prints when it reads a variable from the environment."""
     return f"{host}:{pid}:{tid} [{dev}] NCCL INFO {var} set by environment to {value}"
+
+
+# ---------------------------------------------------------------------------- /generate meta_info
+
+
+def spec_meta_info(
+    version: str,
+    *,
+    verify_ct: int,
+    correct_drafts: int,
+    histogram: Sequence[int],
+    completion_tokens: int,
+    num_steps: int,
+    num_draft_tokens: int,
+) -> dict[str, Any]:
+    """The speculative keys of a finished request's `meta_info` (sglang-observables.md 4.3).
+
+    Three generations of names: 0.5.6-0.5.10 `spec_accept_token_num`/`spec_draft_token_num`;
+    0.5.9-0.5.20 `spec_accept_histogram`; 0.5.11-0.5.20 `spec_accepted_drafts`/
+    `spec_proposed_drafts`; 0.5.12+ `spec_num_correct_drafts`/`spec_num_proposed_drafts`/
+    `spec_correct_drafts_histogram`. SGLang (0.5.23 tokenizer_manager) adds them only to the
+    finished chunk of a stream, so the caller does too.
+    """
+    if not ge(version, "0.4.3"):
+        return {}
+    out: dict[str, Any] = {"spec_verify_ct": verify_ct}
+    proposed = verify_ct * max(1, num_draft_tokens - 1)
+    if ge(version, "0.5.4") and verify_ct:
+        acc_len = completion_tokens / verify_ct
+        out["spec_accept_length"] = acc_len
+        if ge(version, "0.5.11"):
+            out["spec_accept_rate"] = correct_drafts / proposed if proposed else 0.0
+        else:
+            out["spec_accept_rate"] = accept_rate(version, acc_len, num_steps, num_draft_tokens)
+    if ge(version, "0.5.6") and not ge(version, "0.5.11"):
+        out["spec_accept_token_num"] = correct_drafts
+        out["spec_draft_token_num"] = proposed
+    if ge(version, "0.5.9") and not ge(version, "0.5.23"):
+        out["spec_accept_histogram"] = list(histogram)
+    if ge(version, "0.5.11") and not ge(version, "0.5.23"):
+        out["spec_accepted_drafts"] = correct_drafts
+        out["spec_proposed_drafts"] = proposed
+    if ge(version, "0.5.12"):
+        out["spec_num_correct_drafts"] = correct_drafts
+        out["spec_num_proposed_drafts"] = proposed
+        out["spec_correct_drafts_histogram"] = list(histogram)
+    return out

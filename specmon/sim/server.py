@@ -774,6 +774,10 @@ class SimServer:
             if not isinstance(text, str):
                 raise ValueError("text must be a string (batched requests are not simulated)")
             input_len = max(1, int(len(text.split()) * 1.3))
+        ctx = self.engine_cfg.context_len
+        if input_len >= ctx:  # TokenizerManager._validate_one_request's wording
+            raise ValueError(f"The input ({input_len} tokens) is longer than the model's context "
+                             f"length ({ctx} tokens).")
         q: Queue[tuple[int, bool]] = Queue()
         with self.lock:
             req = self.engine.submit(
@@ -790,10 +794,11 @@ class SimServer:
             "completion_tokens": completion,
             "cached_tokens": 0,
         }
-        if self.spec is not None and formats.ge(self.version, "0.4.3"):
-            meta["spec_verify_ct"] = req.verify_ct
-            if formats.ge(self.version, "0.5.4") and req.verify_ct:
-                meta["spec_accept_length"] = completion / req.verify_ct
+        if self.spec is not None and done:  # spec_* only in the finished chunk, as 0.5.23
+            meta.update(formats.spec_meta_info(
+                self.version, verify_ct=req.verify_ct, correct_drafts=req.correct_drafts,
+                histogram=req.spec_hist, completion_tokens=completion,
+                num_steps=self.spec.num_steps, num_draft_tokens=self.spec.num_draft_tokens))
         if done and req.finish_time is not None:
             meta["e2e_latency"] = req.finish_time - req.arrival
         return meta
@@ -926,17 +931,25 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("body must be a JSON object")
-                req, q = srv.generate(body)
             except (ValueError, TypeError) as exc:
                 self._json(400, {"error": {"message": str(exc)}})
                 return
             stream = bool(body.get("stream"))
+            try:
+                req, q = srv.generate(body)
+            except (ValueError, TypeError) as exc:
+                if not stream:  # http_server.generate_request: _create_error_response -> 400
+                    self._json(400, {"error": {"message": str(exc)}})
+                    return
+                # streaming: the response has started (200); the error is a data chunk
+                self._start_stream()
+                err = {"error": {"message": str(exc)}}
+                self._chunk(f"data: {json.dumps(err)}\n\n".encode())
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+                return
             if stream:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                self._access(200)
+                self._start_stream()
             done_tokens = 0
             while True:
                 try:
@@ -958,6 +971,13 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._json(200, {"text": token_text(req.rid, 0, done_tokens),
                              "meta_info": srv.meta_info(req, True, done_tokens)})  # fmt: skip
+
+        def _start_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            self._access(200)
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
