@@ -394,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parse(sub)
     _add_check(sub)
+    from specmon.commands.advise_cmd import add_parser as _add_advise
+
+    _add_advise(sub)
     _add_baseline(sub)
     _add_record(sub)
     _add_connect(sub)
