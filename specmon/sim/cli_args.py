@@ -22,6 +22,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-gpu-id", type=int, default=0)
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--enable-mfu-metrics", action="store_true",
+                   help="est. TFLOPS/BW suffixes on decode lines (0.5.10+, with --enable-metrics)")
     g.add_argument("--decode-log-interval", type=int, default=40)
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--cuda-graph-max-bs", type=int, default=None)

@@ -87,6 +87,11 @@ class DecodeRecord:
     cuda_graph: bool
     forward_ct: int
     accept_len: float | None = None
+    fwd_busy_s: float = 0.0  # decode forward time in this interval (device timer)
+    all_busy_s: float = 0.0  # any forward (prefill too)
+    interval_s: float = 0.0
+    decode_tokens: int = 0  # tokens the interval's decode passes produced (MFU estimate)
+    decode_passes: int = 0
 
 
 @dataclass
@@ -148,6 +153,9 @@ class Engine:
         self.cum_spec_accepted = 0
         self.cum_spec_verify = 0
         self.last_gen_throughput = 0.0
+        self._fwd_busy = 0.0
+        self._all_busy = 0.0
+        self._decode_passes = 0
         self.last_decode_time: float | None = None
         self.last_accept_len: float | None = None
         self.total_cached = 0
@@ -279,6 +287,7 @@ class Engine:
         self.forward_ct += 1
         dur = self.perf.prefill_ms(new_tokens, self.ranks) / 1000.0
         dur *= math.exp(self._noise)
+        self._all_busy += dur
         res = StepResult(now, dur, "prefill", records=[rec])
         end = now + dur
         self.prompt_tokens_total += new_tokens
@@ -319,6 +328,9 @@ class Engine:
                 r.spec_hist[k] += 1
                 self.spec_verify_calls_total += 1
         end = now + dur
+        self._fwd_busy += dur
+        self._all_busy += dur
+        self._decode_passes += 1
         self._recent_bs = bs
         res = StepResult(now, dur, "decode")
         done: list[Request] = []
@@ -342,6 +354,10 @@ class Engine:
         tic = self.last_decode_stats_tic
         gap = t - tic if tic is not None else 0.0
         gen = self.num_generated_tokens / gap if gap > 0 else 0.0
+        tokens = self.num_generated_tokens
+        fwd, allb, passes = self._fwd_busy, self._all_busy, self._decode_passes
+        self._fwd_busy = self._all_busy = 0.0
+        self._decode_passes = 0
         self.last_decode_stats_tic = t
         self.num_generated_tokens = 0
         accept_len = None
@@ -369,6 +385,11 @@ class Engine:
             cuda_graph=(not cfg.disable_cuda_graph) and bs <= cfg.cuda_graph_max_bs,
             forward_ct=self.forward_ct,
             accept_len=accept_len,
+            fwd_busy_s=fwd,
+            all_busy_s=allb,
+            interval_s=gap,
+            decode_tokens=tokens,
+            decode_passes=passes,
         )
 
     def _finish_done(self, res: StepResult, done: list[Request], end: float) -> None:
@@ -439,9 +460,20 @@ def render(
     spec: SpecConfig | None = None,
     log_ms: bool = False,
     log_forward_iters: bool = False,
+    device_timer: bool = False,
+    mfu: bool = False,
+    tp_size: int = 8,
 ) -> str:
-    """A record as the log line SGLang `version` prints (without newline)."""
+    """A record as the log line SGLang `version` prints (without newline).
+
+    `device_timer` stands for SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (`fwd occupancy`), `mfu` for
+    --enable-mfu-metrics; a DSPARK spec prints `cap len`/`block accept len` and its estimate.
+    The simulator's values: occupancy = decode forward time / interval (fwd+idle: any forward),
+    cap len = the static verify window, the uncapped estimate = accept len with a +-5 % bracket,
+    MFU from a 70B bf16 model's FLOPs and weight bytes per pass.
+    """
     if isinstance(record, DecodeRecord):
+        tele = _telemetry(record, version, spec, device_timer, mfu, tp_size)
         rate = None
         if record.accept_len is not None and spec is not None:
             rate = formats.accept_rate(
@@ -459,6 +491,7 @@ def render(
             cuda_graph=record.cuda_graph,
             forward_ct=record.forward_ct,
             log_forward_iters=log_forward_iters,
+            **tele,
         )
     else:
         msg = formats.prefill_message(
@@ -479,6 +512,32 @@ def render(
     return formats.line(version, record.t, msg, tag, log_ms=log_ms)
 
 
+MODEL_PARAMS = 70e9  # the simulated ~70B model
+
+
+def _telemetry(rec: DecodeRecord, version: str, spec: SpecConfig | None, device_timer: bool,
+               mfu: bool, tp_size: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if spec is not None and spec.algorithm.upper() == "DSPARK" and rec.accept_len is not None:
+        out["cap_len"] = float(spec.num_draft_tokens)
+        out["block_accept_len"] = rec.accept_len
+        out["uncap"] = (rec.accept_len, rec.accept_len * 0.95, rec.accept_len * 1.05)
+    if device_timer:
+        gap = rec.interval_s
+        out["fwd_occupancy"] = 100.0 * rec.fwd_busy_s / gap if gap > 0 else float("nan")
+        out["fwd_idle_occupancy"] = (min(100.0, 100.0 * rec.all_busy_s / gap) if gap > 0
+                                     else float("nan"))
+    if mfu and rec.interval_s > 0:
+        per_gpu = 1.0 / max(1, tp_size)
+        flops = 2.0 * MODEL_PARAMS * rec.decode_tokens * per_gpu
+        read = 2.0 * MODEL_PARAMS * rec.decode_passes * per_gpu + 327_680 * rec.num_tokens * (
+            rec.decode_passes) * per_gpu
+        write = 327_680 * rec.decode_tokens * per_gpu
+        g = rec.interval_s
+        out["mfu"] = (flops / g / 1e12, read / g / 1e9, write / g / 1e9)
+    return out
+
+
 @dataclass
 class SimLine:
     t: float
@@ -494,6 +553,8 @@ def simulate(
     version: str = formats.NEWEST,
     ranks: Sequence[RankSpeed] | None = None,
     env: dict[str, str] | None = None,
+    device_timer: bool = False,
+    mfu: bool = False,
 ) -> Iterator[SimLine]:
     """Time-compressed run: the decode/prefill lines of `duration_s` simulated seconds.
 
@@ -516,4 +577,6 @@ def simulate(
             continue
         now = res.end
         for rec in res.records:
-            yield SimLine(rec.t, render(rec, version, tag, spec=cfg.spec), rec)
+            yield SimLine(rec.t, render(rec, version, tag, spec=cfg.spec,
+                                        device_timer=device_timer, mfu=mfu,
+                                        tp_size=cfg.tp_size), rec)

@@ -146,8 +146,20 @@ def decode_message(
     forward_ct: int = 0,
     device: str = "cuda",
     log_forward_iters: bool = False,
+    cap_len: float | None = None,
+    block_accept_len: float | None = None,
+    uncap: tuple[float, float, float] | None = None,
+    fwd_occupancy: float | None = None,
+    fwd_idle_occupancy: float | None = None,
+    mfu: tuple[float, float, float] | None = None,
 ) -> str:
-    """The message of a 'Decode batch' line, templates D1-D10 (section 2)."""
+    """The message of a 'Decode batch' line, templates D1-D10 (section 2).
+
+    Optional 0.5.1x-0.5.2x parts, each only in the versions that print it: `cap len` and
+    `block accept len` (0.5.18+, when > 0) and DSPARK's `est uncap acc len: mid [lo, hi]`;
+    the --enable-mfu-metrics suffix (0.5.10+); `fwd occupancy` (0.5.11+) and
+    `fwd+idle occupancy` (0.5.23) with the device timer. A NaN occupancy prints `nan%`.
+    """
     spec = accept_len is not None and has_spec_fields(version)
     if ge(version, "0.5.4.post1"):
         head = f"Decode batch [{forward_ct}], " if log_forward_iters else "Decode batch, "
@@ -161,6 +173,13 @@ def decode_message(
         msg += f"accept len: {accept_len:.2f}, "
         if ge(version, "0.5.4"):
             msg += f"accept rate: {accept_rate if accept_rate is not None else 0.0:.2f}, "
+        if ge(version, "0.5.18"):
+            if cap_len:
+                msg += f"cap len: {cap_len:.2f}, "
+            if block_accept_len:
+                msg += f"block accept len: {block_accept_len:.2f}, "
+            if uncap is not None:
+                msg += f"est uncap acc len: {uncap[0]:.2f} [{uncap[1]:.2f}, {uncap[2]:.2f}], "
     if ge(version, "0.4.6.post1"):
         msg += f"{graph_label(version, device)}: {cuda_graph}, "
     msg += f"gen throughput (token/s): {gen_throughput:.2f}, "
@@ -169,6 +188,14 @@ def decode_message(
     msg += f"#queue-req: {queue_req}"
     if _decode_trailing_comma(version):
         msg += ", "
+    if mfu is not None and ge(version, "0.5.10"):
+        msg += (f", est. decode TFLOPS/s (per GPU): {mfu[0]:.2f}, "
+                f"est. read BW (GB/s per GPU): {mfu[1]:.2f}, "
+                f"est. write BW (GB/s per GPU): {mfu[2]:.2f}")
+    if fwd_occupancy is not None and ge(version, "0.5.11"):
+        msg += f", fwd occupancy: {fwd_occupancy:.2f}%"
+        if ge(version, "0.5.23") and fwd_idle_occupancy is not None:
+            msg += f", fwd+idle occupancy: {fwd_idle_occupancy:.2f}%"
     return msg
 
 

@@ -104,6 +104,9 @@ class SimServer:
             )
         self.log_ms = os.environ.get("SGLANG_LOG_MS", "") in ("1", "true", "True")
         self.log_iters = os.environ.get("SGLANG_LOG_FORWARD_ITERS", "") in ("1", "true", "True")
+        self.device_timer = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "") in (
+            "1", "true", "True")
+        self.mfu = bool(getattr(opts, "enable_mfu_metrics", False)) and opts.enable_metrics
         self.info_on = opts.log_level in ("debug", "info")
         self.tag0 = formats.rank_tag(self.version, tp_size=self.tp, tp_rank=0)
         # memory plan (cosmetic but self-consistent): a ~70B bf16 model sharded over tp GPUs
@@ -165,6 +168,8 @@ class SimServer:
             )
         if algo == "EAGLE3" and not formats.ge(self.version, "0.4.5"):
             raise SimError(f"EAGLE3 needs --format-version >= 0.4.5 (got {self.version})")
+        if algo == "DSPARK" and not formats.ge(self.version, "0.5.18"):
+            raise SimError(f"DSPARK needs --format-version >= 0.5.18 (got {self.version})")
         steps = opts.speculative_num_steps or 3
         topk = opts.speculative_eagle_topk or 1
         ndt = opts.speculative_num_draft_tokens or (steps + 1)
@@ -520,7 +525,9 @@ class SimServer:
                 for rec in res.records:
                     self.log.write(
                         render(rec, self.version, self.tag0, spec=self.spec, log_ms=self.log_ms,
-                               log_forward_iters=self.log_iters)  # fmt: skip
+                               log_forward_iters=self.log_iters,
+                               device_timer=self.device_timer, mfu=self.mfu,
+                               tp_size=self.tp)  # fmt: skip
                     )
             for req, n, fin in res.tokens:
                 if req.sink is not None:
