@@ -131,3 +131,20 @@ def test_meta_without_spec_or_with_junk_is_not_invented():
     got = spec_from_meta({"spec_verify_ct": -1, "spec_accept_length": float("nan"),
                           "spec_correct_drafts_histogram": [1, "x"]})
     assert got["verify_ct"] is None and got["accept_length"] is None and got["histogram"] is None
+
+
+def test_prometheus_spec_gauges_read_and_cross_checked(launch):  # noqa: F811
+    base, _ = up(launch, *SPEC, "--enable-metrics", "--decode-log-interval", "5")
+    res = asyncio.run(run_builtin(base, "s", BenchConfig(num_prompts=2, output_len=30)))
+    prom = res.prometheus
+    assert prom is not None and prom["num_steps"] == 3 and prom["num_draft_tokens"] == 4
+    # the gauge is the last decode-log interval (SGLang's definition), so it needs one
+    assert prom["accept_length"] > 1.0 and prom["cap_length"] == 0.0  # not DSPARK
+    # the tokenizer-side counter moved by exactly the rounds the responses report
+    assert res.prometheus_verify_calls == sum(s["verify_ct"] for s in res.spec_requests)
+
+
+def test_no_metrics_endpoint_means_none(launch):  # noqa: F811
+    base, _ = up(launch, *SPEC)
+    res = asyncio.run(run_builtin(base, "s", BenchConfig(num_prompts=1, output_len=8)))
+    assert res.prometheus is None and res.prometheus_verify_calls is None

@@ -30,6 +30,7 @@ import httpx
 
 from specmon.hosts.base import Host
 from specmon.parse.bench import parse_bench_serving
+from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -79,6 +80,8 @@ class BenchResult:
     spec_requests: list[dict[str, Any]] = field(default_factory=list)  # normalised, per request
     spec_histogram: list[int] | None = None  # rounds by correct drafts, summed over requests
     notes: list[str] = field(default_factory=list)  # why a number is N/A
+    prometheus: dict[str, float] | None = None  # /metrics spec gauges after the run, if exposed
+    prometheus_verify_calls: float | None = None  # spec_verify_calls_total during the run
     raw: str | None = None  # bench_serving stdout
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +116,20 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
 
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+async def server_metrics(client: httpx.AsyncClient) -> SpecMetrics | None:
+    """SGLang's `/metrics` spec gauges; None when not exposed (no --enable-metrics) or bad."""
+    try:
+        r = await client.get("/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    try:
+        return parse_spec_metrics(r.text)
+    except MetricsError:
+        return None
 
 # meta_info names of the same per-request counters, newest first (sglang-observables.md 4.3)
 _CORRECT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
@@ -285,6 +302,8 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
     limits = httpx.Limits(max_connections=max(1, cfg.concurrency) + 2)
     async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
+        prom_before = await server_metrics(client)
+
         async def go(p: str) -> _One:
             async with sem:
                 return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
@@ -294,6 +313,14 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         duration = time.perf_counter() - t0
         info = await server_info(client)
         accept, gen = info_numbers(info)
+        prom_after = await server_metrics(client)
+    prom: dict[str, float] | None = None
+    verify_calls: float | None = None
+    if prom_after is not None:
+        prom = {k: v for k in prom_after.values if (v := prom_after.get(k)) is not None}
+        a, b = (m.get("verify_calls_total") if m else None for m in (prom_before, prom_after))
+        if a is not None and b is not None and b >= a:
+            verify_calls = b - a
     ok = [r for r in results if r.ok]
     notes: list[str] = []
     interval = info_log_interval(info)
@@ -325,6 +352,7 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         server_gen_throughput=gen,
         errors=[r.error for r in results if r.error][:5],
         spec_requests=specs, spec_histogram=sum_histograms(hists), notes=notes,
+        prometheus=prom, prometheus_verify_calls=verify_calls,
     )
 
 

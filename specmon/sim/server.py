@@ -705,6 +705,18 @@ class SimServer:
                     v, e.last_accept_len or 1.0, self.spec.num_steps, self.spec.num_draft_tokens
                 )
                 gauges.append(("spec_accept_rate", "The acceptance rate.", rate))
+            if formats.ge(v, "0.5.15"):  # the active speculative configuration
+                gauges.append(("spec_num_steps", "Active speculative num steps.",
+                               self.spec.num_steps if self.spec else 0))
+                gauges.append(("spec_num_draft_tokens", "Active speculative draft tokens.",
+                               self.spec.num_draft_tokens if self.spec else 0))
+            if formats.ge(v, "0.5.18"):
+                dspark = self.spec is not None and self.spec.algorithm == "DSPARK"
+                gauges.append(("spec_cap_length", "Mean verify cap length (DSPARK).",
+                               float(self.spec.num_draft_tokens) if dspark and self.spec
+                               else 0.0))
+                gauges.append(("spec_block_accept_length", "Block accept length (DSPARK).",
+                               (e.last_accept_len or 0.0) if dspark else 0.0))
             if formats.ge(v, "0.5.4"):
                 cg = (not self.opts.disable_cuda_graph) and len(e.running) <= self.cuda_graph_max_bs
                 gauges.append(("is_cuda_graph", "Whether the batch used a cuda graph.", float(cg)))
