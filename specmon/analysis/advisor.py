@@ -685,3 +685,28 @@ def speculation_no_longer_pays(now: PaysState, ref: PaysState | None = None) -> 
     if moved:
         text += f"; {moved}"
     return NoLongerPays(reason, moved, text)
+
+
+# --------------------------------------------------------------------------------------------
+# Live sessions
+# --------------------------------------------------------------------------------------------
+
+
+def segments_from_log(lines: Iterable[str], label: str,
+                      histogram: Sequence[int] | None = None) -> list[Segment]:
+    """Segments from a server's received log lines (the session keeps the last few thousand);
+    a benchmark's histogram, if given, belongs to the latest segment."""
+    from specmon.parse.sglang import parse_line
+
+    segs = split_runs((parse_line(x) for x in lines), label)
+    if segs and histogram:
+        segs[-1].histogram = list(histogram)
+    return segs
+
+
+def pays_state(sp: Any) -> PaysState | None:
+    """The rule's inputs from an analysis.window.Speedup."""
+    if sp is None:
+        return None
+    return PaysState(sp.ratio, sp.low, sp.high, sp.spec.accept_len, sp.base_ms_per_token,
+                     sp.verify_cycle_ms)

@@ -30,6 +30,7 @@ from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
+from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.messages import (
     BaselineRequest,
@@ -121,7 +122,7 @@ class _Sink:
         self.app.post_message(BaselineRequest(server))
 
 
-class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
+class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -135,6 +136,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("h", "next_host", "Next host", id="host.next"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
+        *AdvisorKeysMixin.ADVISOR_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
 
@@ -417,6 +419,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         now = self.clock()
         if self.fleet is not None:
             self.fleet.update_alerts(now)  # the exporter's alert gauges follow at 1 Hz too
+        self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
         for server, alert in self.drift.tick(now):
             self.session.alerts.append({
                 "t": now, "server": server, "level": alert.level, "kind": alert.kind,
