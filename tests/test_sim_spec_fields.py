@@ -53,3 +53,34 @@ def test_fast_simulation_emits_and_parses_the_telemetry():
         assert 0 < r.fwd_occupancy_pct <= 100 and r.fwd_occupancy_pct <= r.fwd_idle_occupancy_pct
         assert r.cap_len == 4.0 and r.block_accept_len == r.accept_len
         assert r.est_decode_tflops_s > 0 and r.est_read_bw > 0
+
+
+@pytest.mark.parametrize("alpha,new", [(0.93, 7), (0.15, 1)])
+def test_adaptive_steps_change_mid_run_and_split_the_segments(alpha, new):
+    from specmon.analysis.advisor import split_runs
+
+    spec = SpecConfig(num_steps=3, eagle_topk=1, num_draft_tokens=4, accept_prob=alpha)
+    cfg = EngineConfig(tp_size=8, spec=spec, load_concurrency=2, seed=5, adaptive_steps=(1, 3, 7))
+    args = formats.line("0.5.23", 1.78e9, formats.server_args_message("0.5.23", {
+        "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}))
+    lines = [args] + [sl.text for sl in simulate(cfg, duration_s=60)]
+    changes = [parse_line(x) for x in lines if "Adaptive spec params updated" in x]
+    assert changes and changes[0].kind == "spec_params"
+    assert (changes[0].data["old_steps"], changes[0].data["new_steps"]) == (3, new)
+    segs = split_runs((parse_line(x) for x in lines), "sim")
+    seg = next(s for s in segs if s.started_by == "adaptive")  # the first change is early:
+    assert seg.run == "sim#1.2" and seg.launch == "sim#1"  # steps-3 lines may be none at all
+    assert seg.steps == new and seg.draft_tokens == new + 1
+    assert seg.start_ts == changes[0].timestamp
+    assert len(segs) == len(changes) + (1 if segs[0].started_by == "server_args" else 0)
+    # lines after the change carry the new settings' accept len and rate
+    later = [r for r in seg.records if r.accept_len is not None][2:]
+    assert later and all(r.accept_len <= new + 1 for r in later)
+    if new == 7:
+        assert max(r.accept_len for r in later) > 4.0  # beyond what 3 steps can accept
+
+
+def test_adaptive_init_line_parses():
+    r = parse_line(formats.line("0.5.23", 1.78e9, formats.adaptive_init_message(3, (7, 1, 3))))
+    assert r.kind == "spec_adaptive_init" and r.data == {"steps": 3, "candidate_steps": [1, 3, 7]}

@@ -35,6 +35,9 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument("--speculative-adaptive", action="store_true",
+                   help="adapt the step count at run time (candidates 1, 3, 7; EAGLE/EAGLE3, "
+                   "topk 1; modelled from --format-version 0.5.23)")
     g.add_argument("--enable-nccl-nvls", action="store_true")
     g.add_argument("--enable-symm-mem", action="store_true")
     g.add_argument("--disable-custom-all-reduce", action="store_true")

@@ -14,7 +14,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specmon.sim import formats
@@ -46,6 +46,8 @@ class EngineConfig:
     patch_overhead: float = 0.0
     draft_weight_frac: float = DRAFT_WEIGHT_FRAC  # one draft forward vs the target's weights
     verify_token_cost: float = VERIFY_TOKEN_COST  # verify pass: extra cost per draft token
+    # --speculative-adaptive (topk 1): candidate step counts; None = fixed steps
+    adaptive_steps: tuple[int, ...] | None = None
     load_concurrency: int = 0
     load_input_len: int = 1024
     load_output_len: int = 1024
@@ -92,6 +94,17 @@ class DecodeRecord:
     interval_s: float = 0.0
     decode_tokens: int = 0  # tokens the interval's decode passes produced (MFU estimate)
     decode_passes: int = 0
+    spec: SpecConfig | None = None  # the settings active at this line (adaptive changes them)
+
+
+@dataclass
+class AdaptiveRecord:
+    """`Adaptive spec params updated: steps A -> B (ema_accept_len=X)`."""
+
+    t: float
+    old_steps: int
+    new_steps: int
+    ema_accept_len: float
 
 
 @dataclass
@@ -110,7 +123,36 @@ class PrefillRecord:
     forward_ct: int
 
 
-Record = DecodeRecord | PrefillRecord
+Record = DecodeRecord | PrefillRecord | AdaptiveRecord
+
+
+class AdaptiveSteps:
+    """SGLang's AdaptiveSpeculativeParams (speculative/adaptive_spec_params.py, defaults):
+    EMA (alpha 0.2) of the batch's mean correct drafts, 10 warm-up batches, a decision every 5,
+    step down when ema <= lower - 0.5 - 0.25, up when ema > current - 0.5."""
+
+    def __init__(self, candidates: tuple[int, ...], initial: int) -> None:
+        self.candidates = sorted(set(candidates))
+        self.current = initial if initial in self.candidates else self.candidates[
+            len(self.candidates) // 2]
+        self.ema = float(self.current - 1)
+        self.count = 0
+
+    def update(self, correct: list[int]) -> tuple[int, int, float] | None:
+        if not correct:
+            return None
+        self.ema = 0.8 * self.ema + 0.2 * (sum(correct) / len(correct))
+        self.count += 1
+        if self.count <= 10 or (self.count - 10) % 5:
+            return None
+        old = self.current
+        i = self.candidates.index(old)
+        while i > 0 and self.ema <= self.candidates[i - 1] - 0.5 - 0.25:
+            i -= 1
+        while i < len(self.candidates) - 1 and self.ema > self.candidates[i] - 0.5:
+            i += 1
+        self.current = self.candidates[i]
+        return (old, self.current, self.ema) if self.current != old else None
 
 
 @dataclass
@@ -136,6 +178,12 @@ class Engine:
                               draft_weight_frac=cfg.draft_weight_frac,
                               verify_token_cost=cfg.verify_token_cost)
         self.ranks: list[RankSpeed] = list(ranks or uniform_ranks(cfg.tp_size, {}))
+        self.spec_now = cfg.spec  # the active settings (adaptive steps change them mid-run)
+        self.adaptive = (AdaptiveSteps(cfg.adaptive_steps, cfg.spec.num_steps)
+                         if cfg.adaptive_steps and cfg.spec is not None else None)
+        if self.adaptive is not None and cfg.spec is not None:
+            self.spec_now = replace(cfg.spec, num_steps=self.adaptive.current,
+                                    num_draft_tokens=self.adaptive.current + 1)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._arrivals: list[tuple[float, int, Request]] = []
@@ -305,9 +353,10 @@ class Engine:
         cfg = self.cfg
         bs = len(self.running)
         kv = self._kv_in_use()
-        spec = cfg.spec
+        spec = self.spec_now
         noise = math.exp(self._noise)
         produced: list[tuple[Request, int]] = []
+        round_correct: list[int] = []
         if spec is None:
             dur = self.perf.step_ms(bs, kv, self.ranks) / 1000.0 * noise
             for r in self.running:
@@ -319,6 +368,7 @@ class Engine:
                 while k < spec.max_accept_drafts and self.rng.random() < r.alpha:
                     k += 1
                 produced.append((r, k + 1))
+                round_correct.append(k)
                 self.spec_accepted += k
                 self.spec_verify += 1
                 r.verify_ct += 1
@@ -346,6 +396,12 @@ class Engine:
         self.forward_ct_decode += 1
         if self.forward_ct_decode % cfg.decode_log_interval == 0:
             res.records.append(self._decode_record(end, bs, kv))
+        if self.adaptive is not None and spec is not None:
+            change = self.adaptive.update(round_correct)
+            if change is not None:
+                old, new, ema = change
+                self.spec_now = replace(spec, num_steps=new, num_draft_tokens=new + 1)
+                res.records.append(AdaptiveRecord(end, old, new, ema))
         self._finish_done(res, done, end)
         return res
 
@@ -390,6 +446,7 @@ class Engine:
             interval_s=gap,
             decode_tokens=tokens,
             decode_passes=passes,
+            spec=self.spec_now,
         )
 
     def _finish_done(self, res: StepResult, done: list[Request], end: float) -> None:
@@ -472,7 +529,11 @@ def render(
     cap len = the static verify window, the uncapped estimate = accept len with a +-5 % bracket,
     MFU from a 70B bf16 model's FLOPs and weight bytes per pass.
     """
+    if isinstance(record, AdaptiveRecord):
+        return formats.line(version, record.t, formats.adaptive_message(
+            record.old_steps, record.new_steps, record.ema_accept_len), tag, log_ms=log_ms)
     if isinstance(record, DecodeRecord):
+        spec = record.spec or spec
         tele = _telemetry(record, version, spec, device_timer, mfu, tp_size)
         rate = None
         if record.accept_len is not None and spec is not None:

@@ -375,3 +375,14 @@ def spec_meta_info(
         out["spec_num_proposed_drafts"] = proposed
         out["spec_correct_drafts_histogram"] = list(histogram)
     return out
+
+
+def adaptive_message(old_steps: int, new_steps: int, ema_accept_len: float) -> str:
+    """AdaptiveSpeculativeParams._recompute_params' line (--speculative-adaptive)."""
+    return (f"Adaptive spec params updated: steps {old_steps} -> {new_steps} "
+            f"(ema_accept_len={ema_accept_len:.2f})")
+
+
+def adaptive_init_message(steps: int, candidates: Sequence[int]) -> str:
+    return (f"AdaptiveSpeculativeParams initialized: steps={steps}, "
+            f"candidate_steps={sorted(set(candidates))}")

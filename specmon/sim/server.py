@@ -125,6 +125,7 @@ class SimServer:
             cuda_graph_max_bs=self.cuda_graph_max_bs,
             disable_cuda_graph=opts.disable_cuda_graph,
             spec=self.spec,
+            adaptive_steps=self._adaptive(opts),
             patch_overhead=max(0.0, float(opts.patch_overhead)),
             load_concurrency=max(0, opts.load_concurrency),
             load_input_len=max(1, opts.load_input_len),
@@ -178,6 +179,17 @@ class SimServer:
         if not 0.0 <= opts.accept_prob < 1.0:
             raise SimError("--accept-prob must be in [0, 1)")
         return SpecConfig(algo, steps, topk, ndt, opts.accept_prob)
+
+    def _adaptive(self, opts: argparse.Namespace) -> tuple[int, ...] | None:
+        if not getattr(opts, "speculative_adaptive", False):
+            return None
+        if self.spec is None or self.spec.algorithm not in ("EAGLE", "EAGLE3") or (
+                self.spec.eagle_topk != 1):
+            raise SimError("--speculative-adaptive needs EAGLE/EAGLE3 with topk 1")
+        if not formats.ge(self.version, "0.5.23"):
+            raise SimError(f"--speculative-adaptive is modelled from --format-version 0.5.23 "
+                           f"(got {self.version})")
+        return (1, 3, 7)
 
     def server_args(self) -> dict[str, Any]:
         o = self.opts
@@ -437,6 +449,9 @@ class SimServer:
 
     def _startup_lines(self) -> None:
         v = self.version
+        if self.engine.adaptive is not None:
+            self.sched_log(formats.adaptive_init_message(self.engine.adaptive.current,
+                                                         self.engine.adaptive.candidates))
         total = max(0.0, float(self.opts.startup_s))
         self.sched_log(f"Load weight begin. avail mem={self.avail0:.2f} GB")
         if not self._sleep(total * 0.45):
@@ -706,10 +721,11 @@ class SimServer:
                 )
                 gauges.append(("spec_accept_rate", "The acceptance rate.", rate))
             if formats.ge(v, "0.5.15"):  # the active speculative configuration
+                now_spec = e.spec_now
                 gauges.append(("spec_num_steps", "Active speculative num steps.",
-                               self.spec.num_steps if self.spec else 0))
+                               now_spec.num_steps if now_spec else 0))
                 gauges.append(("spec_num_draft_tokens", "Active speculative draft tokens.",
-                               self.spec.num_draft_tokens if self.spec else 0))
+                               now_spec.num_draft_tokens if now_spec else 0))
             if formats.ge(v, "0.5.18"):
                 dspark = self.spec is not None and self.spec.algorithm == "DSPARK"
                 gauges.append(("spec_cap_length", "Mean verify cap length (DSPARK).",
