@@ -163,3 +163,15 @@ def test_no_longer_pays_rule():
     assert speculation_no_longer_pays(_state(1.02, 0.95, 1.1, 1.06, 11.3, 11.6)) is None
     assert speculation_no_longer_pays(_state(0.9, 0.8, 0.99, 2.0, 11.3, 25.0)).moved is None
     assert "0.85-0.95" in a.text  # the interval that is wholly below 1.0
+
+
+def test_benchmark_histogram_drives_the_profile():
+    c = ev.Case(3, 0.8, 0.15, 0.03)
+    seg = ev.sim_log(c.engine(c.spec(3), 9), 120, "s3")
+    seg[0].histogram = [100, 150, 200, 550]  # rounds with 0..3 correct drafts
+    adv = advise(seg)
+    assert adv.profile.source == "histogram"
+    assert adv.profile.per_position() == pytest.approx([0.9, 750 / 900, 550 / 750])
+    assert not any("windowed accept len only" in a for a in adv.assumptions)
+    s3 = next(x for x in adv.candidates if x.steps == 3)
+    assert s3.tau == pytest.approx(1 + 0.9 + 0.75 + 0.55)

@@ -148,3 +148,24 @@ def test_no_metrics_endpoint_means_none(launch):  # noqa: F811
     base, _ = up(launch, *SPEC)
     res = asyncio.run(run_builtin(base, "s", BenchConfig(num_prompts=1, output_len=8)))
     assert res.prometheus is None and res.prometheus_verify_calls is None
+
+
+def test_server_info_preferred_then_get_server_info(launch):  # noqa: F811
+    from specmon.control.bench import server_info
+
+    async def fetch(base):
+        async with httpx.AsyncClient(base_url=base) as c:
+            return await server_info(c)
+
+    new, new_log = up(launch, "--startup-s", "0")  # 0.5.23: both; /server_info is asked first
+    info = asyncio.run(fetch(new))
+    assert info["version"] == "0.5.23" and "internal_states" in info
+    old, old_log = up(launch, "--startup-s", "0", "--format-version", "0.5.6")  # no /server_info
+    info = asyncio.run(fetch(old))
+    assert info["version"] == "0.5.6"
+    wait_for(lambda: "GET /get_server_info" in old_log.read_text(), 10, "access line")
+    text = old_log.read_text()
+    assert '"GET /server_info HTTP/1.1" 404' in text  # tried first, then the fallback
+    assert '"GET /get_server_info HTTP/1.1" 200' in text
+    wait_for(lambda: "GET /server_info" in new_log.read_text(), 10, "access line")
+    assert "GET /get_server_info" not in new_log.read_text()
