@@ -51,12 +51,13 @@ def test_report_advises_then_shows_predicted_vs_measured_after_restart():
     assert "measured speedup" in first and "break-even accept len" in first
     assert "try: --speculative-num-steps" in first
     assert "this run vs the earlier prediction" not in first
-    best = mem.made["spec"][1].best
+    best = mem.made["spec"][-1][1].best
     # the user restarts with the suggested flags
     feed(s, "spec", sim_lines(CASE.engine(CASE.spec(best.steps), 3), 150), t)
     second = advisor_report(s, mem)
     assert "this run vs the earlier prediction: predicted" in second
     assert "inside the band" in second
+    assert "this run vs the earlier prediction" in advisor_report(s, mem)  # stays for the run
 
 
 def test_report_without_speculative_server_is_na():

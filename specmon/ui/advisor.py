@@ -37,7 +37,20 @@ from specmon.ui.safe import plain
 class AdvisorMemory:
     """What the advisor predicted, per server, while a given run was current."""
 
-    made: dict[str, tuple[str, Advice]] = field(default_factory=dict)
+    made: dict[str, list[tuple[str, Advice]]] = field(default_factory=dict)
+
+    def before(self, server: str, run: str) -> Advice | None:
+        """The latest advice made while another run of this server was current."""
+        for r, adv in reversed(self.made.get(server, [])):
+            if r != run:
+                return adv
+        return None
+
+    def remember(self, server: str, run: str, adv: Advice) -> None:
+        runs = self.made.setdefault(server, [])
+        if not any(r == run for r, _ in runs):  # the first advice of a run is its prediction
+            runs.append((run, adv))
+            del runs[:-20]
 
 
 def _n(v: float | None, fmt: str = ".2f") -> str:
@@ -77,16 +90,15 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
                  f"{b.predicted_tok_s:.1f} tok/s (95 % {b.band[0]:.1f}-{b.band[1]:.1f})"
                  + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
     lines.append(f"try: {adv.flags}")
-    prev = memory.made.get(spec.name)
-    if prev is not None and prev[0] != cur.run:
-        chk = check_prediction(prev[1], cur)
+    prev = memory.before(spec.name, cur.run)
+    if prev is not None:
+        chk = check_prediction(prev, cur)
         if chk is not None:
             lines.append(f"this run vs the earlier prediction: predicted {chk.predicted_tok_s:.1f}"
                          f" ({chk.band[0]:.1f}-{chk.band[1]:.1f}), measured "
                          f"{chk.measured_tok_s:.1f} tok/s ({chk.error_pct:+.1f} %, "
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
-    if prev is None or prev[0] != cur.run:
-        memory.made[spec.name] = (cur.run, adv)
+    memory.remember(spec.name, cur.run, adv)
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in adv.assumptions]
     lines.append("candidates (tok/s, 95 % band):")
