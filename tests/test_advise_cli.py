@@ -78,6 +78,13 @@ def test_text_shows_advice_and_predicted_vs_measured_after_restart(logs):
     assert "try: --speculative-num-steps" in out
     assert "predicted (from the runs before) vs measured:" in out
     assert "s3.log#1: predicted" in out and "inside the band" in out
+    # the draft cost per step is measured (three step counts), the tree-token cost assumed
+    cost = next(x for x in out.splitlines() if x.startswith("cost model: "))
+    assert "ms/step (+-" in cost and "ms/token (assumed)" in cost
+    slope = float(cost.split("steps x ")[1].split()[0])
+    assert 3.5 < slope < 5.0  # the simulator's own per-step cost for this case is ~4.2 ms
+    p1 = float(out.split("P(draft position k accepted) = ")[1].split(",")[0])
+    assert 0.75 < p1 < 0.85  # the simulated draft model accepts 0.8 per token
 
 
 def test_too_little_data_exits_3_and_says_what(logs, tmp_path):

@@ -468,6 +468,19 @@ class Advice:
     def flags(self) -> str:
         return flags_for(self.best)
 
+    def cost_text(self) -> str:
+        """t_cycle = a + b*steps (+ c*extra tree tokens), SEs where fitted, and t_b."""
+        c, cov, fitted = self.cost.coef, self.cost.cov, self.cost.fitted
+
+        def term(i: int, unit: str) -> str:
+            se = math.sqrt(max(cov[i][i], 0.0))
+            return f"{c[i]:.2f} {unit}" + (f" (+-{se:.2f})" if fitted[i] else " (assumed)")
+
+        tb = self.baseline_ms_per_token
+        return (f"t_cycle = {term(0, 'ms')} + steps x {term(1, 'ms/step')} + extra tree tokens "
+                f"x {term(2, 'ms/token')}; t_b = {'N/A' if tb is None else f'{tb:.2f}'} "
+                "ms/token")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "measured": [m.to_json() for m in self.measured],

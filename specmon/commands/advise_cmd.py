@@ -130,9 +130,14 @@ def render(adv: Advice, checks: list[Check]) -> str:
                    f"(95 % {sp[1]:.3f}-{sp[2]:.3f}); break-even accept len "
                    f"{_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
     out += ["", "assumptions:"] + [f"  - {a}" for a in adv.assumptions]
-    out += ["", f"candidates (acceptance per position: "
-            f"{', '.join(f'{p:.2f}' for p in adv.profile.per_position())}, then "
-            f"{adv.profile.tail:.2f}; from {adv.profile.source}):"]
+    out += ["", f"acceptance profile (from {adv.profile.source}, n={adv.profile.n:.0f}): "
+            "P(draft position k accepted) = "
+            + ", ".join(f"{p:.2f}" for p in adv.profile.survival)
+            + "; per position given the previous: "
+            + ", ".join(f"{p:.2f}" for p in adv.profile.per_position())
+            + f", then {adv.profile.tail:.2f}"]
+    out.append("cost model: " + adv.cost_text())
+    out += ["", "candidates:"]
     out.append(f"  {'steps':>5} {'topk':>4} {'draft':>5} {'tok/s':>8} {'95 % band':>17} "
                f"{'speedup':>8}")
     for c in sorted(adv.candidates, key=lambda c: -c.predicted_tok_s)[:12]:

@@ -196,11 +196,16 @@ def info_numbers(info: dict[str, Any] | None) -> tuple[float | None, float | Non
     if isinstance(info.get("decode"), list) and info["decode"]:
         info = info["decode"][0]  # PD router
     states = info.get("internal_states")
-    src = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else info
+    srcs = [s for s in states if isinstance(s, dict)] if isinstance(states, list) else []
+    srcs = srcs or [info]
 
     def num(k: str) -> float | None:
-        v = src.get(k)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        # DP rank 0 first; under DP a rank that ran no verify round has null ([null, 2.90])
+        for src in srcs:
+            v = src.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+        return None
 
     return num("avg_spec_accept_length"), num("last_gen_throughput")
 

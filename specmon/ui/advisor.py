@@ -99,6 +99,10 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
                          f"{chk.measured_tok_s:.1f} tok/s ({chk.error_pct:+.1f} %, "
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
     memory.remember(spec.name, cur.run, adv)
+    lines.append("P(draft position k accepted): "
+                 + ", ".join(f"{p:.2f}" for p in adv.profile.survival)
+                 + f" (from {adv.profile.source})")
+    lines.append("cost model: " + adv.cost_text())
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in adv.assumptions]
     lines.append("candidates (tok/s, 95 % band):")
