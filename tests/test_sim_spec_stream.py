@@ -169,3 +169,15 @@ def test_server_info_preferred_then_get_server_info(launch):  # noqa: F811
     assert '"GET /get_server_info HTTP/1.1" 200' in text
     wait_for(lambda: "GET /server_info" in new_log.read_text(), 10, "access line")
     assert "GET /get_server_info" not in new_log.read_text()
+
+
+def test_info_numbers_under_dp_skip_null_ranks_and_junk():
+    from specmon.control.bench import info_log_interval, info_numbers
+
+    info = {"decode_log_interval": 40, "internal_states": [
+        {"avg_spec_accept_length": None, "last_gen_throughput": float("nan")},
+        {"avg_spec_accept_length": 2.9, "last_gen_throughput": 180.0}]}
+    assert info_numbers(info) == (2.9, 180.0)
+    assert info_log_interval(info) == 40
+    assert info_numbers({"internal_states": [{"avg_spec_accept_length": True}]}) == (None, None)
+    assert info_log_interval({"decode_log_interval": "40"}) is None
