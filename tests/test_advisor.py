@@ -46,6 +46,15 @@ def test_runs_split_at_server_args_and_segments_at_adaptive_changes():
         ("spec.log#2", 3, 4, 4, "server_args")]
     assert segs[1].start_ts == "2026-10-30 10:00:30"  # where a chart marks the change
     assert all(r.accept_len == 1.6 for r in segs[1].records)
+    prefill = ("[2026-10-30 10:00:40 TP0] Prefill batch, #new-seq: 1, #new-token: 512, "
+               "#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0, "
+               "#pending-token: 0, cuda graph: False, input throughput (token/s): 8000.00")
+    from specmon.analysis.advisor import clean_lines
+    recs = [parse_line(x) for x in [ARGS] + [DEC.format(s=i, al=2.5, gt=90) for i in range(8)]
+            + [prefill] + [DEC.format(s=9, al=2.5, gt=60), DEC.format(s=10, al=2.5, gt=90)]]
+    seg = split_runs(recs, "p")[0]
+    kept = clean_lines(seg.records)
+    assert len(kept) == 4 and all(r.gen_throughput == 90 for r in kept)  # warm-up + prefill out
 
 
 def test_geometric_alpha_inverts_and_histogram_profile_gives_positions():

@@ -50,7 +50,7 @@ class Segment:
     topk: int | None = None
     draft_tokens: int | None = None
     algorithm: str | None = None
-    records: list[BatchRecord] = field(default_factory=list)
+    records: list[BatchRecord] = field(default_factory=list)  # decode and prefill lines
     histogram: list[int] | None = None  # rounds by correct drafts (benchmark meta_info)
     started_by: str = "server_args"  # or "adaptive": an `Adaptive spec params updated` line
     start_ts: str | None = None  # the log time where it began (chart marker)
@@ -95,13 +95,13 @@ def split_runs(records: Iterable[Record | None], label: str) -> list[Segment]:
                               draft_tokens=dt, records=[], histogram=None,
                               started_by="adaptive", start_ts=rec.timestamp)
                 out.append(cur)
-        elif isinstance(rec, BatchRecord) and rec.kind == "decode":
+        elif isinstance(rec, BatchRecord):
             if cur is None:  # a log cut before its server_args line: settings unknown
                 run_no += 1
                 cur = Segment(f"{label}#{run_no}")
                 out.append(cur)
-            cur.records.append(rec)
-    return [s for s in out if s.records]
+            cur.records.append(rec)  # prefill lines too: they mark the decode lines after them
+    return [s for s in out if any(r.kind == "decode" for r in s.records)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,7 +145,9 @@ def clean_lines(records: Sequence[BatchRecord]) -> list[BatchRecord]:
     f = SampleFilter(DriftParams())
     out = []
     for r in records:
-        if f.decode(r, None) is not None:
+        if r.kind == "prefill":
+            f.prefill()
+        elif f.decode(r, None) is not None:
             out.append(r)
     return out
 
