@@ -62,15 +62,16 @@ def default_servers(format_version: str | None = None, load_concurrency: int = 1
               "--load-output-len", "512", "--startup-s", "2"]
     if format_version:
         common += ["--format-version", format_version]
+    env = {**NCCL_TUNING, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}  # fwd occupancy (0.5.11+)
     return [
         SimServer("baseline", "baseline",
-                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(NCCL_TUNING)),
+                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(env)),
         SimServer("speculative", "speculative",
                   [*common, "--port", str(free_port()), "--seed", str(seed + 1),
                    "--base-gpu-id", "8", "--speculative-algorithm", "EAGLE3",
                    "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-70B",
                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-                   "--speculative-num-draft-tokens", "3"], dict(NCCL_TUNING)),
+                   "--speculative-num-draft-tokens", "3"], dict(env)),
     ]
 
 
