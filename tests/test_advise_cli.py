@@ -109,3 +109,11 @@ def test_usage_errors_exit_2(argv, msg):
 def test_baseline_log_must_be_the_baseline(logs):
     r = advise(str(logs["s2"]), "--baseline-log", str(logs["s4"]))
     assert r.returncode == 2 and "non-speculative" in r.stderr
+
+
+def test_real_log_without_its_launch_line_says_so(data_dir):
+    # a real EAGLE-3 bs-1 run (tests/data/sglang-longlogs): decode lines only, no server_args
+    r = advise(str(data_dir / "sglang-longlogs/rtxpro6000-agentic-spec-bs1.log.gz"))
+    assert r.returncode == 3
+    assert "no server_args line with speculative_num_steps" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
