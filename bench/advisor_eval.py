@@ -144,6 +144,21 @@ def main() -> int:
               f"{o.true[o.true_best]:>10.2f} | {b.steps:>4} {b.predicted_tok_s:>10.2f} "
               f"{b.band[0]:>7.2f}-{b.band[1]:<7.2f} | {o.regret_pct:>8.2f} "
               f"{'yes' if o.ok else 'NO'}")
+    print()
+    print("prediction (fitted on steps 2 and 4) vs measurement (600 simulated s per setting):")
+    print(f"{'seed':>5} {'steps':>5} | {'pred tok/s':>10} {'band':>15} | {'measured':>8} "
+          f"{'err %':>6} in band")
+    inside = total = 0
+    for o in outs[:3]:
+        for steps in (1, 3, 6):
+            tok, ok = measured_check(o.case, o.advice, steps, 600.0)
+            c = next(c for c in o.advice.candidates if c.steps == steps)
+            inside += ok
+            total += 1
+            print(f"{o.case.seed:>5} {steps:>5} | {c.predicted_tok_s:>10.2f} "
+                  f"{c.band[0]:>7.2f}-{c.band[1]:<7.2f} | {tok:>8.2f} "
+                  f"{100 * (tok / c.predicted_tok_s - 1):>+6.1f} {'yes' if ok else 'NO'}")
+    print(f"measured inside the predicted band: {inside}/{total}")
     good = sum(o.ok for o in outs)
     exact = sum(o.advice.best.steps == o.true_best for o in outs)
     print(f"picked the true optimum or one within its band: {good}/{len(outs)} "
