@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -641,7 +642,7 @@ class DriftMonitor:
         self._active_key: str | None = None
         self._seen_decode = 0
         self._seen_prefill = 0
-        self._seen_startup: Any = None
+        self._seen_run: int | None = None
         self._causes: tuple[str, ...] = ()
         self._causes_for: tuple[str, str] | None = None
         self._causes_at: float | None = None
@@ -773,25 +774,45 @@ class DriftMonitor:
     # -- the app's 1 Hz call -----------------------------------------------------------------
     def skip_to(self, server: Any) -> None:
         """Start watching a `ServerState` from now: what it already holds is not live data."""
-        self._seen_startup = server.startup
-        self._seen_decode, self._seen_prefill = server.decode_total, server.prefill_total
+        run = server.run
+        self._seen_run = run.index
+        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
+
+    def add(self, rec: Record | None, run: Any = None, t: float | None = None) -> None:
+        """Feed one record of `run` (a `specmon.session.state.Run`, or its index).
+
+        Server-level decode records (a DP server's groups summed), prefill lines and events, in
+        the order they entered the session. A record of another run than the last one is a
+        restart: fresh warm-up, empty live windows.
+        """
+        idx = getattr(run, "index", run)
+        if idx is not None and idx != self._seen_run:
+            if self._seen_run is not None:
+                self.restart()
+            self._seen_run = idx
+        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+            return  # the run change above is the restart
+        self.observe(rec, t)
 
     def sync(self, server: Any) -> None:
-        """Pull decode points a `ServerState` received since the last call.
+        """Pull server-level decode points the current run of a `ServerState` received since
+        the last call (O(new points), no copy of the history).
 
-        A ServerState keeps only the time of the latest prefill, so with several lines per call
-        the prefill rule is approximate: the first new point at/after that prefill is dirty, and
+        A run keeps only the time of its latest prefill, so with several lines per call the
+        prefill rule is approximate: the first new point at/after that prefill is dirty, and
         with more than one prefill since the last call the first new point is dirty too.
         """
-        if server.startup is not self._seen_startup:
-            if self._seen_startup is not None and server.startup.server_args:
+        run = server.run
+        if run.index != self._seen_run:
+            if self._seen_run is not None:
                 self.restart()
-            self._seen_startup = server.startup
-        new = server.decode_total - self._seen_decode
-        prefills = server.prefill_total - self._seen_prefill
-        self._seen_decode, self._seen_prefill = server.decode_total, server.prefill_total
-        pts = list(server.decode)[-min(new, len(server.decode)):] if new > 0 else []
-        last_pf = server.last_prefill_t
+            self._seen_run = run.index
+            self._seen_decode = self._seen_prefill = 0
+        new = run.decode_total - self._seen_decode
+        prefills = run.prefill_total - self._seen_prefill
+        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
+        pts = list(islice(reversed(run.decode), min(max(new, 0), len(run.decode))))[::-1]
+        last_pf = run.last_prefill_t
         dirty: set[int] = set()
         if prefills > 0:
             after = [i for i, pt in enumerate(pts) if last_pf is not None and pt.t >= last_pf]
