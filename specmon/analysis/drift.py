@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
-from itertools import islice
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from specmon.analysis.stats import median

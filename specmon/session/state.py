@@ -270,10 +270,11 @@ class Run:
             self.untimed += 1
         g.points.append(pt)
         g.total += 1
+        # One interval holds one line per group: DP attention runs the groups' forwards in
+        # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
+        # A round closes when every group that still logs is in it, or when one repeats.
         out: list[DecodePoint] = []
-        active = [k for k, gg in self.groups.items() if not gg.silent]
-        ref = min(active, key=_rank_order) if active else key
-        if self._round and (key in self._round or key == ref):
+        if key in self._round:
             out.append(self._close_round())
         self._round[key] = pt
         active = [k for k, gg in self.groups.items() if not gg.silent or k in self._round]

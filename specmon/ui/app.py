@@ -361,7 +361,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         spec = self._role_on("speculative", host)
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
         self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
-        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+        decoding = any(st.last_line_t is not None and st.decode
+                       and now - (st.decode[-1].received or st.decode[-1].t) < 15
                        for st in self.session.servers.values())
         if host is not None and self.fleet is not None:
             hs = self.fleet.host(host).session  # the selected host's own GPUs

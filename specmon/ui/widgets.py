@@ -15,10 +15,12 @@ from textual.reactive import reactive
 from textual.widgets import Input, Log, Sparkline, Static
 
 from specmon.analysis.window import (
+    MIN_N,
     Speedup,
     WindowStats,
     current_stats,
     recomputed_accept_rate,
+    run_stats_text,
     window_points,
 )
 from specmon.parse.gpu import GpuSample, is_clock_limited
@@ -60,12 +62,15 @@ class ServerSummary(Static):
         t.add_row("decode tok/s, last interval", num(last.gen_throughput if last else None),
                   f"decode-only, bs {num(bs, '{}')}{stale}")
         w: WindowStats | None = current_stats(state, now, window_s)
-        if w is not None:
+        run_txt = plain(run_stats_text(state, w))  # "run 3 since 14:02:11, n 4"
+        if w is not None and w.n >= MIN_N:
             cv = f", CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
             t.add_row(f"median, last {window_s:.0f} s", num(w.median),
-                      f"bs {w.running_req}, n {w.n}, p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}")
+                      f"{run_txt}, bs {w.running_req}, p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}")
         else:
-            t.add_row(f"median, last {window_s:.0f} s", NA, "no decode lines in window")
+            t.add_row(f"median, last {window_s:.0f} s", NA,
+                      f"{run_txt}: too few decode lines" if w is not None else
+                      f"{run_txt}: no decode lines in window")
         if last is not None and last.running_req:
             t.add_row("ms/token per request", num(1000.0 * last.running_req / last.gen_throughput
                                                   if last.gen_throughput else None, "{:.1f}"),
