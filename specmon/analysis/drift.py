@@ -439,6 +439,11 @@ class Estimate:
     running_req: int
     metric: str  # "tok/s" | "t_cycle" | "accept_len"
 
+    def supported(self, min_effect: float) -> bool:
+        """The interval excludes zero and the effect reaches the practical minimum."""
+        lo, hi = self.ci_pct
+        return not (lo <= 0.0 <= hi) and abs(self.delta_pct) >= 100.0 * min_effect
+
 
 @dataclass
 class Evaluation:
@@ -732,6 +737,12 @@ class DriftMonitor:
         else:
             akind = "throughput"
         level = det.level or "warning"
+        if est is not None and not est.supported(self.p.min_effect):
+            # the detector's window crossed its threshold, but the interval over the samples
+            # since the change holds zero (or the effect is below the minimum): say nothing
+            if prev is not None and not prev.cleared:
+                self.alert = replace(prev, cleared=True, text=prev.text + " - cleared")
+            return
         text = format_estimate(est, self.label) if est else f"{self.label}: drift"
         if akind == "cycle" and est is not None:
             text += "; " + self._spec_split(k)
@@ -845,12 +856,17 @@ class DriftMonitor:
         return a
 
     def verdict(self) -> str:
+        """Only what the interval supports: an estimate whose 95 % interval holds zero, or
+        whose effect is below the minimum, is "ok" whatever the detector's state was."""
+        if self.evaluations == 0 and not self.raised:
+            return "insufficient"
+        est = self.summary_estimate()
+        if est is not None and not est.supported(self.p.min_effect):
+            return "ok"
         if "warning" in self.raised or "critical" in self.raised:
             return "drift"
         if "info" in self.raised:
             return "improved"
-        if self.evaluations == 0:
-            return "insufficient"
         return "ok"
 
     def summary_estimate(self) -> Estimate | None:
@@ -859,9 +875,9 @@ class DriftMonitor:
             k = self.first_alert.stratum
             det = self.detectors.get(k or "") if self.first_alert.kind != "acceptance" else \
                 self.acceptance.get(k or "")
-            if det is not None:
-                return det.estimate(since_onset=det.level is not None) or self.first_alert.estimate
-            return self.first_alert.estimate
+            if det is not None and det.level is not None:  # still active: since its onset
+                return det.estimate(since_onset=True) or self.first_alert.estimate
+            return self.first_alert.estimate  # cleared: the evidence it was raised on
         dets = [d for d in self.detectors.values() if d.live]
         if not dets:
             return None
