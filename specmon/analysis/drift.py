@@ -659,11 +659,20 @@ class DriftMonitor:
         return dict(self.filter.excluded)
 
     def restart(self) -> None:
-        """Server restarted: new warm-up, empty live windows (a restart is a change point)."""
+        """Server restarted: new warm-up, empty live windows (a restart is a change point).
+
+        The previous run's alert ends with it: the new run earns its own alert from its own
+        samples (every statistic lives inside one run).
+        """
         self.filter.restart()
         for d in list(self.detectors.values()) + list(self.acceptance.values()):
             d.live.clear()
             d.down_hits = d.up_hits = d.crit_hits = d.fast_run = 0
+            d.level = None
+            d.calm = 0
+        prev = self.alert
+        if prev is not None and not prev.cleared:
+            self.alert = replace(prev, cleared=True, text=prev.text + " - run ended (restart)")
 
     def observe(self, rec: Record | None, t: float | None, line_no: int | None = None) -> None:
         if isinstance(rec, EventRecord) and rec.kind == "server_args":

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states, make_explainer
+from specmon.analysis.speedup import SpeedupView, fingerprint_differences, speedup_view
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.state import Run, ServerState, Session
@@ -88,6 +89,9 @@ class Watch:
     monitor: DriftMonitor
     last: Alert | None = None
     history: list[Alert] = field(default_factory=list)
+    raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
+    notified: int = 0  # of those, how many were notified
+    cleared_notified: int = 0
 
 
 class DriftWatcher:
@@ -116,12 +120,30 @@ class DriftWatcher:
             if alert is None:
                 continue
             prev = w.last
+            if not alert.cleared and (prev is None or prev.cleared):
+                w.raised += 1
             if prev is None or (prev.level, prev.cleared, prev.kind) != (
                     alert.level, alert.cleared, alert.kind) or prev.causes != alert.causes:
                 changed.append((server, alert))
                 w.history.append(alert)
             w.last = alert
         return changed
+
+    def should_notify(self, server: str, alert: Alert) -> bool:
+        """True once per alert raised (and once when it clears): a change of level or causes
+        of an active alert updates the banner, not another notification."""
+        w = self.watches.get(server)
+        if w is None:
+            return False
+        if alert.cleared:
+            if w.cleared_notified < w.raised:
+                w.cleared_notified = w.raised
+                return True
+            return False
+        if w.notified < w.raised:
+            w.notified = w.raised
+            return True
+        return False
 
     def active(self) -> list[tuple[str, Alert]]:
         return [(s, w.last) for s, w in self.watches.items()
@@ -133,3 +155,22 @@ def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) 
     for c in causes if causes is not None else alert.causes:
         lines.append(f"  cause: {c}")
     return lines
+
+
+def session_speedup_view(session: Session, base: ServerState | None, spec: ServerState | None,
+                         watcher: DriftWatcher | None, window_s: float, now: float) -> SpeedupView:
+    """The speedup bar's model: current runs, the baseline's recorded value and its drift
+    alert (when one is watched), and the differences between the two runs' fingerprints."""
+    recorded = None
+    active = False
+    if base is not None and watcher is not None:
+        w = watcher.watches.get(base.name)
+        if w is not None:
+            recorded = w.baseline.stats
+            active = w.last is not None and not w.last.cleared and w.last.level != "info"
+    diffs: list[str] = []
+    if base is not None and spec is not None and base.runs and spec.runs:
+        diffs = fingerprint_differences(run_fingerprint(session, base),
+                                        run_fingerprint(session, spec))
+    return speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
+                        drift_active=active, fingerprint_diffs=diffs)

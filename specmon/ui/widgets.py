@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Input, Log, Sparkline, Static
 
+from specmon.analysis.speedup import SpeedupView, format_speedup
 from specmon.analysis.window import (
     MIN_N,
     Speedup,
@@ -342,9 +343,20 @@ def _startup_text(state: ServerState) -> Text:
 class SpeedupBar(Static):
     """spec ÷ baseline at the same #running-req, with its uncertainty and what it implies."""
 
-    def show(self, sp: Speedup | None, have_both: bool, window_s: float) -> None:
+    def show(self, sp: Speedup | None, have_both: bool, window_s: float,
+             view: SpeedupView | None = None) -> None:
         t = Text()
-        if not have_both:
+        if view is not None:  # the honest line: current runs, drift, fingerprint differences
+            sp = view.detail
+            if view.value is None:
+                t.append(plain(format_speedup(view)))
+            else:
+                assert sp is not None
+                t.append("speedup  ", style="bold")
+                t.append(plain(format_speedup(view)), style="bold")
+                t.append(f"  (95% {sp.low:.2f}–{sp.high:.2f}, at bs {sp.running_req}, decode-only medians of "
+                         f"the last {window_s:.0f} s of each run, n {sp.spec.n}/{sp.base.n})")
+        elif not have_both:
             t.append("speedup N/A: needs one baseline and one speculative server")
         elif sp is None:
             t.append(f"speedup N/A: no batch size with ≥3 decode samples on both servers "
@@ -356,6 +368,7 @@ class SpeedupBar(Static):
             t.append(f"  at bs {sp.running_req}: spec {sp.spec.median:.1f} / base "
                      f"{sp.base.median:.1f} tok/s, medians, decode-only, last {window_s:.0f} s, "
                      f"n {sp.spec.n}/{sp.base.n}")
+        if sp is not None:
             t.append(f"\nms/token {sp.spec_ms_per_token:.1f} spec vs {sp.base_ms_per_token:.1f} "
                      f"base")
             cyc = sp.verify_cycle_ms
