@@ -281,15 +281,26 @@ class StratumBaseline:
     t_last: float | None = None
     sig_floor: float = 0.003
     rho_max: float = 0.95
-    # derived in __post_init__
+    # derived once in __post_init__: a live record must cost O(1) in the baseline's size
     mu: float = 0.0
     sig: float = 0.0
     rho: float = 0.0
+    _median_thr: float | None = field(default=None, repr=False, compare=False)
+    _median_accept: float | None = field(default=None, repr=False, compare=False)
+    _accept_mu: float = field(default=0.0, repr=False, compare=False)
+    _accept_sig: float = field(default=0.0, repr=False, compare=False)
+    _median_rr: float | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.mu = median(self.y) or 0.0
         self.sig = _mad_sigma(self.y, self.sig_floor)
         self.rho = min(max(lag1(self.y), 0.0), self.rho_max)
+        self._median_thr = median(self.thr)
+        self._median_accept = median(self.accept) if self.accept else None
+        self._accept_mu = math.log(self._median_accept or 1.0)
+        self._accept_sig = _mad_sigma([math.log(a) for a in (self.accept or [1.0]) if a > 0] or [0.0],
+                                      self.sig_floor)
+        self._median_rr = median(self.rr) if self.rr else None
 
     @property
     def n(self) -> int:
@@ -297,18 +308,28 @@ class StratumBaseline:
 
     @property
     def median_thr(self) -> float | None:
-        return median(self.thr)
+        return self._median_thr
 
     @property
     def median_accept(self) -> float | None:
-        return median(self.accept) if self.accept else None
+        return self._median_accept
+
+    @property
+    def accept_mu(self) -> float:
+        """ln(median accept len): the acceptance detector's centre (cached)."""
+        return self._accept_mu
+
+    @property
+    def accept_sig(self) -> float:
+        """Robust sigma of ln(accept len) (cached)."""
+        return self._accept_sig
 
     @property
     def t_cycle_ms(self) -> float | None:
         """Median cycle time: 1000 * rr / exp(mu) (speculative strata only)."""
         if not self.stratum.spec or not self.rr:
             return None
-        return 1000.0 * (median(self.rr) or 1) / math.exp(self.mu)
+        return 1000.0 * (self._median_rr or 1) / math.exp(self.mu)
 
     def to_json(self) -> dict[str, Any]:
         return {"stratum": self.stratum.key, "y": self.y, "thr": self.thr, "accept": self.accept,
@@ -485,9 +506,8 @@ class StratumDetector:
         p, b = self.p, self.base
         self.live.append(s)
         self.count += 1
-        mu = b.mu if self.metric == "y" else math.log(b.median_accept or 1.0)
-        sig_b = b.sig if self.metric == "y" else _mad_sigma(
-            [math.log(a) for a in (b.accept or [1.0])], p.sig_floor)
+        mu = b.mu if self.metric == "y" else b.accept_mu
+        sig_b = b.sig if self.metric == "y" else b.accept_sig
         v = self.value(s)
         self.fast_run = self.fast_run + 1 if v <= mu + math.log(p.fast_frac) else 0
         newest = s.t
@@ -555,8 +575,7 @@ class StratumDetector:
         ys = [self.value(x) for x in pts]
         rr = int(median([x.rr for x in pts]) or 1)
         if self.metric == "accept":
-            mu = math.log(b.median_accept or 1.0)
-            sig_b = _mad_sigma([math.log(a) for a in (b.accept or [1.0])], p.sig_floor)
+            mu, sig_b = b.accept_mu, b.accept_sig
             rho_b = 0.0
         else:
             mu, sig_b, rho_b = b.mu, b.sig, b.rho
