@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.analysis.window import current_stats, run_stats_text
+from specmon.analysis.window import current_stats, group_rows, run_stats_text
 from specmon.parse.sglang import BatchRecord, parse_line
 from specmon.session.state import SILENT_ROUNDS, ServerState
 
@@ -102,3 +102,7 @@ def test_a_group_that_stops_logging_is_shown_as_silent():
     st = current_stats(s)
     assert "silent DP group 3" in run_stats_text(s, st)
     assert run.decode[-1].groups == 3  # the sum covers the groups that still log
+    rows = group_rows(s)
+    assert [(r.dp_rank, r.silent) for r in rows] == [(0, False), (1, False), (2, False), (3, True)]
+    assert rows[3].stats is None  # no line of DP3 in the last 60 s: nothing to show for it
+    assert all(r.stats is not None and r.stats.running_req == 20 for r in rows[:3])

@@ -366,3 +366,34 @@ def test_verdict_says_only_what_the_interval_supports():
             assert est is not None and est.supported(P.min_effect), est
         elif m.alert is not None and not m.alert.cleared:
             assert m.alert.estimate is None or m.alert.estimate.supported(P.min_effect)
+
+
+def test_add_feeds_one_record_of_a_run_and_a_new_run_ends_the_alert():
+    """`monitor.add(record, run)`: what the session model's hook calls per record."""
+    base = base_of(noisy(60, 88.8, seed=31))
+    m = DriftMonitor(base, P)
+    s = ServerState("b", role="baseline")
+
+    def line(i: int, thr: float) -> str:
+        return (f"[2026-05-01 10:{i // 60 % 60:02d}:{i % 60:02d}] Decode batch, #running-req: 1, "
+                f"#token: 1200, token usage: 0.01, cuda graph: True, gen throughput (token/s): "
+                f"{thr:.2f}, #queue-req: 0")
+
+    def apply(text: str, t: float) -> None:
+        rec = parse_line(text)
+        pts = s.apply(text, rec, t)
+        if not (isinstance(rec, BatchRecord) and rec.kind == "decode"):
+            m.add(rec, s.run, t)
+        for p in pts:
+            m.add(p.rec, s.run, p.t)
+
+    for i, r in enumerate(noisy(40, 62.9, seed=32)):
+        apply(line(i, r.gen_throughput), float(i))
+    assert m.alert is not None and not m.alert.cleared and m.alert.level == "critical"
+    apply("[2026-05-01 10:01:00] server_args=ServerArgs(model_path='m', tp_size=8)", 60.0)
+    assert s.run.index == 2
+    apply(line(61, 88.8), 61.0)  # the first record of run 2: the run-1 alert ended with its run
+    assert m.alert.cleared and m.alert.text.endswith("run ended (restart)")
+    for i, r in enumerate(noisy(40, 88.8, seed=33), 62):
+        apply(line(i, r.gen_throughput), float(i))
+    assert m.alert.cleared  # run 2 is at the recorded level: no alert carried over

@@ -85,6 +85,35 @@ def current_stats(state: ServerState, now: float | None = None,
     return stats_for(run_window(run, window_s), run.last.running_req, window_s)
 
 
+@dataclass(frozen=True)
+class GroupRow:
+    """One DP group of the current run, for the panel's per-group breakdown."""
+
+    dp_rank: int | None
+    lines: int  # decode lines of this group in the run
+    stats: WindowStats | None  # at the group's own current #running-req, last window_s of log time
+    last_t: float | None  # record time of its newest line
+    silent: bool  # stopped logging while the other groups go on
+
+
+def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[GroupRow]:
+    """Per-DP-group breakdown of the current run (one row for a server without DP)."""
+    if not state.runs:
+        return []
+    run = state.runs[-1]
+    end = run.decode[-1].t if run.decode else None
+    rows = []
+    for k in sorted(run.groups, key=lambda x: -1 if x is None else x):
+        g = run.groups[k]
+        last = g.last
+        st = None
+        if last is not None and last.rec.running_req is not None and end is not None:
+            pts = [p for p in g.points if p.t >= end - window_s]
+            st = stats_for(pts, last.rec.running_req, window_s)
+        rows.append(GroupRow(k, g.total, st, last.t if last else None, g.silent))
+    return rows
+
+
 def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
     """`run 3 since 14:02:11, n 4` (what the panel says next to the window median)."""
     if not state.runs:

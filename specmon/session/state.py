@@ -421,7 +421,9 @@ class ServerState:
     def apply(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
         """One received log line (`t`: receive time) and its parsed record (None if unused).
 
-        Returns the server-level decode points the line completed (what drift is fed).
+        Returns the server-level decode points the line completed: what a drift monitor is
+        fed (`DriftMonitor.add(point.rec, state.run, point.t)`), together with the prefill and
+        event records as they come; a DP group's own decode line is never fed on its own.
         """
         self.lines_total += 1
         self.last_line_t = t
@@ -453,10 +455,12 @@ class ServerState:
                 pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None)
                 self.decode_total += 1
                 self.decode.append(pt)
-                self.last_decode = rec
                 if self.role is None and rec.accept_len is not None:
                     self.role = "speculative"
-                return run.add_decode(pt)
+                done = run.add_decode(pt)
+                if done:
+                    self.last_decode = done[-1].rec  # server level (a DP server's groups summed)
+                return done
             self.prefill_total += 1
             self.last_prefill = rec
             self.last_prefill_t = t
