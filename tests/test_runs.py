@@ -120,3 +120,44 @@ def test_log_time_variants_and_receive_time_fallback():
     s.apply(text, parse_line(text), 123.5)
     p = s.run.decode[-1]
     assert p.t == 123.5 and not p.t_log and s.run.untimed == 1
+
+
+async def test_history_read_on_connect_through_the_real_tail(tmp_path):
+    """`connect local --log base=FILE` on a log holding two runs: the tailer reads the history
+    at once (received within a second), the window holds only the last run at its log times."""
+    import asyncio
+
+    from specmon.feeds.common import pump_tail
+    from specmon.hosts.local import LocalHost
+    from specmon.sources.tail import LogTailer, TailSpec
+
+    run1, run2 = lines(RUN1), lines(RUN2)
+    path = tmp_path / "base.log"
+    path.write_text("\n".join([*run1, restart_line("2026-05-25 18:04:00"), *run2]) + "\n")
+    s = ServerState("base", role="baseline")
+
+    class Sink:
+        def lines(self, server, items):  # noqa: ANN001, ANN202
+            for text, rec, t in items:
+                s.apply(text, rec, t)
+
+        def __getattr__(self, name):  # noqa: ANN001, ANN204 - notices etc. are not needed here
+            return lambda *a, **k: None
+
+    tailer = LogTailer(LocalHost("t"), [TailSpec("base", str(path))], history_lines=None)
+    task = asyncio.create_task(pump_tail(tailer, Sink()))
+    n_decode = len(decode_values(run1)) + len(decode_values(run2))
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if s.decode_total >= n_decode:
+            break
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert s.decode_total == n_decode and [r.index for r in s.runs] == [1, 2]
+    received = [p.received for p in s.decode]
+    assert max(received) - min(received) < 5  # read at once ...
+    exp2 = decode_values(run2)
+    assert [p.t for p in s.run.decode] == [t for t, _, _ in exp2]  # ... placed at its real times
+    last = exp2[-1][0]
+    st = current_stats(s, window_s=60)
+    assert st is not None and st.n == len([1 for t, _, rr in exp2 if t >= last - 60 and rr == 1])
