@@ -161,3 +161,12 @@ async def test_history_read_on_connect_through_the_real_tail(tmp_path):
     last = exp2[-1][0]
     st = current_stats(s, window_s=60)
     assert st is not None and st.n == len([1 for t, _, rr in exp2 if t >= last - 60 and rr == 1])
+
+
+def test_unreadable_timestamps_fall_back_to_receive_time():
+    s = ServerState("b")
+    for stamp in ("0001-01-01 00:00:00", "2026-13-40 99:99:99"):
+        text = (f"[{stamp} TP0] Decode batch, #running-req: 1, #token: 9, token usage: 0.00, "
+                "cuda graph: True, gen throughput (token/s): 20.00, #queue-req: 0")
+        s.apply(text, parse_line(text), 50.0)
+    assert [(p.t, p.t_log) for p in s.run.decode] == [(50.0, False), (50.0, False)]

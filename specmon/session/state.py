@@ -37,15 +37,15 @@ def log_time(rec: Record, received: float) -> float | None:
     if rec.timestamp:
         try:
             return datetime.fromisoformat(rec.timestamp).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError, OSError):  # e.g. year 0001 in a garbled line
             return None
     if rec.time_of_day:
         try:
             clock = dt_time.fromisoformat(rec.time_of_day)
-        except ValueError:
+            day = datetime.fromtimestamp(received).date()
+            t = datetime.combine(day, clock).timestamp()
+        except (ValueError, OverflowError, OSError):
             return None
-        day = datetime.fromtimestamp(received).date()
-        t = datetime.combine(day, clock).timestamp()
         if t - received > 43_200:
             t -= 86_400
         elif received - t > 43_200:
