@@ -170,3 +170,22 @@ def test_unreadable_timestamps_fall_back_to_receive_time():
                 "cuda graph: True, gen throughput (token/s): 20.00, #queue-req: 0")
         s.apply(text, parse_line(text), 50.0)
     assert [(p.t, p.t_log) for p in s.run.decode] == [(50.0, False), (50.0, False)]
+
+
+def test_a_run_owns_the_gpu_samples_taken_while_it_ran():
+    from specmon.parse.gpu import GpuSample
+    from specmon.session.state import Session
+
+    sess = Session()
+    s = sess.server("base")
+    for ln in [restart_line("2026-05-25 18:00:00"), *lines(RUN1)[:5]]:
+        s.apply(ln, parse_line(ln), 1.0)
+    sess.set_gpus([GpuSample(ts=1.0, index=0, power_limit_w=700.0)])
+    s.process_exited(-15)
+    sess.set_gpus([GpuSample(ts=2.0, index=0, power_limit_w=500.0)])  # between runs: nobody's
+    ln = restart_line("2026-05-25 18:04:00")
+    s.apply(ln, parse_line(ln), 3.0)
+    sess.set_gpus([GpuSample(ts=4.0, index=0, power_limit_w=330.0)])
+    r1, r2 = s.runs
+    assert [g.power_limit_w for g in r1.gpu_samples] == [700.0]
+    assert [g.power_limit_w for g in r2.gpu_samples] == [330.0]

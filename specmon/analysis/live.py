@@ -43,8 +43,9 @@ def run_fingerprint(session: Session, state: ServerState, run: Run | None = None
     r = run if run is not None else state.run
     probe = r.probe or {}
     gpus: list[GpuSample] = server_gpus(session, state)
-    if history:  # the run's own GPU samples (else what the session still holds)
-        gpus = [g for g in r.gpu_samples if isinstance(g, GpuSample)] or \
+    if history:  # the run's own samples of this server's GPUs (else what the session holds)
+        mine = {g.index for g in gpus}
+        gpus = [g for g in r.gpu_samples if isinstance(g, GpuSample) and g.index in mine] or \
             server_gpu_history(session, state)
     files = probe.get("modified_files")
     return fingerprint_from(server_args=r.args, nccl_lines=r.nccl_lines, gpus=gpu_states(gpus),
