@@ -425,6 +425,13 @@ def _feed(f: SampleFilter, rec: Record | None, t: float | None, line_no: int | N
     return None
 
 
+def _last(d: deque[Sample], k: int) -> list[Sample]:
+    """The newest k items of a deque, oldest first, without copying the rest."""
+    out = list(islice(reversed(d), max(k, 0)))
+    out.reverse()
+    return out
+
+
 def _split(ys: Sequence[float], mu: float) -> int:
     """Change point inside a window: index j minimising L1 cost of (mu before, median after).
 
@@ -512,7 +519,7 @@ class StratumDetector:
         self.fast_run = self.fast_run + 1 if v <= mu + math.log(p.fast_frac) else 0
         newest = s.t
         w = p.accept_window if self.metric == "accept" else p.window
-        win = [x for x in list(self.live)[-w:]
+        win = [x for x in _last(self.live, w)
                if newest is None or x.t is None or newest - x.t <= p.max_age_s]
         if len(win) < p.min_live:
             return None
@@ -569,7 +576,7 @@ class StratumDetector:
         k = len(self.live)
         if since_onset and self.level is not None:
             k = min(k, self.count - self.onset_count)
-        pts = list(self.live)[-k:] if k else []
+        pts = _last(self.live, k) if k else []
         if len(pts) < 2:
             return None
         ys = [self.value(x) for x in pts]
@@ -785,7 +792,7 @@ class DriftMonitor:
         det = self.detectors[key]
         acc = self.acceptance.get(key)
         b = det.base
-        pts = list(det.live)[-max(det.p.window, det.count - det.onset_count):]
+        pts = _last(det.live, max(det.p.window, det.count - det.onset_count))
         thr = median([x.thr for x in pts])
         accept = median([x.accept for x in pts if x.accept is not None])
         parts = []
