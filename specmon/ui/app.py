@@ -24,7 +24,13 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
-from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
+from specmon.analysis.live import (
+    DriftWatcher,
+    NotEnoughSamples,
+    alert_lines,
+    record_baseline,
+    session_speedup_view,
+)
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
@@ -41,6 +47,7 @@ from specmon.ui.messages import (
     ServerLines,
     ServerNotice,
     ServerPids,
+    ServerProbe,
 )
 from specmon.ui.safe import plain
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
@@ -117,6 +124,9 @@ class _Sink:
 
     def server_pids(self, server: str, pids: list[int]) -> None:
         self.app.post_message(ServerPids(server, pids))
+
+    def server_probe(self, server: str, probe: dict[str, Any]) -> None:
+        self.app.post_message(ServerProbe(server, probe))
 
     def request_baseline(self, server: str) -> None:
         self.app.post_message(BaselineRequest(server))
@@ -321,6 +331,10 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.session.server(msg.server).notices.append(msg.text)
         self.notify(f"{msg.server}: {msg.text}", markup=False)
 
+    @on(ServerProbe)
+    def _probe(self, msg: ServerProbe) -> None:
+        self.session.server(msg.server).set_probe(msg.probe)
+
     @on(ServerPids)
     def _pids(self, msg: ServerPids) -> None:
         self.session.server(msg.server).pids = set(msg.pids)
@@ -362,8 +376,10 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         base = self._role_on("baseline", host)  # like with like: the same host's servers
         spec = self._role_on("speculative", host)
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
-        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
-        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+        view = session_speedup_view(self.session, base, spec, self.drift, self.window_s, now)
+        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s, view)
+        decoding = any(st.last_line_t is not None and st.decode
+                       and now - (st.decode[-1].received or st.decode[-1].t) < 15
                        for st in self.session.servers.values())
         if host is not None and self.fleet is not None:
             hs = self.fleet.host(host).session  # the selected host's own GPUs
@@ -426,6 +442,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                 "text": alert.text, "causes": list(alert.causes),
                 "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
             })
+            if not self.drift.should_notify(server, alert):
+                continue  # the same alert with refreshed causes: the banner shows it
             if alert.cleared:
                 self.notify(f"{server}: cleared: {alert.text}", markup=False)
             else:
@@ -447,7 +465,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             if i:
                 t.append("\n")
             t.append(f"{alert.level.upper()} ", style="bold")
-            t.append(plain("\n".join(alert_lines(server, alert))))
+            t.append("\n".join(plain(ln) for ln in alert_lines(server, alert)))
         banner.update(t)
         banner.set_class(any(a.level == "critical" for _, a in active), "critical")
 
