@@ -96,11 +96,11 @@ async def test_agent_over_ssh_leaves_no_process_after_close_or_disconnect(sshd_s
         tmp_path / "fakepy",
         f"export PYTHONPATH={SHIM} SPECMON_FAKE_NVML='{cfg}'\nexec {sys.executable} \"$@\"\n",
     )
-    host = make_host(sshd_server, tmp_path, reconnect_base=0.05)
+    host = make_host(sshd_server, tmp_path, reconnect_base=0.05, python=fakepy)
     await host.connect()
     try:
         # 1. the consumer stops: the channel closes and the agent exits
-        src = RemoteAgentSource(host, interval=0.05, python=fakepy)
+        src = RemoteAgentSource(host, interval=0.05)
         it = src.__aiter__()
         batch = await it.__anext__()
         assert [s.index for s in batch] == [0, 1] and isinstance(batch[0], GpuSample)
@@ -112,7 +112,7 @@ async def test_agent_over_ssh_leaves_no_process_after_close_or_disconnect(sshd_s
         await until(lambda: not alive(pid), what="agent exit after close")
 
         # 2. the connection dies under it: the source ends with a clear error, agent gone
-        src = RemoteAgentSource(host, interval=0.05, python=fakepy)
+        src = RemoteAgentSource(host, interval=0.05)
         it = src.__aiter__()
         await it.__anext__()
         assert src.hello is not None

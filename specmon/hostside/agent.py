@@ -822,22 +822,23 @@ def op_owners(req):
 
 
 # -- the RECORD-hash probe of an installed distribution ------------------------------------
-def _python_path(python):
-    """sys.path of another interpreter on this host (the server's), or None."""
-    if not python:
-        return None
-    try:
-        same = os.path.realpath(python) == os.path.realpath(sys.executable)
-    except OSError:
-        same = False
-    if same:
-        return None
+def _python_path(python, why=None):
+    """sys.path of another interpreter on this host (the server's), or None; `why` (a list)
+    receives the reason when it cannot be had."""
+    if not python or python == sys.executable:
+        return None  # (a venv's python is a link to the same binary: ask it all the same)
     try:
         out = subprocess.run([python, "-c", "import sys,json;print(json.dumps(sys.path))"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, timeout=20)
         path = json.loads(out.stdout.decode("utf-8", "replace"))
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except OSError as e:
+        if why is not None:
+            why.append("%s: %s" % (python, e.strerror or e))
+        return None
+    except (ValueError, subprocess.SubprocessError) as e:
+        if why is not None:
+            why.append("%s: %s" % (python, _one_line(e)))
         return None
     return [p for p in path if isinstance(p, str) and p] or None
 
@@ -1246,7 +1247,8 @@ def import_pynvml(python=None):
         return pynvml, None
     except Exception as e:
         first = "pynvml not importable (%s); install nvidia-ml-py" % _one_line(e)
-    for d in _python_path(python) or []:
+    why = []
+    for d in _python_path(python, why) or []:
         if os.path.exists(os.path.join(d, "pynvml.py")) or os.path.isdir(
                 os.path.join(d, "pynvml")):
             if d not in sys.path:
@@ -1257,7 +1259,7 @@ def import_pynvml(python=None):
                 return pynvml, None
             except Exception as e:
                 return None, "pynvml from %s not importable (%s)" % (python, _one_line(e))
-    return None, first
+    return None, "; ".join([first] + why)
 
 
 class GpuStream:
@@ -1475,7 +1477,123 @@ class Agent:
                 g.close()
 
 
+# -- standalone GPU sampler (`python agent.py gpu ...`): benchmarks, manual checks ---------
+def _gpu_emit(rec):
+    sys.stdout.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _gpu_error(code, message):
+    _gpu_emit({"type": "error", "code": code, "error": message.replace("\n", " ")})
+    return 1
+
+
+def _should_watch_stdin(mode):
+    if mode == "yes":
+        return True
+    if mode == "no" or sys.argv[0] == "-":
+        return False
+    try:
+        st = os.fstat(0)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)
+
+
+def _watch_stdin(stop):
+    """Set `stop` when stdin reaches EOF (the SSH channel or parent pipe closed)."""
+    try:
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
+    stop.set()
+
+
+def _gpu_args(argv):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="agent.py gpu", description="specmon GPU agent (JSON lines)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    p.add_argument("--count", type=int, default=0, help="stop after N samples (0: run until EOF)")
+    p.add_argument("--slow-interval", type=float, default=30.0,
+                   help="seconds between reads of application clocks and thresholds")
+    p.add_argument("--proc-interval", type=float, default=5.0,
+                   help="seconds between reads of compute processes")
+    p.add_argument("--watch-stdin", choices=["auto", "yes", "no"], default="auto",
+                   help="exit at stdin EOF (auto: when stdin is a pipe or socket)")
+    return p.parse_args(argv)
+
+
+def gpu_main(argv=None):
+    args = _gpu_args(argv)
+    if not args.interval > 0:
+        return _gpu_error("usage", "--interval must be > 0")
+    pynvml, err = import_pynvml()
+    if pynvml is None:
+        return _gpu_error("no-pynvml", err)
+    try:
+        col = NvmlCollector(pynvml, args.slow_interval, args.proc_interval)
+    except Exception as exc:
+        return _gpu_error("nvml-init", "NVML not available: %s" % exc)
+    try:
+        _gpu_emit(col.hello())
+        if not col.devices:
+            return _gpu_error("no-gpus", "no GPUs")
+        import threading
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                signal.signal(sig, lambda *_: stop.set())
+            except (ValueError, OSError, AttributeError):
+                pass
+        if _should_watch_stdin(args.watch_stdin):
+            threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+        n = 0
+        next_t = time.monotonic()
+        while not stop.is_set():
+            _gpu_emit(col.sample())
+            n += 1
+            if args.count and n >= args.count:
+                break
+            next_t += args.interval
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (suspended?): do not burst to catch up
+                next_t, delay = time.monotonic(), 0.0
+            stop.wait(delay)
+        return 0
+    finally:
+        col.close()
+
+
+def gpu_run(argv=None):
+    """`main` with every failure turned into one error line or a quiet exit."""
+    try:
+        return gpu_main(argv)
+    except BrokenPipeError:
+        # Reader went away: silence the interpreter's own flush-at-exit error too.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+        return code if isinstance(code, int) else 2
+    except Exception as exc:
+        try:
+            return _gpu_error("internal", _one_line(exc))
+        except Exception:
+            return 1
+
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "gpu":  # `python agent.py gpu --interval 1 ...`
+        sys.exit(gpu_run(sys.argv[2:]))
     out = sys.stdout.buffer
     if len(sys.argv) > 1 and sys.argv[1] == "probe":  # one-shot: `python agent.py probe [DIST]`
         res = op_probe({"dist": sys.argv[2] if len(sys.argv) > 2 else "sglang"})
