@@ -2,15 +2,18 @@
 
 A server is a process whose command line runs `sglang.launch_server`, `sglang serve`, or the
 simulated `specmon sim server`; its `sglang::scheduler*` descendants are its TP workers. Port,
-TP size and speculative flags come from the command line; the log file is where the main
-process's fd 2 (else fd 1) points when that is a regular file. A server writing to a terminal
-or a pipe cannot be tailed: it is listed with a hint to pass --log NAME=PATH.
+TP size and speculative flags come from the command line; the log file is the `--log-file` of
+the command line when it names a regular file (relative to the process's working directory),
+else where the main process's fd 2 (else fd 1) points when that is a regular file. A server
+writing to a terminal or a pipe cannot be tailed: it is listed with a hint to pass
+--log NAME=PATH.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -49,6 +52,7 @@ class DiscoveredServer:
     log_path: str | None = None
     log_problem: str | None = None  # why the log cannot be tailed (None when it can)
     log_target: str | None = None  # what fd 1/2 point to, e.g. "pipe:[1234]" or "/dev/pts/3"
+    log_file_arg: str | None = None  # the command line's --log-file, as given
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,6 +131,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
             tp_size=_int(_first(flags, "--tp-size", "--tensor-parallel-size", "--tp")),
             model=_first(flags, "--model-path", "--model"),
             simulated=simulated,
+            log_file_arg=_first(flags, "--log-file"),
         )
     for p in procs:
         if p.argv and p.argv[0].startswith("sglang::scheduler"):
@@ -179,7 +184,16 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
             s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
             continue
         s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
-        if s.log_path is None and s.workers:
+        if s.log_file_arg:
+            # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
+            path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
+            st = await agent.request("stat", path=path)
+            if isinstance(st, dict) and st.get("regular"):
+                s.log_path, s.log_problem = posixpath.normpath(path), None
+            else:
+                s.log_path = None
+                s.log_problem = f"--log-file {path}: not a readable file; pass --log NAME=PATH"
+        if s.log_path is None and s.workers and not s.log_file_arg:
             # Workers usually share the launcher's stderr, but check them too.
             winfo = await agent.request("proc_info", pid=s.workers[0][0], fds=[1, 2])
             path, problem, _ = log_from_fds(winfo.get("fds", {}))
