@@ -53,6 +53,7 @@ MAX_LINE = 1 << 20  # longer lines are cut, with a marker, instead of filling me
 READ_CHUNK = 1 << 20
 TICK_BUDGET = 8 << 20  # bytes read per tail per tick, so one busy file cannot starve the rest
 DEFAULT_WINDOW = 4 << 20  # line bytes a tail may have in flight before the client credits them
+CREDIT_SLACK = 1 << 16  # the smallest read while credit is left (lines may overshoot it)
 CHECK_BYTES = 64  # bytes before a resume offset that the client hashes (copytruncate check)
 GPU_SCHEMA = 1
 AGENT_NAME = "specmon-agent"
@@ -389,7 +390,10 @@ class Tail:
         while got < budget:
             if self.credit is not None and self.credit <= 0:
                 return "blocked"
-            data = self.f.read(min(READ_CHUNK, budget - got))
+            want = min(READ_CHUNK, budget - got)
+            if self.credit is not None:  # never read far beyond the credit left
+                want = min(want, max(self.credit, CREDIT_SLACK))
+            data = self.f.read(want)
             if not data:
                 return None
             got += len(data)
