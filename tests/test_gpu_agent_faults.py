@@ -10,11 +10,11 @@ from typing import Any
 
 import pynvml  # the real nvidia-ml-py: its exception classes (no driver needed)
 import pytest
+from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.hosts.local import LocalHost
 from specmon.hostside.agent import NvmlCollector
 from specmon.parse.gpu import GpuSample
-from specmon.sim.fake_nvml import FakeNvml
 from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
 
 SHIM = Path(__file__).resolve().parent / "nvml_shim"

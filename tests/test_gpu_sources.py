@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.hosts.local import LocalHost
 from specmon.hostside.agent import NvmlCollector
 from specmon.parse.gpu import GpuSample
-from specmon.sim.fake_nvml import FakeNvml
 from specmon.sources.gpu import (
     NVML_UNAVAILABLE,
     GpuSourceError,
@@ -33,8 +33,8 @@ SHIM = Path(__file__).resolve().parent / "nvml_shim"
 
 # Makes any Python started by the test host use the fake NVML (the agent does `import pynvml`).
 INJECT = (
-    f"import sys;sys.path.insert(0,{str(REPO)!r});"
-    "from specmon.sim.fake_nvml import FakeNvml;sys.modules['pynvml']=FakeNvml(n_gpus=2,"
+    f"import sys;sys.path.insert(0,{str(REPO / 'tests' / 'nvml_shim')!r});"
+    "from fake_nvml import FakeNvml;sys.modules['pynvml']=FakeNvml(n_gpus=2,"
     "state='load');"
 )
 
