@@ -98,7 +98,7 @@ def _check_lines(msg: dict[str, Any]) -> None:
     if not _is_int(msg.get("tail")):
         raise ProtocolError("lines: 'tail' is not a tail id")
     if not _is_int(msg.get("ino")):
-        raise ProtocolError(f"lines: inode {_snippet(repr(msg.get('ino')))} is not an integer")
+        raise ProtocolError(f"lines: inode {ascii(msg.get('ino'))[:40]} is not an integer")
     if not _is_int(msg.get("cost")):
         raise ProtocolError("lines: 'cost' is not a byte count")
     items = msg.get("lines")
@@ -110,7 +110,7 @@ def _check_lines(msg: dict[str, Any]) -> None:
             raise ProtocolError("lines: an item is not [off, end, text(, extra)]")
         off, end, text = item[0], item[1], item[2]
         if not (_is_int(off) and _is_int(end) and off <= end):
-            raise ProtocolError(f"lines: bad offsets {_snippet(repr(item[:2]))}")
+            raise ProtocolError(f"lines: bad offsets {ascii(item[:2])[:80]}")
         if prev_end is not None and off != prev_end:
             raise ProtocolError(f"lines: offset {off} does not follow {prev_end}")
         prev_end = end
@@ -144,7 +144,7 @@ def _check_tail(msg: dict[str, Any]) -> None:
     if not _is_int(msg.get("tail")):
         raise ProtocolError("tail event: 'tail' is not a tail id")
     if msg.get("ev") not in TAIL_EVENTS:
-        raise ProtocolError(f"tail event: unknown event {_snippet(repr(msg.get('ev')))}")
+        raise ProtocolError(f"tail event: unknown event {ascii(msg.get('ev'))[:40]}")
     for k in _INT_FIELDS:
         v = msg.get(k)
         if v is not None and not _is_int(v):

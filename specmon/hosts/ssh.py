@@ -79,9 +79,16 @@ def _hostpat(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+LINE_LIMIT = 16 << 20  # like LocalHost's stream limit: a longer output line is an error
+READ_SIZE = 1 << 16
+
+
 class _SshProcess(HostProcess):
     def __init__(self, proc: asyncssh.SSHClientProcess) -> None:
         self.proc = proc
+        self._buf = b""  # read from stdout, not yet returned: self._buf[self._pos:]
+        self._pos = 0
+        self._eof = False
 
     def write(self, data: bytes) -> None:
         try:
@@ -96,10 +103,34 @@ class _SshProcess(HostProcess):
             raise HostError(f"channel closed: {exc}") from exc
 
     async def readline(self) -> bytes:
-        try:
-            return await self.proc.stdout.readline()
-        except (asyncssh.Error, BrokenPipeError, OSError):
-            return b""  # the connection went away: end of stream for the reader
+        """Next stdout line, read in chunks; a line over LINE_LIMIT raises HostError instead
+        of filling memory (asyncssh's own readline has no limit)."""
+        i = self._buf.find(b"\n", self._pos)
+        if i >= 0:
+            line = self._buf[self._pos:i + 1]
+            self._pos = i + 1
+            return line
+        parts = [self._buf[self._pos:]]
+        size = len(parts[0])
+        self._buf, self._pos = b"", 0
+        while not self._eof:
+            try:
+                chunk = await self.proc.stdout.read(READ_SIZE)
+            except (asyncssh.Error, BrokenPipeError, OSError):
+                return b""  # the connection went away: end of stream for the reader
+            if not chunk:
+                self._eof = True
+                break
+            j = chunk.find(b"\n")
+            if j >= 0:
+                parts.append(chunk[:j + 1])
+                self._buf, self._pos = chunk, j + 1
+                return b"".join(parts)
+            parts.append(chunk)
+            size += len(chunk)
+            if size > LINE_LIMIT:
+                raise HostError(f"output line over {LINE_LIMIT} bytes")
+        return b"".join(parts)
 
     def close_stdin(self) -> None:
         with contextlib.suppress(asyncssh.Error, OSError):
