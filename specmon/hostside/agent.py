@@ -1240,30 +1240,56 @@ class Watcher:
 
 
 
-def import_pynvml(python=None):
-    """(module, None) or (None, error text). Without pynvml in this interpreter, look for it
-    where `python` (the server's interpreter) would import it from: nvidia-ml-py is pure
-    Python (ctypes), so its folder can be appended to our path (appended: nothing of ours is
-    shadowed)."""
-    try:
-        import pynvml
+_PYNVML = {}  # interpreter -> (module, error): each is looked up once
 
-        return pynvml, None
-    except Exception as e:
-        first = "pynvml not importable (%s); install nvidia-ml-py" % _one_line(e)
+
+def _load_pynvml_from(d):
+    """Load pynvml from folder `d` (another interpreter's site-packages) without putting
+    that folder on our path: nothing of ours is shadowed."""
+    import importlib.util
+
+    path = os.path.join(d, "pynvml.py")
+    if not os.path.exists(path):
+        path = os.path.join(d, "pynvml", "__init__.py")
+    spec = importlib.util.spec_from_file_location("pynvml", path)
+    mod = importlib.util.module_from_spec(spec)
+    saved = sys.modules.get("pynvml")
+    sys.modules["pynvml"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        return sys.modules.get("pynvml", mod)  # a module may replace itself (test shims do)
+    finally:
+        if saved is not None:
+            sys.modules["pynvml"] = saved
+
+
+def import_pynvml(python=None):
+    """(module, None) or (None, error text).
+
+    With `python` (the server's interpreter), its pynvml is preferred: it is what the server
+    itself uses with this driver. nvidia-ml-py is pure Python (ctypes), so it loads into this
+    interpreter too. Otherwise, or when that one has none, our own `import pynvml`."""
+    if python in _PYNVML:
+        return _PYNVML[python]
     why = []
     for d in _python_path(python, why) or []:
         if os.path.exists(os.path.join(d, "pynvml.py")) or os.path.isdir(
                 os.path.join(d, "pynvml")):
-            if d not in sys.path:
-                sys.path.append(d)
             try:
-                import pynvml
-
-                return pynvml, None
+                res = (_load_pynvml_from(d), None)
             except Exception as e:
-                return None, "pynvml from %s not importable (%s)" % (python, _one_line(e))
-    return None, "; ".join([first] + why)
+                res = (None, "pynvml from %s not importable (%s)" % (python, _one_line(e)))
+            _PYNVML[python] = res
+            return res
+    try:
+        import pynvml
+
+        res = (pynvml, None)
+    except Exception as e:
+        res = (None, "; ".join(["pynvml not importable (%s); install nvidia-ml-py"
+                                % _one_line(e)] + why))
+    _PYNVML[python] = res
+    return res
 
 
 class GpuStream:
