@@ -24,11 +24,8 @@ SHIM = Path(__file__).resolve().parent / "nvml_shim"
 def remote_leftovers(server: sshd.Sshd) -> list[str]:
     """Command lines of everything under the test sshd that is not an sshd process."""
     out = []
-    for pid in sshd.descendants(server.proc.pid):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+    for pid, raw in sshd.descendant_cmdlines(server.proc.pid).items():
+        cmd = raw.replace(b"\0", b" ").decode()
         if cmd and not cmd.startswith("sshd"):
             out.append(f"{pid}: {cmd[:120]}")
     return out

@@ -28,15 +28,8 @@ SHIM = Path(__file__).resolve().parent / "nvml_shim"
 
 def agent_pids(server: sshd.Sshd) -> list[int]:
     """Processes under the test sshd running the specmon agent bootstrap."""
-    out = []
-    for pid in sshd.descendants(server.proc.pid):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"specmon-agent" in cmd:
-            out.append(pid)
-    return out
+    return [pid for pid, cmd in sshd.descendant_cmdlines(server.proc.pid).items()
+            if b"specmon-agent" in cmd]
 
 
 async def test_one_agent_for_tails_gpus_and_discovery(sshd_server, tmp_path):
