@@ -261,3 +261,15 @@ def test_headless_modules_do_not_import_textual():
     import subprocess
 
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_agent_is_python36_syntax_and_avoids_37_only_calls():
+    """The agent runs on the host's python3 (3.6+): no newer syntax, and 3.7+ methods only
+    behind a fallback (bytes.isascii crashed the 3.6 agent on the first line read)."""
+    from specmon.hostside import agent
+
+    src = AGENT_PATH.read_text()
+    ast.parse(src, feature_version=(3, 6))
+    assert ".isascii()" not in src and "capture_output" not in src and "text=True" not in src
+    for data in (b"", b"abc\n", b"\xc3\xa9", b"\x7f", b"\x80"):
+        assert agent._isascii_36(data) == data.isascii()

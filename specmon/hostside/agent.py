@@ -59,15 +59,15 @@ GPU_SCHEMA = 1
 AGENT_NAME = "specmon-agent"
 
 
-def _isascii(data):
-    f = getattr(data, "isascii", None)  # bytes.isascii: Python 3.7+
-    if f is not None:
-        return f()
+def _isascii_36(data):
     try:
         data.decode("ascii")
     except UnicodeDecodeError:
         return False
     return True
+
+
+_isascii = getattr(bytes, "isascii", None) or _isascii_36  # bytes.isascii: Python 3.7+
 
 
 def _one_line(e):
@@ -333,7 +333,7 @@ class Tail:
     # -- reading -----------------------------------------------------------------------
     def _consume(self, data, out):
         """Frame new bytes into complete lines (appending events to out)."""
-        if not self.buf and self.cut is None and data.isascii():
+        if not self.buf and self.cut is None and _isascii(data):
             # Fast path (the common case: ASCII log text): split once, offsets by length.
             parts = data.decode("ascii").split("\n")
             rest = parts.pop()
