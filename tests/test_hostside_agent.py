@@ -67,3 +67,22 @@ async def test_proc_stat_and_control_ops_share_the_tail_and_gpu_agent(tmp_path, 
         await col.wait_lines(2)  # and the tail went on
     finally:
         await col.close()
+
+
+def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(tmp_path,
+                                                                              monkeypatch):
+    """A host whose python3 is 3.6/3.7 (no importlib.metadata) runs the probe in the server's
+    newer interpreter instead of answering "unavailable"."""
+    from specmon.hostside import agent
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_dist(site, b"patched = True\n", b"original = True\n")
+    server_py = tmp_path / "server-python"
+    server_py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    server_py.chmod(0o755)
+    monkeypatch.setattr(agent, "modified_files", lambda name, path=None: (
+        None, "unavailable: no importlib.metadata", None))
+    res = agent.op_probe({"dist": "sglang", "python": str(server_py)})
+    assert (res["version"], res["method"], res["modified_files"]) == (
+        "0.5.9", "RECORD", ["sglang/mod.py"])

@@ -57,7 +57,8 @@ def agent_source() -> bytes:
 def bootstrap_command(python: str, source: bytes) -> str:
     """`python -c` code that reads exactly len(source) bytes from fd 0 and execs them.
 
-    Unbuffered os.read leaves every later byte on fd 0 for the agent's request loop.
+    Unbuffered os.read leaves every later byte on fd 0 for the agent's request loop. The
+    agent gets its own source as AGENT_SOURCE (to run itself in another interpreter).
     """
     code = (
         "import os,sys\n"
@@ -66,7 +67,7 @@ def bootstrap_command(python: str, source: bytes) -> str:
         " c=os.read(0,n-len(b))\n"
         " if not c:sys.exit(3)\n"
         " b+=c\n"
-        "exec(compile(b,'specmon-agent','exec'))\n"
+        "exec(compile(b,'specmon-agent','exec'),{'__name__':'__main__','AGENT_SOURCE':b})\n"
     )
     return f"exec {shlex.quote(python)} -u -c {shlex.quote(code)}"
 

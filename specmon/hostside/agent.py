@@ -912,11 +912,43 @@ def host_info():
             "cpu_governor": gov}
 
 
+def _own_source():
+    """This program's source: given by the bootstrap, or read from our file."""
+    src = globals().get("AGENT_SOURCE")
+    if src is None:
+        path = globals().get("__file__")
+        if path:
+            with open(path, "rb") as f:
+                src = f.read()
+    return src
+
+
+def _probe_in(python, name):
+    """Run this program's probe mode in `python` (for an agent too old for importlib.metadata
+    on a host whose server runs a newer Python)."""
+    src = _own_source()
+    if not src:
+        return None
+    code = "import sys\nsys.argv[1:1] = ['probe']\n" + src.decode("utf-8")
+    try:
+        out = subprocess.run([python, "-c", code, name], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+        res = json.loads(out.stdout.decode("utf-8", "replace"))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return res if isinstance(res, dict) else None
+
+
 def op_probe(req):
     """SGLang's version and modified files as the server's interpreter (`python`) sees them,
     plus host facts."""
     name = req.get("dist") or "sglang"
-    version, method, files = modified_files(name, _python_path(req.get("python")))
+    python = req.get("python")
+    version, method, files = modified_files(name, _python_path(python))
+    if method == "unavailable: no importlib.metadata" and python:
+        res = _probe_in(python, name)
+        if res is not None:
+            return res
     return {"version": version, "method": method, "modified_files": files, "host": host_info()}
 
 
