@@ -91,6 +91,14 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
 
 
 
+def _proc_row(r: Any) -> Proc | None:
+    """One row of the agent's process list, checked (a malformed row is skipped, not a crash)."""
+    if not (isinstance(r, list) and len(r) == 4 and all(type(x) is int for x in r[:3])
+            and isinstance(r[3], list) and all(isinstance(a, str) for a in r[3])):
+        return None
+    return Proc(r[0], r[1], r[2], list(r[3]))
+
+
 def _first(flags: dict[str, str | bool], *names: str) -> str | None:
     for n in names:
         v = flags.get(n)
@@ -175,7 +183,7 @@ def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None
 async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[DiscoveredServer]:
     """List SGLang servers on the agent's host, with their log files when tailable."""
     rows = await agent.request("procs")
-    procs = [Proc(int(r[0]), int(r[1]), int(r[2]), list(r[3])) for r in rows]
+    procs = [p for p in map(_proc_row, rows if isinstance(rows, list) else []) if p is not None]
     servers = find_servers(procs)
     for s in servers:
         try:
