@@ -486,7 +486,7 @@ async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.5)
         assert app.active_host() == "n0"
-        await pilot.press("a")  # every GPU's row (the panel shows one row per group first)
+        await pilot.press("d")  # every GPU's row (the panel shows one row per group first)
         await pilot.pause(0.3)
         text = str(app.query_one("#gpus").content)
         rows = [(t[1] if t[0] == "GPU" else t[0]) for t in

@@ -2,9 +2,10 @@
 
 Over the simulated host, with both servers: at every sampled moment the headline's digits, its
 speedup line and its drift text say what the session's records say. The expected speedup is
-recomputed here from the decode points themselves (median of each server's window at the
-compared batch size), not read back from the widget's own model; the drift text must turn from
-OK to `DRIFT -N% vs recorded X` with the alert's first cause, without any toast being needed.
+recomputed here from the decode points themselves (median of each server's current run over
+its last W seconds of log time, at the compared batch size), not read back from the model;
+the drift text must turn from OK to `DRIFT -N% vs recorded X` with the alert's first cause,
+without any toast being needed.
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ def plain(widget) -> str:  # noqa: ANN001 - a Lines widget
 
 
 def window_median(state, now: float, window_s: float, bs: int) -> float:  # noqa: ANN001
-    vals = [p.rec.gen_throughput for p in state.decode
-            if p.t >= now - window_s and p.rec.running_req == bs and p.rec.gen_throughput]
+    """Median over the current run's last `window_s` of log time, at batch size `bs`."""
+    del now  # the window is the run's own log time, not the receiving clock
+    pts = list(state.run.decode)
+    last_t = pts[-1].t
+    vals = [p.rec.gen_throughput for p in pts
+            if p.t >= last_t - window_s and p.rec.running_req == bs and p.rec.gen_throughput]
     return statistics.median(vals)
 
 
@@ -34,7 +39,7 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
     """Assert the headline shows the session's numbers now; returns (drift text, ratio)."""
     now = app.clock()
     base, spec = app.session.server("baseline"), app.session.server("speculative")
-    model = headline_model(base, spec, app.drift, now, app.window_s)
+    model = headline_model(app.session, base, spec, app.drift, now, app.window_s)
     bar = plain(app.query_one(SpeedupBar))
     digits = app.query_one(SpeedupDigits)
     drift_txt = plain(app.query_one(DriftPanel))
@@ -49,14 +54,14 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
     expected = (window_median(spec, now, app.window_s, sp.running_req)
                 / window_median(base, now, app.window_s, sp.running_req))
     assert abs(sp.ratio - expected) < 1e-9
-    assert f"speedup {sp.ratio:.3f}×" in bar and f"bs {sp.running_req}" in bar
-    assert f"95% {sp.low:.3f}–{sp.high:.3f}" in bar
+    assert f"speedup {sp.ratio:.2f}x vs live baseline {sp.base.median:.1f}" in bar
+    assert f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req}" in bar
     assert digits.value == f"{sp.ratio:.2f}x"
     state = "win" if sp.low > 1 else ("lose" if sp.high < 1 else "tie")
     assert digits.has_class(f"-{state}")
     if ds.state == "drift" and model.vs_recorded is not None:
         r, rec = model.vs_recorded
-        assert f"{r:.2f}× vs recorded {rec:.1f}" in bar
+        assert f"{r:.2f}x vs recorded" in bar and f"vs recorded {rec:.1f}" in bar
     return ds.text, sp.ratio
 
 

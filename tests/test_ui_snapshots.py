@@ -35,8 +35,8 @@ def test_snapshot_demo_drift(snap_compare, size):
 
 
 def test_snapshot_demo_gpus_expanded(snap_compare):
-    """`a`: every GPU's row, grouped by server (baseline 0-7, speculative 8-15)."""
-    assert snap_compare(demo_app(drift=False), terminal_size=(160, 48), press=["a"])
+    """`d`: every GPU's row, grouped by server (baseline 0-7, speculative 8-15)."""
+    assert snap_compare(demo_app(drift=False), terminal_size=(160, 48), press=["d"])
 
 
 def test_snapshot_both_running(snap_compare):

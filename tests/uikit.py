@@ -129,10 +129,11 @@ def demo_gpus(t: float, capped: bool = False) -> list:
     return out
 
 
-def demo_session(drift: bool) -> tuple[Session, dict]:
+def demo_session(drift: bool, on_record=None) -> tuple[Session, dict]:  # noqa: ANN001
     """The demo after a few minutes: baseline recorded at ~88.8 tok/s with NCCL tuning, EAGLE-3 at
     ~94; with `drift`, the baseline restarted without the NCCL variables and runs at ~62.9.
-    Returns (session, {server: the baseline recorded on it})."""
+    Returns (session, {server: the baseline recorded on it}); `on_record(session, recorded)` is
+    called right after the recording, as a live app would start watching there."""
     from specmon.analysis.live import record_baseline
 
     rnd = random.Random(7)
@@ -154,6 +155,8 @@ def demo_session(drift: bool) -> tuple[Session, dict]:
         if k == 200:
             recorded = {name: record_baseline(s, s.server(name), name=f"demo/{name}/recorded",
                                               now=t) for name in ("baseline", "speculative")}
+            if on_record is not None:
+                on_record(s, recorded)
     if drift:
         _start(s, "baseline", t_start + 252, spec=False, nccl=False)
         for k in range(254, 390, 2):
@@ -166,14 +169,16 @@ def demo_app(drift: bool, **kwargs):  # noqa: ANN201 - a SpecmonApp
     """A SpecmonApp on `demo_session(drift)` whose drift watcher has seen the whole session."""
     from specmon.ui.app import SpecmonApp
 
-    s, recorded = demo_session(drift)
-    app = SpecmonApp(s, clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
-    for name, b in recorded.items():
-        app._watch(name, b)
-        # watch from the recording on, as if the app had been watching since then
-        mon = app.drift.watches[name].monitor
-        mon._seen_decode, mon._seen_prefill = b.source["decode_points"], 0
-        mon._seen_startup = object()  # a start-up the monitor has not seen: it restarts once
+    apps: list[SpecmonApp] = []
+
+    def watch_from_here(session: Session, recorded: dict) -> None:
+        app = SpecmonApp(session, clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
+        for name, b in recorded.items():
+            app._watch(name, b)  # watches what arrives from the recording on
+        apps.append(app)
+
+    s, _ = demo_session(drift, watch_from_here)
+    app = apps[0]
     for server, alert in app.drift.tick(DEMO_NOW):
         s.alerts.append({"t": DEMO_NOW, "server": server, "level": alert.level,
                          "text": alert.text, "causes": list(alert.causes)})

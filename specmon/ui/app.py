@@ -30,6 +30,7 @@ from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
+from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model
@@ -42,6 +43,7 @@ from specmon.ui.messages import (
     ServerLines,
     ServerNotice,
     ServerPids,
+    ServerProbe,
 )
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
@@ -90,6 +92,7 @@ HELP_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
               ("follow", "follow the end again"),
               ("toggle_compact", "compact lines (time, bs, tok/s, accept len) or raw lines")]),
     ("Numbers", [("cycle_window", "statistics window: 30 s, 60 s, 300 s"),
+                 ("advisor", "the advisor: best speculative settings, break-even accept len"),
                  ("chart_metric", "chart: decode tok/s, accept len, t_cycle"),
                  ("record_baseline", "record the focused server's run as its baseline")]),
     ("Servers", [("server_start", "start the focused server from its profile"),
@@ -147,11 +150,14 @@ class _Sink:
     def server_pids(self, server: str, pids: list[int]) -> None:
         self.app.post_message(ServerPids(server, pids))
 
+    def server_probe(self, server: str, probe: dict[str, Any]) -> None:
+        self.app.post_message(ServerProbe(server, probe))
+
     def request_baseline(self, server: str) -> None:
         self.app.post_message(BaselineRequest(server))
 
 
-class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
+class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -166,9 +172,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("l", "toggle_log_full", "Log", id="log.full"),
         Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
         Binding("t", "chart_metric", "Chart", show=False, id="chart.metric"),
-        Binding("a", "toggle_gpus", "All GPUs", id="gpus.toggle"),
+        Binding("d", "toggle_gpus", "GPU rows", id="gpus.toggle"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
+        *AdvisorKeysMixin.ADVISOR_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
     # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
@@ -394,6 +401,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self.session.server(msg.server).notices.append(msg.text)
         self.notify(f"{msg.server}: {msg.text}", markup=False)
 
+    @on(ServerProbe)
+    def _probe(self, msg: ServerProbe) -> None:
+        self.session.server(msg.server).set_probe(msg.probe)
+
     @on(ServerPids)
     def _pids(self, msg: ServerPids) -> None:
         self.session.server(msg.server).pids = set(msg.pids)
@@ -462,7 +473,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
                 span = max(self.window_s * 10, 600.0)
                 chart.show(chart_model(shown, self.chart_metric, now, self.window_s, span,
                                        recorded, self._run_starts))
-        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+        decoding = any(st.last_line_t is not None and st.decode
+                       and now - (st.decode[-1].received or st.decode[-1].t) < 15
                        for st in self.session.servers.values())
         servers = sorted(self.session.servers.values(),
                          key=lambda st: {"baseline": 0, "speculative": 1}.get(st.role or "", 2))
@@ -519,11 +531,12 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     def headline(self) -> HeadlineModel:
         """The headline's model right now (tests read it; the widgets render it)."""
         host = self.active_host()
-        return headline_model(self._role_on("baseline", host), self._role_on("speculative", host),
-                              self.drift, self.clock(), self.window_s)
+        return headline_model(self.session, self._role_on("baseline", host),
+                              self._role_on("speculative", host), self.drift, self.clock(),
+                              self.window_s)
 
     def _show_headline(self, base: Any, spec: Any, now: float) -> None:
-        model = headline_model(base, spec, self.drift, now, self.window_s)
+        model = headline_model(self.session, base, spec, self.drift, now, self.window_s)
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
         self.query_one(SpeedupDigits).show(model)
         self.query_one(SpeedupBar).show(model, rows)
@@ -570,12 +583,15 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         now = self.clock()
         if self.fleet is not None:
             self.fleet.update_alerts(now)  # the exporter's alert gauges follow at 1 Hz too
+        self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
         for server, alert in self.drift.tick(now):
             self.session.alerts.append({
                 "t": now, "server": server, "level": alert.level, "kind": alert.kind,
                 "text": alert.text, "causes": list(alert.causes),
                 "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
             })
+            if not self.drift.should_notify(server, alert):
+                continue  # the same alert with refreshed causes: the headline shows it
             if alert.cleared:
                 self.notify(f"{server}: cleared: {alert.text}", markup=False)
             else:

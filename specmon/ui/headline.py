@@ -1,8 +1,8 @@
 """The headline's view model: is speculation winning right now, and does each baseline still hold?
 
 One adapter (`headline_model`) turns the session's analysis into plain values the widgets render.
-It reads `analysis.window.speedup` and the app's `DriftWatcher` today; when the runs work's typed
-view model lands in `specmon.analysis`, only this function changes. Pure: no Textual import.
+It reads the runs work's typed `SpeedupView` (specmon.analysis.speedup, through
+`analysis.live.session_speedup_view`) and the app's `DriftWatcher`. Pure: no Textual import.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specmon.analysis.window import Speedup, speedup
-from specmon.session.state import ServerState
+from specmon.analysis.live import session_speedup_view
+from specmon.analysis.speedup import SpeedupView
+from specmon.analysis.window import Speedup
+from specmon.session.state import ServerState, Session
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,19 @@ class HeadlineModel:
     window_s: float
     reason: str | None  # why N/A
     drift: tuple[DriftState, ...]
-    # while the baseline drifts: (spec median ÷ the recorded baseline at the same bs, recorded)
-    vs_recorded: tuple[float, float] | None = None
+    view: SpeedupView | None = None  # the runs work's model (analysis.speedup): current runs
 
     @property
     def ratio_text(self) -> str:
         return "N/A" if self.speedup is None else f"{self.speedup.ratio:.2f}x"
+
+    @property
+    def vs_recorded(self) -> tuple[float, float] | None:
+        """(spec ÷ recorded baseline, recorded) while the baseline's drift alert is active."""
+        v = self.view
+        if v is None or not v.drift_active or v.vs_recorded is None or v.recorded_base is None:
+            return None
+        return v.vs_recorded, v.recorded_base
 
 
 def _recorded(watch: Any) -> float | None:
@@ -70,35 +79,17 @@ def drift_state(server: str, drift: Any) -> DriftState:
                       f"{word} {rel}", alert.causes[0] if alert.causes else None, rec)
 
 
-def headline_model(base: ServerState | None, spec: ServerState | None, drift: Any, now: float,
-                   window_s: float) -> HeadlineModel:
-    """The one place the headline reads the analysis (swap in the runs view model here)."""
+def headline_model(session: Session, base: ServerState | None, spec: ServerState | None,
+                   drift: Any, now: float, window_s: float) -> HeadlineModel:
+    """The one place the headline reads the analysis: the runs work's `SpeedupView` (current
+    runs, the recorded baseline, fingerprint differences) and the drift watcher's alerts."""
     states = tuple(drift_state(s.name, drift) for s in (base, spec) if s is not None)
-    if base is None or spec is None:
-        return HeadlineModel("na", None, window_s,
-                             "needs one baseline and one speculative server", states)
-    sp = speedup(base, spec, now, window_s)
+    view = session_speedup_view(session, base, spec, drift, window_s, now)
+    sp = view.detail if view.value is not None else None
     if sp is None:
-        return HeadlineModel("na", None, window_s, f"no batch size with ≥3 decode samples on both "
-                             f"in the last {window_s:.0f} s", states)
+        return HeadlineModel("na", None, window_s, view.reason, states, view)
     state = "win" if sp.low > 1.0 else ("lose" if sp.high < 1.0 else "tie")
-    vs = None
-    if states and states[0].state == "drift":
-        rec = recorded_at(drift.watches[base.name], sp.running_req)
-        if rec:
-            vs = (sp.spec.median / rec, rec)
-    return HeadlineModel(state, sp, window_s, None, states, vs)
-
-
-def recorded_at(watch: Any, running_req: int) -> float | None:
-    """The recorded baseline's median decode tok/s at this batch size (its largest stratum)."""
-    from specmon.analysis.drift import rr_bucket
-
-    strata = [b for b in watch.baseline.stats.strata.values()
-              if b.stratum.rr == rr_bucket(running_req) and b.median_thr]
-    if not strata:
-        return None
-    return max(strata, key=lambda b: b.n).median_thr
+    return HeadlineModel(state, sp, window_s, None, states, view)
 
 
 __all__ = ["DriftState", "HeadlineModel", "drift_state", "headline_model"]

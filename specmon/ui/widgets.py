@@ -21,11 +21,14 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Digits, Input, Log, Static
 
+from specmon.analysis.speedup import format_speedup
 from specmon.analysis.stats import median
 from specmon.analysis.window import (
+    MIN_N,
     WindowStats,
     current_stats,
     recomputed_accept_rate,
+    run_stats_text,
     window_points,
 )
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
@@ -184,39 +187,39 @@ class SpeedupDigits(Digits):
 
 
 class SpeedupBar(Lines):
-    """Beside the digits: what the speedup is, its interval, batch size, medians, implications."""
+    """Beside the digits: the speedup line of the runs model (current runs, drift, differences),
+    its interval, batch size, medians and what it implies."""
 
     def show(self, model: HeadlineModel, rows: int = 4) -> None:
         sp = model.speedup
         w = self.avail
         p: list[Piece] = []
+        view = model.view
         if sp is None:
             p.append(("speedup N/A", STATE_STYLE["na"]))
             p.append(("\n" + fit(model.reason or "", w), "$text-muted"))
             self.put(p)
             return
+        parts = format_speedup(view).split(" · ") if view is not None else [f"{sp.ratio:.2f}x"]
+        head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
+        p.append((fit(head, w) or head[:w], STATE_STYLE[model.state]))
         verdict = {"win": "speculation wins", "lose": "speculation loses",
                    "tie": "no clear difference (the interval holds 1)"}[model.state]
-        head = f"speedup {sp.ratio:.3f}×"
-        p.append((head, STATE_STYLE[model.state]))
-        p.append((fit(f" · bs {sp.running_req} · 95% {sp.low:.3f}–{sp.high:.3f}", w - len(head)),
-                  "bold"))
-        first = f"{verdict} · spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s"
-        if model.vs_recorded is not None:
-            r, rec = model.vs_recorded
-            first = (f"vs a drifted live baseline {sp.base.median:.1f} · {r:.2f}× vs recorded "
-                     f"{rec:.1f} · spec {sp.spec.median:.1f} tok/s")
-        lines = [first,
-                 f"medians, decode-only, last {model.window_s:.0f} s · n {sp.spec.n}/{sp.base.n}"]
+        lines: list[tuple[str, str]] = []
+        if parts[1:]:  # drift vs recorded, runs that differ, an ended run's age
+            lines.append((" · ".join(parts[1:]), "bold $warning"))
+        lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
+                      f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
+        lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
+                      f"n {sp.spec.n}/{sp.base.n}", "$text-muted"))
         cyc, be = sp.verify_cycle_ms, sp.break_even_accept_len
         if cyc is not None and be is not None and sp.spec.accept_len is not None:
-            lines.append(f"verify cycle {cyc:.1f} ms · break-even accept len {be:.2f} "
-                         f"(now {sp.spec.accept_len:.2f})")
+            lines.append((f"verify cycle {cyc:.1f} ms · break-even accept len {be:.2f} "
+                          f"(now {sp.spec.accept_len:.2f})", "$text-muted"))
         else:
-            lines.append(f"ms/token {sp.spec_ms_per_token:.1f} spec vs "
-                         f"{sp.base_ms_per_token:.1f} base")
-        for i, line in enumerate(lines[:max(rows - 1, 0)]):
-            style = "$text-muted" if i else ("bold $warning" if model.vs_recorded else "")
+            lines.append((f"ms/token {sp.spec_ms_per_token:.1f} spec vs "
+                          f"{sp.base_ms_per_token:.1f} base", "$text-muted"))
+        for line, style in lines[:max(rows - 1, 0)]:
             p.append(("\n" + fit(line, w), style))
         self.put(p)
 
@@ -280,12 +283,14 @@ def summary_rows(state: ServerState, now: float, window_s: float
     rows: list[tuple[str, str, str, str]] = []
     w: WindowStats | None = current_stats(state, now, window_s)
     label = f"median {window_s:.0f} s"
-    if w is not None:
+    run_txt = plain(run_stats_text(state, w))  # "run 3 since 14:02:11, n 4"
+    if w is not None and w.n >= MIN_N:
         cv = f" · CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
-        rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · n {w.n} · "
+        rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · {run_txt} · "
                      f"p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}", "bold"))
     else:
-        rows.append((label, NA, "no decode lines in the window", "$text-muted"))
+        rows.append((label, NA, f"{run_txt} · too few decode lines" if w is not None else
+                     f"{run_txt} · no decode lines in the window", "$text-muted"))
     stale = "stale · " if state.stale else ""
     rows.append(("last interval", num(last.gen_throughput if last else None),
                  f"{stale}tok/s · bs {num(bs, '{}')} · queue "
@@ -727,7 +732,7 @@ def _cells(cols: Sequence[tuple[str, str, int]], w: int) -> list[Piece]:
 
 
 class GpuPanel(Lines):
-    """GPUs grouped by server: one summary row per group, `a` expands every GPU's row.
+    """GPUs grouped by server: one summary row per group, `d` expands every GPU's row.
 
     A GPU is marked (▶) when its SM clock is under 90% of max while a server decodes: that is
     when a clock limit costs tokens. Reasons are coloured by severity (power cap: warning;
@@ -760,7 +765,7 @@ class GpuPanel(Lines):
                                  ("SM min/med/max", "$text-muted", 15),
                                  ("°C", "$text-muted", 4), ("W/limit", "$text-muted", 12),
                                  ("clock-event reasons" + ("" if self.expanded else
-                                                           " · a: every GPU"), "$text-muted", 0)],
+                                                           " · d: every GPU"), "$text-muted", 0)],
                                 w)
         for name, gs in groups:
             p.append(("\n", ""))
