@@ -8,7 +8,8 @@ measures each one's CPU time (its whole process tree, from /proc) over the same 
 
     python bench/ui_cost.py [--seconds 12] [--logs 2,8,32]
 
-It prints one row per log count: CPU % of one core for specmon and the bare app, their ratio,
+It prints one row per log count: CPU % of one core for specmon (its process tree: the UI and
+the host agent that tails the files; and the UI process alone) and the bare app, their ratio,
 and how specmon's CPU grew against the number of visible panels and of tailed logs.
 Needs tmux. Keep it short: it costs CPU.
 """
@@ -58,6 +59,13 @@ def writer(paths: list[Path], rate: float, stop: threading.Event) -> None:
             f.close()
 
 
+def own_cpu(pid: int) -> float:
+    """CPU seconds of `pid` alone (the UI process, without the host agent it runs)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    rest = raw[raw.rindex(")") + 2:].split()
+    return (int(rest[11]) + int(rest[12])) / HZ
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of `pid` and its live descendants."""
     children: dict[int, list[int]] = {}
@@ -81,30 +89,34 @@ def tree_cpu(pid: int) -> float:
     return total / HZ
 
 
-def run_in_tmux(cmd: str, warmup: float, seconds: float, session: str) -> float:
-    """CPU % of one core that `cmd` uses over `seconds`, after `warmup`, in a real terminal."""
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(COLS), "-y", str(ROWS),
-                    f"exec {cmd}"], check=True)
+def run_in_tmux(cmd: str, warmup: float, seconds: float, session: str) -> tuple[float, float]:
+    """CPU % of one core that `cmd` (its process tree; its own process) uses over `seconds`,
+    after `warmup`, in a real terminal."""
+    tmux = ["tmux", "-L", session, "-f", "/dev/null"]  # a private server per run
+    script = Path(tempfile.mkdtemp(prefix="specmon-uicost-cmd-")) / "run.sh"
+    script.write_text(f"exec {cmd}\n", encoding="utf-8")
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", str(COLS), "-y", str(ROWS),
+                    f"sh {shlex.quote(str(script))}"], check=True)
     try:
-        pid = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"],
+        pid = int(subprocess.run([*tmux, "list-panes", "-t", session, "-F", "#{pane_pid}"],
                                  check=True, capture_output=True, text=True).stdout.split()[0])
         time.sleep(warmup)
-        c0, t0 = tree_cpu(pid), time.monotonic()
+        c0, o0, t0 = tree_cpu(pid), own_cpu(pid), time.monotonic()
         time.sleep(seconds)
-        c1, t1 = tree_cpu(pid), time.monotonic()
+        c1, o1, t1 = tree_cpu(pid), own_cpu(pid), time.monotonic()
         if not Path(f"/proc/{pid}").exists():
             raise RuntimeError(f"{cmd!r} exited early")
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], check=True,
+        screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], check=True,
                                 capture_output=True, text=True).stdout
         if "speedup" not in screen:  # it must have drawn what it is measured drawing
             raise RuntimeError(f"{cmd!r} did not draw its screen:\n{screen}")
-        return 100.0 * (c1 - c0) / (t1 - t0)
+        return 100.0 * (c1 - c0) / (t1 - t0), 100.0 * (o1 - o0) / (t1 - t0)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False,
-                       capture_output=True)
+        subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+        shutil.rmtree(script.parent, ignore_errors=True)
 
 
-def measure(n: int, seconds: float, warmup: float) -> tuple[float, float]:
+def measure(n: int, seconds: float, warmup: float) -> tuple[float, float, float]:
     tmp = Path(tempfile.mkdtemp(prefix="specmon-uicost-"))
     paths = [tmp / f"{name}.log" for name in names(n)]
     for p in paths:
@@ -117,17 +129,17 @@ def measure(n: int, seconds: float, warmup: float) -> tuple[float, float]:
                     zip(names(n), paths, strict=True))
     env = "TERM=xterm-256color"
     try:
-        spec = run_in_tmux(f"env {env} {py} -m specmon connect local {logs} --history 0 "
+        spec, spec_ui = run_in_tmux(f"env {env} {py} -m specmon connect local {logs} --history 0 "
                            f"--export-dir {shlex.quote(str(tmp))}", warmup, seconds,
                            f"uicost-specmon-{os.getpid()}")
-        bare = run_in_tmux(f"env {env} {py} {shlex.quote(__file__)} --bare "
+        bare, _ = run_in_tmux(f"env {env} {py} {shlex.quote(__file__)} --bare "
                            + " ".join(shlex.quote(str(p)) for p in paths), warmup, seconds,
                            f"uicost-bare-{os.getpid()}")
     finally:
         stop.set()
         t.join()
         shutil.rmtree(tmp, ignore_errors=True)
-    return spec, bare
+    return spec, bare, spec_ui
 
 
 # --- the bare app: the same widgets, the obvious code -------------------------------------------
@@ -215,19 +227,20 @@ def main() -> int:
         print("ui_cost: needs tmux (apt-get install tmux)", file=sys.stderr)
         return 2
     counts = [int(x) for x in args.logs.split(",")]
-    print(f"{'logs':>5} {'visible':>7} {'specmon %CPU':>13} {'bare %CPU':>10} {'ratio':>6}")
-    first: tuple[int, int, float] | None = None
+    print(f"{'logs':>5} {'visible':>7} {'specmon %CPU':>13} {'(UI process)':>13} "
+          f"{'bare %CPU':>10} {'ratio':>6}")
+    first: tuple[int, int, float, float] | None = None
     for n in counts:
-        spec, bare = measure(n, args.seconds, args.warmup)
+        spec, bare, ui = measure(n, args.seconds, args.warmup)
         vis = min(n, COLS // PANEL_W)
-        print(f"{n:>5} {vis:>7} {spec:>13.1f} {bare:>10.1f} {spec / bare if bare else 0:>6.2f}",
-              flush=True)
+        print(f"{n:>5} {vis:>7} {spec:>13.1f} {ui:>13.1f} {bare:>10.1f} "
+              f"{spec / bare if bare else 0:>6.2f}", flush=True)
         if first is None:
-            first = (n, vis, spec)
+            first = (n, vis, spec, ui)
         else:
-            n0, v0, s0 = first
-            print(f"{'':>5} specmon CPU x{spec / s0:.2f} vs {n0} logs; visible panels "
-                  f"x{vis / v0:.2f}, logs x{n / n0:.0f}", flush=True)
+            n0, v0, s0, u0 = first
+            print(f"{'':>5} specmon CPU x{spec / s0:.2f} (UI process x{ui / u0:.2f}) vs {n0} "
+                  f"logs; visible panels x{vis / v0:.2f}, logs x{n / n0:.0f}", flush=True)
     return 0
 
 
