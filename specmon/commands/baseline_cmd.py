@@ -12,6 +12,7 @@ from typing import Any
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
 from specmon.cli import CliError
+from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         rows = store.list(host=args.host, server=args.server)
         if args.json:
-            print(json.dumps(rows))
+            print(dumps(rows))
             return 0
         if not rows:
             print("no baselines recorded")
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         b = store.get(args.name)
         if b is None:
             raise CliError(f"no baseline named {args.name!r}")
-        print(json.dumps(show_json(b)) if args.json else "\n".join(show_lines(b)))
+        print(dumps(show_json(b)) if args.json else "\n".join(show_lines(b)))
         return 0
     if action == "delete":
         if not store.delete(args.name):
@@ -50,19 +51,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_log(name: str) -> list[tuple[Record, str]]:
-    from specmon.commands.parse_cmd import open_input
+    from specmon.commands.parse_cmd import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []
     try:
-        for raw in fh:
+        for raw in capped_lines(fh):
             rec = parse_line(raw)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
                 out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
-    except OSError as exc:
-        raise CliError(f"{name}: read error ({exc})") from None
+    except READ_ERRORS as exc:
+        raise CliError(f"{name}: read error after {len(out):,} records "
+                       f"({exc or type(exc).__name__})") from None
     finally:
         if name != "-":
             fh.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -92,6 +91,7 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
         ServerController,
         StartFailed,
     )
+    from specmon.jsonout import dumps
 
     await host.connect()
     try:
@@ -100,7 +100,7 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                 if args.action == "status":
                     st = await ctl.status()
                     if args.json:
-                        print(json.dumps({"status": st.__dict__}, default=str))
+                        print(dumps({"status": st.__dict__}, default=str))
                     else:
                         print(st.describe())
                         if st.state in ("ready", "starting"):
@@ -115,7 +115,7 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                         num_prompts=args.num_prompts, concurrency=args.concurrency,
                         output_len=args.output_len,
                         use_bench_serving=False if args.builtin else None))
-                    print(json.dumps(b.to_json()) if args.json else b.describe())
+                    print(dumps(b.to_json()) if args.json else b.describe())
                     return 0
                 if args.action == "restart":
                     _print_stop(await ctl.stop(grace=args.grace))

@@ -33,6 +33,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.export.redact import redact_obj
+from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
@@ -351,7 +352,7 @@ def encode(snap: Snapshot, *, redact: bool = True, compress: bool = False) -> by
         doc["redaction"] = {"enabled": True, "rule": REDACTION_RULE}
     else:
         doc["redaction"] = {"enabled": False}
-    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    data = dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
     if compress:
         data = gzip.compress(data, compresslevel=6, mtime=0)
     return data
