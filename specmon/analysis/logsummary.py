@@ -113,6 +113,9 @@ class LogSummary:
             "interval (default 40 decode steps; idle and prefill time inside an interval lower it).",
             "Not comparable with a benchmark's end-to-end tok/s, which includes prefill.",
         ]
+        if self.invalid:
+            lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
+                            "absurd numbers) read as N/A; their lines are kept")
         groups = self.groups()
         if not groups:
             lines.append("")
