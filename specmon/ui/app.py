@@ -19,6 +19,7 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
@@ -41,7 +42,7 @@ from specmon.ui.messages import (
     ServerNotice,
     ServerPids,
 )
-from specmon.ui.safe import plain
+from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
     GpuPanel,
@@ -164,7 +165,13 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self._feed_worker: Worker[None] | None = None
         self.lines_received = 0
         self.refreshes = 0
-        self.sub_title = session.host
+        self.sub_title = plain(session.host)
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
+        super().notify(plain_lines(message), title=plain(title), severity=severity,
+                       timeout=timeout, markup=markup)
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -177,7 +184,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             # one tab per host; its servers (named host/server) go in its pane
             with TabbedContent(id="host-tabs"):
                 for i, host in enumerate(self.fleet.hosts):
-                    with TabPane(host, id=f"tab-{i}"):
+                    with TabPane(Content(plain(host)), id=f"tab-{i}"):  # not markup
                         yield Horizontal(id=f"servers-{i}", classes="servers")
         else:
             yield Horizontal(id="servers", classes="servers")
