@@ -13,10 +13,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from hostile.strategies import HOSTILE_LINES, REGRESSION_LINES
 from specmon.commands.parse_cmd import MAX_LINE, summarise_buffer, summarise_general
 from specmon.jsonout import dumps
 from specmon.parse.sglang import BatchRecord, parse_line
-from tests.hostile.strategies import HOSTILE_LINES, REGRESSION_LINES
 
 GOOD = ("[2026-02-26 19:16:{s:02d} TP0] Decode batch, #running-req: 1, #token: 900, "
         "token usage: 0.04, cuda graph: True, gen throughput (token/s): {gt:.2f}, #queue-req: 0")
