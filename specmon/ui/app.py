@@ -27,6 +27,7 @@ from textual.worker import Worker
 
 from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
+from specmon.export.redact import redact_fingerprint
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
@@ -406,6 +407,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         state = self.session.server(server)
         try:
             b = record_baseline(self.session, state)
+            b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
             self.baseline_store.save(b)
         except NotEnoughSamples as exc:
             self.notify(str(exc), severity="warning", markup=False)
