@@ -73,3 +73,49 @@ REGRESSION_LINES = [
     "[2025-07-06 09:10:11 TP0] Decode batch. #running-req: 1, #token: " + "5" * 5000 + ", "
     "token usage: 0.01, accept len: 1e400, gen throughput (token/s): 50.00, #queue-req: 0",
 ]
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+HOSTILE_VALUES = st.one_of(
+    st.sampled_from([None, True, False, 0, -1, 2 ** 63, 10 ** 400, -(10 ** 300), 1e308, -1e308,
+                     float("nan"), float("inf"), float("-inf"), "", "\x1b]52;c;eA==\x07",
+                     "<script>alert(1)</script>", "\u2028", [], {}, [1, 2], {"a": 1}]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10 ** 30), max_value=10 ** 30),
+    CONTROL_TEXT,
+    st.lists(st.integers(), max_size=3),
+)
+
+
+def _paths(obj: object, prefix: tuple = ()) -> list[tuple]:
+    """Every path (keys and indexes) into a JSON tree, the root excluded."""
+    out: list[tuple] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append(prefix + (k,))
+            out += _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:4]):  # a few rows stand for all of them
+            out.append(prefix + (i,))
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+@st.composite
+def mutated_docs(draw: st.DrawFn, doc: dict) -> dict:
+    """A copy of a valid snapshot document with 1-4 values replaced by hostile ones."""
+    import copy
+
+    d = copy.deepcopy(doc)
+    paths = _paths(d)
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        path = draw(st.sampled_from(paths))
+        node: object = d
+        try:
+            for k in path[:-1]:
+                node = node[k]  # type: ignore[index]
+            node[path[-1]] = draw(HOSTILE_VALUES)  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            continue
+    return d
