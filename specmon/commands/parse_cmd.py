@@ -232,13 +232,31 @@ def summarise_buffer(buf: bytes) -> LogSummary:
     fast = scan_buffer(buf)
     if fast is not None:
         s.add_fast(fast, _edge_time(buf, forward=True), _edge_time(buf, forward=False))
+    else:
+        for line in _batch_lines(buf):
+            s.add_record(parse_line(line))
+    if not s.recognised:  # only needed to tell an SGLang log without batches from garbage
         s.events = _count_events(buf)
-        return s
-    for line in buf.split(b"\n"):
-        if b"batch" in line:
-            s.add_record(parse_line(line[:MAX_LINE]))
-    s.events = _count_events(buf)
     return s
+
+
+def _batch_lines(buf: bytes) -> Iterator[bytes]:
+    """The lines of `buf` that hold "batch", each cut at MAX_LINE, without copying the others
+    (a buffer with one 100 MB line must not cost another 100 MB)."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        hit = buf.find(b"batch", pos)
+        if hit < 0:
+            return
+        start = buf.rfind(b"\n", pos, hit) + 1 if hit > pos else pos
+        if start == 0 and pos > 0:
+            start = pos
+        end = buf.find(b"\n", hit)
+        if end < 0:
+            end = n
+        yield buf[start:min(end, start + MAX_LINE)]
+        pos = end + 1
 
 
 _EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=")
