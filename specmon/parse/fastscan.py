@@ -25,9 +25,6 @@ _DECODE_FAST = re.compile(
 )
 _PREFILL_HEAD = re.compile(rb"Prefill batch(?: \[\d+\])?(?:\(mixed #running-req: \d+\))?[.,](?= |$)", re.M)
 _ACCEPT = re.compile(rb"accept len: ([\d.]+)(?=,|[ \t\r]*$)", re.M)
-# A digit run the general parser would call invalid (> 18 digits) may sit in a field this scan
-# does not capture; such buffers go through the general parser so the warning counts agree.
-_LONG_DIGITS = re.compile(rb"\d{19}")
 
 ThroughputKey = tuple[bool, "int | None", "float | None"]
 
@@ -48,8 +45,6 @@ class FastCounts:
 def scan_buffer(buf: bytes) -> FastCounts | None:
     """Counts for a buffer of whole lines, or None when the general parser must be used."""
     n_decode = buf.count(b"Decode batch")
-    if _LONG_DIGITS.search(buf):
-        return None
     matches = _DECODE_FAST.findall(buf)
     if len(matches) != n_decode:
         return None
