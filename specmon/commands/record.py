@@ -371,8 +371,8 @@ async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise CliError(f"--duration must be positive, got {args.duration}")
+    if args.duration is not None and not 0 < args.duration < float("inf"):  # NaN fails too
+        raise CliError(f"--duration must be a positive number of seconds, got {args.duration}")
     if args.history < 0:
         raise CliError(f"--history must be >= 0, got {args.history}")
     plans = plans_from_args(args)

@@ -144,8 +144,8 @@ def run_replay(args: argparse.Namespace) -> int:
         snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
-    if args.speed <= 0:
-        raise CliError(f"--speed must be positive, got {args.speed}")
+    if not 0 < args.speed < float("inf"):  # NaN fails this too
+        raise CliError(f"--speed must be a positive number, got {args.speed}")
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
                     source_name=Path(args.snapshot).name)
     app.run()

@@ -232,3 +232,13 @@ def test_temp_files_of_a_killed_export_are_cleaned_on_the_next_run(tmp_path):
     atomic_write_bytes(tmp_path / "specmon-host-2.json", b"{}")
     assert not stale.exists() and live.exists() and foreign.exists()
     assert (tmp_path / "specmon-host-2.json").read_bytes() == b"{}"
+
+
+def test_non_finite_cli_numbers_are_usage_errors(tmp_path):
+    snap = _snapshot(tmp_path, 1)
+    for args in (["replay", str(snap), "--speed", "nan"], ["replay", str(snap), "--speed", "inf"],
+                 ["record", "local", "--log", f"a={tmp_path}/a.log", "--out",
+                  str(tmp_path / "o.jsonl"), "--duration", "nan"]):
+        res = cli(*args)
+        assert res.returncode == 2 and b"Traceback" not in res.stderr, (args, res.stderr)
+        assert res.stderr.count(b"\n") == 1 and b"must be a positive number" in res.stderr
