@@ -303,15 +303,28 @@ def _reverse_marks(buf: bytes) -> Iterator[int]:
             return
 
 
+class _Range:
+    """A file's byte range [start, end) as a stream: `_summarise_stream` reads it in blocks,
+    so a piece costs its chunk and MAX_LINE of memory whatever its lines' lengths."""
+
+    def __init__(self, fh: BinaryIO, start: int, end: int) -> None:
+        fh.seek(start)
+        self._fh = fh
+        self._left = end - start
+
+    def read1(self, n: int) -> bytes:
+        data = self._fh.read(min(n, self._left)) if self._left > 0 else b""
+        self._left -= len(data)
+        return data
+
+    read = read1
+
+
 def _summarise_piece(args: tuple[str, int, int]) -> LogSummary:
-    """One line-aligned byte range, read in one go (no carry, no copies)."""
+    """One line-aligned byte range (the file's last line may lack its newline: still a line)."""
     name, start, end = args
     with open(name, "rb") as fh:
-        fh.seek(start)
-        buf = fh.read(end - start)
-    if buf and not buf.endswith(b"\n"):
-        buf += b"\n"  # the file's last line has no newline: it is still a line
-    return summarise_buffer(buf)
+        return _summarise_stream(_Range(fh, start, end), name)  # type: ignore[arg-type]
 
 
 def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
@@ -319,8 +332,12 @@ def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
     with open(name, "rb") as fh:
         for i in range(1, pieces):
             fh.seek(size * i // pieces)
-            fh.readline()  # move to the start of the next line
-            pos = fh.tell()
+            while True:  # move to the start of the next line (in blocks: lines can be huge)
+                block = fh.read(READ)
+                nl = block.find(b"\n")
+                if nl >= 0 or not block:
+                    break
+            pos = fh.tell() - (len(block) - nl - 1 if nl >= 0 else 0)
             if bounds[-1] < pos < size:
                 bounds.append(pos)
     bounds.append(size)

@@ -162,9 +162,10 @@ def test_json_gz_bomb_in_report_stops_at_the_limit(tmp_path):
             f.write(block)
         f.write(b'"}')
     assert bomb.stat().st_size < 2 << 20
-    code = ("import resource, sys; from specmon.cli import main; rc = main(sys.argv[1:]); "
-            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr);"
-            " sys.exit(rc)")
+    # VmHWM is this process image's peak RSS (ru_maxrss would include the forked pytest's)
+    code = ("import re, sys; from specmon.cli import main; rc = main(sys.argv[1:]); "
+            "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
+            "print('MAXRSS', hwm, file=sys.stderr); sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code, "report", str(bomb), "-o", "-"],
                          capture_output=True, timeout=240)
     err = res.stderr.decode()
