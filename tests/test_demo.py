@@ -98,7 +98,7 @@ def test_demo_in_a_real_terminal(tmp_path):
     try:
         screen = ""
         deadline = time.monotonic() + 90
-        pat = re.compile(r"speedup\s+\d+\.\d+×")
+        pat = re.compile(r"speedup\s+\d+\.\d+x vs live baseline")
         while time.monotonic() < deadline:
             screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session],
                                     capture_output=True, text=True).stdout

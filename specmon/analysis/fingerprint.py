@@ -697,8 +697,8 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
         rg = {g.index: g for g in rec.gpus}
         drivers = {(rg[g.index].driver, g.driver) for g in live.gpus if g.index in rg
                    and rg[g.index].driver and g.driver and rg[g.index].driver != g.driver}
-        for old, new in sorted(drivers):  # type: ignore[type-var]
-            causes.append(f"GPU driver {old} -> {new}")
+        for d_old, d_new in sorted(drivers, key=str):
+            causes.append(f"GPU driver {d_old} -> {d_new}")
         off = [g.index for g in live.gpus if g.index in rg and rg[g.index].persistence and
                g.persistence is False]
         if off:
@@ -896,14 +896,22 @@ async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
     return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
 
 
-async def run_probe(host: Any, python: str) -> dict[str, Any]:
-    """Run the stdlib probe on the host with the server's interpreter; {} on failure."""
+async def run_probe(host: Any, python: str, pythonpath: str | None = None) -> dict[str, Any]:
+    """Run the stdlib probe on the host with the server's interpreter; {} on failure.
+
+    `pythonpath`: the server's PYTHONPATH, when SGLang is installed there (the probe must see
+    the install the server imports, not another one).
+    """
     import json
 
     from specmon.sources.fp_probe import probe_source
 
+    src: str = probe_source()  # type: ignore[no-untyped-call]
+    cmd = [python, "-c", src]
+    if pythonpath is not None:
+        cmd = ["env", f"PYTHONPATH={pythonpath}", *cmd]
     try:
-        res = await host.run([python, "-c", probe_source()], timeout=60.0)
+        res = await host.run(cmd, timeout=60.0)
         return dict(json.loads(res.stdout)) if res.rc == 0 else {}
     except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
         return {}

@@ -56,6 +56,8 @@ def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "runs", False):
+        return list_runs(args.files, args.json)
     if args.json:
         out = sys.stdout
         found = 0
@@ -83,6 +85,31 @@ def run(args: argparse.Namespace) -> int:
         print("specmon parse: no SGLang lines found", file=sys.stderr)
         return NO_LINES
     print(total.render())
+    return 0
+
+
+def list_runs(files: list[str], as_json: bool) -> int:
+    """`specmon parse --runs`: each log's runs, as the session model splits them."""
+    from specmon.analysis.runs import read_runs, run_row
+
+    for name in files:
+        fh = open_input(name)
+        try:
+            state = read_runs(_lines(fh, name), name)
+        finally:
+            if fh is not sys.stdin.buffer:
+                fh.close()
+        rows = [run_row(r) for r in state.runs]
+        if as_json:
+            for row in rows:
+                print(dumps({"file": name, **row}))
+            continue
+        print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
+        for row in rows:
+            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
+            print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
+                  f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
+                  f"{row['decode_lines']} decode lines{dp}; {row['args']}")
     return 0
 
 

@@ -25,13 +25,20 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
-from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
+from specmon.analysis.live import (
+    DriftWatcher,
+    NotEnoughSamples,
+    alert_lines,
+    record_baseline,
+    session_speedup_view,
+)
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.export.redact import redact_fingerprint
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 from specmon.session.state import Session
+from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.messages import (
     BaselineRequest,
@@ -42,6 +49,7 @@ from specmon.ui.messages import (
     ServerLines,
     ServerNotice,
     ServerPids,
+    ServerProbe,
 )
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
@@ -119,11 +127,14 @@ class _Sink:
     def server_pids(self, server: str, pids: list[int]) -> None:
         self.app.post_message(ServerPids(server, pids))
 
+    def server_probe(self, server: str, probe: dict[str, Any]) -> None:
+        self.app.post_message(ServerProbe(server, probe))
+
     def request_baseline(self, server: str) -> None:
         self.app.post_message(BaselineRequest(server))
 
 
-class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
+class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -137,6 +148,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("h", "next_host", "Next host", id="host.next"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
+        *AdvisorKeysMixin.ADVISOR_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
 
@@ -327,6 +339,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self.session.server(msg.server).notices.append(msg.text)
         self.notify(f"{msg.server}: {msg.text}", markup=False)
 
+    @on(ServerProbe)
+    def _probe(self, msg: ServerProbe) -> None:
+        self.session.server(msg.server).set_probe(msg.probe)
+
     @on(ServerPids)
     def _pids(self, msg: ServerPids) -> None:
         self.session.server(msg.server).pids = set(msg.pids)
@@ -368,8 +384,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         base = self._role_on("baseline", host)  # like with like: the same host's servers
         spec = self._role_on("speculative", host)
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
-        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
-        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+        view = session_speedup_view(self.session, base, spec, self.drift, self.window_s, now)
+        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s, view)
+        decoding = any(st.last_line_t is not None and st.decode
+                       and now - (st.decode[-1].received or st.decode[-1].t) < 15
                        for st in self.session.servers.values())
         if host is not None and self.fleet is not None:
             hs = self.fleet.host(host).session  # the selected host's own GPUs
@@ -426,12 +444,15 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         now = self.clock()
         if self.fleet is not None:
             self.fleet.update_alerts(now)  # the exporter's alert gauges follow at 1 Hz too
+        self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
         for server, alert in self.drift.tick(now):
             self.session.alerts.append({
                 "t": now, "server": server, "level": alert.level, "kind": alert.kind,
                 "text": alert.text, "causes": list(alert.causes),
                 "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
             })
+            if not self.drift.should_notify(server, alert):
+                continue  # the same alert with refreshed causes: the banner shows it
             if alert.cleared:
                 self.notify(f"{server}: cleared: {alert.text}", markup=False)
             else:
@@ -453,7 +474,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             if i:
                 t.append("\n")
             t.append(f"{alert.level.upper()} ", style="bold")
-            t.append(plain("\n".join(alert_lines(server, alert))))
+            t.append("\n".join(plain(ln) for ln in alert_lines(server, alert)))
         banner.update(t)
         banner.set_class(any(a.level == "critical" for _, a in active), "critical")
 

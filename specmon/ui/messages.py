@@ -53,6 +53,14 @@ class ServerPids(Message):
 
 
 @dataclass
+class ServerProbe(Message):
+    """Host facts for the server's launch about to start (SGLang version, modified files)."""
+
+    server: str
+    probe: dict[str, Any]
+
+
+@dataclass
 class BaselineRequest(Message):
     """A feed (a scenario) asks for a baseline of `server`, as if the user pressed the key."""
 
