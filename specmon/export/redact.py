@@ -58,6 +58,8 @@ _RE_AUTH_HEADER = re.compile(
 _RE_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*")
 # URL query parameters with a secret name (?access_token=..., &api_key=..., &sig=...)
 _RE_QUERY = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=)(?P<val>[^&#\s'\"<>]+)")
+_AUTH_NAMES = {"authorization", "proxy-authorization"}
+_AUTH_SCHEMES = {"bearer", "basic", "token", "digest", "apikey", "key", "hmac", "negotiate"}
 _QUERY_SECRET = {"sig", "signature", "key", "code", "x-amz-signature", "x-amz-credential",
                  "x-amz-security-token"}
 # "password hunter2", "passwd: x", "token is abc123", "api key is ..." in prose
@@ -111,6 +113,9 @@ def redact_text(text: str) -> str:
     def pair(m: re.Match[str]) -> str:
         if not is_secret_name(m.group("name")):
             return m.group(0)
+        if m.group("val") == MASK or (m.group("name").lower() in _AUTH_NAMES
+                                      and m.group("val").lower() in _AUTH_SCHEMES):
+            return m.group(0)  # "Authorization: Token ***": the scheme is no secret
         q = m.group("q1")
         return f"{q}{m.group('name')}{q}{m.group('sep')}{_mask_value(m.group('val'))}"
 
