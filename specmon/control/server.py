@@ -2,8 +2,9 @@
 
 Everything runs on the host through `hosts/`: the launch (`setsid env K=V ... ARGV`, output
 appended to the log, a 0600 pidfile in the run dir with pid, pgid, sid, start time and command
-line), the checks before any signal (specmon/control/hostops.py: the recorded group only, leader
-start time and command line verified in the same host process that sends the signal), the
+line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/agent.py:
+the recorded group only, leader start time and command line verified in the same host process
+that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port
 forward, httpx), the GPU check (NVML compute processes) and the worker-environment audit
 (`/proc/PID/environ` of the launcher and every `sglang::scheduler*` worker, via the agent).
@@ -21,7 +22,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -39,7 +39,6 @@ from specmon.control.progress import ProgressTracker, StartProgress
 from specmon.hosts.agent_client import AgentClient, AgentError
 from specmon.hosts.base import Host, HostError, PortForward
 
-HOSTOPS_SOURCE = Path(__file__).with_name("hostops.py")
 AUDIT_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_")
 WORKER_PREFIX = "sglang::scheduler"
 LOG_TAIL_LINES = 40
@@ -261,20 +260,21 @@ class ServerController:
 
     async def agent(self) -> AgentClient:
         if self._agent is None or self._agent.closed.is_set():
+            if self._agent is not None:
+                await self._agent.close()
             self._agent = AgentClient(self.host)
             await self._agent.start()
         return self._agent
 
     async def hostops(self, req: dict[str, Any], timeout: float = 60.0) -> Any:
-        src = HOSTOPS_SOURCE.read_text()
-        res = await self.host.run([self.python, "-c", src, json.dumps(req)], timeout=timeout)
-        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        """One control op (owners, inspect, signal, write, remove, launch) in the host's agent."""
+        args = dict(req)
+        op = args.pop("op")
         try:
-            out = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            err = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
-            raise ControlError(f"{self.host.name}: control helper failed with {self.python}: "
-                               f"{err}") from None
+            agent = await self.agent()
+            out = await agent.request(op, timeout=timeout, **args)
+        except (HostError, asyncio.TimeoutError) as exc:
+            raise ControlError(f"{self.host.name}: {op} failed: {exc}") from None
         if isinstance(out, dict) and set(out) == {"error"}:
             raise ControlError(f"{self.host.name}: {out['error']}")
         return out
@@ -474,12 +474,11 @@ class ServerController:
 
     async def _leader_alive(self, agent: AgentClient, pid: int) -> bool:
         try:
-            res = await agent.request("read", path=f"/proc/{pid}/stat", offset=0, size=4096)
+            res = await agent.request("proc_info", pid=pid, fds=[], stat=True)
         except AgentError:
             return False
-        stat = base64.b64decode(res["b64"]).decode("ascii", "replace")
-        fields = stat[stat.rfind(")") + 2:].split()
-        return bool(fields) and fields[0] not in ("Z", "X")
+        st = res.get("stat") if isinstance(res, dict) else None
+        return isinstance(st, dict) and st.get("state") not in ("Z", "X", None)
 
     async def _log_tail(self, path: str, offset: int) -> list[str]:
         try:

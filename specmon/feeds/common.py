@@ -25,6 +25,7 @@ NOTICE_TEXT = {
     "resumed": "resumed at the exact byte where it stopped",
 }
 MAX_BATCH = 2000
+QUEUE_MAX = 2 * MAX_BATCH  # tail events parsed ahead of the sink: bounded (backpressure)
 
 
 async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
@@ -34,14 +35,18 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
     `tap` sees every raw LogLine (path and byte offset included) as it arrives: `specmon record`
     writes them out while the sink keeps the live state.
     """
-    queue: asyncio.Queue[LogLine | TailNotice | None] = asyncio.Queue()
+    # Bounded: when the sink falls behind, the reader waits, the tailer stops crediting the
+    # agent, and the agent stops reading the file (memory stays flat while catching up).
+    queue: asyncio.Queue[LogLine | TailNotice | None] = asyncio.Queue(QUEUE_MAX)
 
     async def reader() -> None:
         try:
             async for ev in tailer.events():
-                queue.put_nowait(ev)
-        finally:
-            queue.put_nowait(None)
+                await queue.put(ev)
+        except Exception:
+            await queue.put(None)
+            raise
+        await queue.put(None)
 
     task = asyncio.create_task(reader())
     try:
@@ -69,6 +74,7 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
                 sink.lines(server, items)
             if not done:
                 await asyncio.sleep(flush_s)
+        await asyncio.wait({task}, timeout=5.0)  # the reader ends right after its None
         if task.done() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
     finally:
