@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from specmon.cli import CliError
+from specmon.export.redact import redact_text
 from specmon.hosts import Host, HostError, make_host
 from specmon.hosts.agent_client import AgentClient
+from specmon.jsonout import dumps
 from specmon.parse.sglang import parse_line
 from specmon.sources.discovery import discover
 from specmon.sources.tail import LogLine, LogTailer, TailNotice, TailSpec
@@ -175,14 +177,17 @@ async def discover_specs(host: Host) -> list[TailSpec]:
 
 
 def line_json(ev: LogLine) -> str:
-    return json.dumps(
+    """One JSONL row; the line is redacted (a recording is a way out like any export) and the
+    record parsed from the redacted text, so no secret reaches the file by either field."""
+    text = redact_text(ev.text)
+    return dumps(
         {
             "server": ev.server,
             "path": ev.path,
             "offset": ev.offset,
-            "line": ev.text,
+            "line": text,
             "received_at": round(ev.received_at, 6),
-            "record": parse_record(ev.text),
+            "record": parse_record(text),
         },
         ensure_ascii=False,
     )
@@ -274,7 +279,7 @@ def _fleet_line_json(host: str, ev: LogLine, multi: bool) -> str:
     obj = json.loads(line_json(ev))
     obj["server"] = f"{host}/{ev.server}"
     obj["host"] = host
-    return json.dumps(obj, ensure_ascii=False)
+    return dumps(obj, ensure_ascii=False)
 
 
 async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str, int] | None,
@@ -366,8 +371,8 @@ async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise CliError(f"--duration must be positive, got {args.duration}")
+    if args.duration is not None and not 0 < args.duration < float("inf"):  # NaN fails too
+        raise CliError(f"--duration must be a positive number of seconds, got {args.duration}")
     if args.history < 0:
         raise CliError(f"--history must be >= 0, got {args.history}")
     plans = plans_from_args(args)

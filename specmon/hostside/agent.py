@@ -645,6 +645,10 @@ def _verify(req):
     pid = int(req["pid"])
     pgid = int(req["pgid"])
     start = req.get("starttime")
+    if pid <= 1 or pgid <= 1:  # killpg(0) is our own group, 1 is init's
+        return False, "refusing pid %d / process group %d (<= 1)" % (pid, pgid), None, []
+    if start is None:
+        return False, "the record has no start time, so its process cannot be proven", None, []
     leader = proc_stat(pid)
     members = _members(pgid)
     if leader is not None and leader["state"] not in ("Z", "X"):
@@ -654,6 +658,9 @@ def _verify(req):
                 leader, members
         if leader["pgid"] != pgid:
             return False, "pid %d is no longer in process group %d" % (pid, pgid), leader, members
+        if leader.get("sid") != pid:
+            return False, "pid %d does not lead its own session: specmon did not start it" % pid, \
+                leader, members
         known = [req.get("cmdline") or []]
         chain = req.get("chain") or []
         if leader["argv"] not in known and not _is_suffix(leader["argv"], chain):

@@ -19,6 +19,7 @@ from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
@@ -26,6 +27,7 @@ from textual.worker import Worker
 
 from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
 from specmon.analysis.window import DEFAULT_WINDOW_S
+from specmon.export.redact import redact_fingerprint
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
@@ -45,6 +47,7 @@ from specmon.ui.messages import (
     ServerPids,
     ServerProbe,
 )
+from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
     DriftPanel,
@@ -213,7 +216,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.compact_logs = True
         self._run_starts: dict[str, list[int]] = {}
         self._args_seen: dict[str, int] = {}
-        self.sub_title = session.host
+        self.sub_title = plain(session.host)
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
+        super().notify(plain_lines(message), title=plain(title), severity=severity,
+                       timeout=timeout, markup=markup)
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -229,7 +238,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             # one tab per host; its servers (named host/server) go in its pane
             with TabbedContent(id="host-tabs"):
                 for i, host in enumerate(self.fleet.hosts):
-                    with TabPane(host, id=f"tab-{i}"):
+                    with TabPane(Content(plain(host)), id=f"tab-{i}"):  # not markup
                         yield Horizontal(id=f"servers-{i}", classes="servers")
         else:
             yield Horizontal(id="servers", classes="servers")
@@ -565,6 +574,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         state = self.session.server(server)
         try:
             b = record_baseline(self.session, state)
+            b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
             self.baseline_store.save(b)
         except NotEnoughSamples as exc:
             self.notify(str(exc), severity="warning", markup=False)

@@ -26,6 +26,7 @@ from specmon.export.snapshot import (
     Snapshot,
 )
 from specmon.ui.app import SpecmonApp
+from specmon.ui.safe import plain
 
 
 @dataclass
@@ -62,7 +63,8 @@ class ReplayApp(SpecmonApp):
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
                          export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
-        self.sub_title = f"replay · {snapshot.host}" + (f" · {source_name}" if source_name else "")
+        self.sub_title = plain(f"replay · {snapshot.host}"
+                               + (f" · {source_name}" if source_name else ""))
 
     # a replay is read-only: no server control, no baseline recording (the user's baseline
     # store is never written), no host switching of a live fleet
@@ -165,8 +167,8 @@ def run_replay(args: argparse.Namespace) -> int:
         snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
-    if args.speed <= 0:
-        raise CliError(f"--speed must be positive, got {args.speed}")
+    if not 0 < args.speed < float("inf"):  # NaN fails this too
+        raise CliError(f"--speed must be a positive number, got {args.speed}")
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
                     source_name=Path(args.snapshot).name)
     app.run()

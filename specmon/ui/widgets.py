@@ -587,7 +587,7 @@ class ServerPanel(Vertical):
         startup.put(pieces)
         self.query_one(ServerSummary).show(state, now, window_s)
         spark = self.query_one(".spark", Lines)
-        if spark.display:
+        if spark.display:  # (non-finite values are drawn as gaps: _spark skips them)
             spark.put(_throughput_spark(state, now, window_s, recorded, spark.avail))
 
 
