@@ -243,7 +243,7 @@ class DriftPanel(Lines):
                 text = text.split(" vs ")[0]  # "DRIFT -29%": the essential
             p.append((fit(text, max(w - len(name) - 1, 4)), DRIFT_STYLE[d.state]))
             if d.cause and left > 0:
-                lines = wrap_words(plain(d.cause), w - 2, left)
+                lines = wrap_words("cause: " + plain(d.cause), w - 2, left)
                 left -= len(lines)
                 for line in lines:
                     p.append(("\n  " + line, "$warning"))

@@ -3,7 +3,8 @@ in Textual's Sparkline with `cannot convert float NaN to integer`), controls, hu
 
 from __future__ import annotations
 
-from textual.widgets import Sparkline
+import math
+
 from uikit import T0, ScriptFeed, decode_line, populated_session
 
 from hostile.strategies import REGRESSION_LINES
@@ -21,7 +22,7 @@ async def test_hostile_lines_and_a_nan_point_do_not_kill_the_live_ui() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         await feed.done.wait()
         await pilot.pause()
-        # even a point that bypassed the parser (a NaN from elsewhere) must not reach Sparkline
+        # even a point that bypassed the parser (a NaN from elsewhere) must not reach a trend
         st = app.session.server("baseline")
         st.decode.append(DecodePoint(T0 + 12, BatchRecord("decode", running_req=1,
                                                           gen_throughput=float("nan"))))
@@ -31,6 +32,15 @@ async def test_hostile_lines_and_a_nan_point_do_not_kill_the_live_ui() -> None:
         app.refresh_view()
         await pilot.pause()
         assert app.is_running
-        spark = app.query_one("#panel-baseline").query_one(Sparkline)
-        assert spark.data and all(v == v and abs(v) < float("inf") for v in spark.data)
+        from specmon.ui.chart import ThroughputChart
+
+        model = app.query_one(ThroughputChart)._key[0]  # the chart (160x50): finite points only
+        assert model.series and all(math.isfinite(v) for se in model.series for v in se.ys)
+        await pilot.resize_terminal(120, 36)  # no chart there: the panel's own trend line
+        await pilot.pause(0.3)
+        app.refresh_view()
+        await pilot.pause()
+        trend = str(app.query_one("#panel-baseline").query_one(".spark").content)
+        assert "tok/s 0–" in trend and "nan" not in trend.lower() and "inf" not in trend.lower()
+        assert app.is_running
         assert st.decode_total >= 10 + len(lines)  # the hostile lines were kept as records
