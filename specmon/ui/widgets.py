@@ -206,8 +206,12 @@ class SpeedupBar(Lines):
         verdict = {"win": "speculation wins", "lose": "speculation loses",
                    "tie": "no clear difference (the interval holds 1)"}[model.state]
         lines: list[tuple[str, str]] = []
-        if parts[1:]:  # drift vs recorded, runs that differ, an ended run's age
-            lines.append((" · ".join(parts[1:]), "bold $warning"))
+        # what makes the number suspect comes first, each statement on its own line: the
+        # drift against the recorded baseline, the runs' differences, an ended run's age
+        drift = [x for x in parts[1:] if "DRIFT" in x or "vs recorded" in x]
+        if drift:
+            lines.append((" · ".join(drift), "bold $warning"))
+        lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
         lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
         lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
