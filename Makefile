@@ -37,11 +37,12 @@ sysdeps:
 			$$pkgs >/dev/null; \
 	fi
 
+# ruff, the layer contracts ([tool.importlinter] in pyproject.toml)
 lint: venv
 	$(BIN)/ruff check specmon tests bench
+	$(BIN)/lint-imports
 
-test: sysdeps venv
-	$(BIN)/ruff check specmon tests bench
+test: sysdeps venv lint
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: venv

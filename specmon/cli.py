@@ -11,12 +11,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from specmon import __version__
+from specmon.errors import CliError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
@@ -311,9 +308,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from specmon.ui.replay import run_replay  # Textual only here
+    from specmon.commands.replay_cmd import run
 
-    return run_replay(args)
+    return run(args)
 
 
 def _add_replay(sub: argparse._SubParsersAction) -> None:

@@ -22,7 +22,6 @@ from tailkit import until
 from specmon.analysis.drift import BaselineStats
 from specmon.export.prometheus import METRIC_NAMES, parse_listen, registry_for, serve
 from specmon.feeds.fleet import FleetFeed, HostFeed, SessionFleetSink, SessionSink
-from specmon.fleet_config import ConfigError, hosts_from_toml
 from specmon.hosts.base import ConnectionState
 from specmon.hosts.ssh import SshHost
 from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
@@ -336,31 +335,34 @@ def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
 
 
 def test_hosts_config_errors_name_the_file_key_and_fix(tmp_path):
-    hs = hosts_from_toml({"hosts": {"n1": {"target": "gpu1"}, "b": {
-        "target": "gpu2", "python": "/v/bin/python", "logs": {"base": "/l.log"}}, "loc": {}}},
-        "f.toml")
-    assert [(h.target, h.name, h.python, h.logs) for h in hs] == [
-        ("gpu1", "n1", None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"}),
-        ("local", "loc", None, {})]  # no target: local, as for server profiles
-    hs = hosts_from_toml({"hosts": [{"target": "gpu1"}]}, "f.toml")  # [[hosts]] is read too
-    assert [(h.target, h.name) for h in hs] == [("gpu1", None)]
-    for doc, needle in (
-        ({"hosts": "x"}, "write [hosts.NAME]"),
-        ({"hosts": {"a": 3}}, "hosts.a: must be a table"),
-        ({"hosts": [{"name": "x"}]}, "hosts[0]: 'target' missing"),
-        ({"hosts": {"a": {"target": 3}}}, "'target' must be a non-empty string"),
-        ({"hosts": {"a": {"logs": ["x"]}}}, "'logs' must be a table"),
-        ({"hosts": [{"target": "a"}, {"target": "a"}]}, "repeated host a"),
-    ):
-        with pytest.raises(ConfigError, match="f.toml") as ei:
-            hosts_from_toml(doc, "f.toml")
-        assert needle in str(ei.value)
-    # the same [hosts.NAME] tables pass `specmon config check`'s host checks (logs included)
+    """The [hosts.NAME] tables connect/record watch, read by the one config reader."""
     from specmon.config import parse_config
 
-    _, issues = parse_config('[hosts.n1]\ntarget = "gpu1"\nlogs = { base = "/l.log" }\n',
-                             tmp_path / "c.toml")
-    assert [i.key for i in issues if i.key.startswith("hosts")] == []
+    def hosts(text: str):
+        cfg, issues = parse_config(text, tmp_path / "f.toml", require_servers=False)
+        return cfg, issues
+
+    cfg, issues = hosts('[hosts.n1]\ntarget = "gpu1"\n[hosts.b]\ntarget = "gpu2"\n'
+                        'python = "/v/bin/python"\nlogs = { base = "/l.log" }\n[hosts.loc]\n')
+    assert issues == []
+    assert [(h.target, h.name, h.python, h.logs) for h in cfg.hosts.values()] == [
+        ("gpu1", "n1", None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"}),
+        ("local", "loc", None, {})]  # no target: local, as for server profiles
+    cfg, issues = hosts('[[hosts]]\ntarget = "gpu1"\n')  # [[hosts]] is read too
+    assert issues == [] and [(h.target, h.name) for h in cfg.hosts.values()] == [("gpu1", "gpu1")]
+    for text, key, needle in (
+        ('hosts = "x"', "(top).hosts", "must be a table"),
+        ("[hosts]\na = 3", "hosts.a", "must be a table"),
+        ('[[hosts]]\nname = "x"', "hosts[0].target", "missing"),
+        ("[hosts.a]\ntarget = 3", "hosts.a.target", "must be a string"),
+        ('[hosts.a]\nlogs = ["x"]', "hosts.a.logs", "must be a table"),
+        ("[hosts.a]\nlogs = { base = 5 }", "hosts.a.logs.base", "must be a non-empty string"),
+        ('[hosts.a]\nlogs = { "../x" = "/l.log" }', "hosts.a.logs.../x", "bad name"),
+        ('[[hosts]]\ntarget = "a"\n[[hosts]]\ntarget = "a"', "hosts[1]", "repeated host 'a'"),
+    ):
+        _, issues = hosts(text)
+        assert [i.key for i in issues] == [key], (text, issues)
+        assert needle in issues[0].message and issues[0].file.endswith("f.toml")
 
 
 def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -375,11 +377,12 @@ def test_cli_targets_config_and_prometheus_errors_are_one_line(tmp_path):
     bad = tmp_path / "specmon.toml"
     bad.write_text('[hosts.x]\ntarget = 5\n')
     for args, needle in (
-        (("record", "--out", "o.jsonl"), "hosts.x: 'target' must be"),  # ./specmon.toml
+        (("record", "--out", "o.jsonl"), "hosts.x.target: must be a string"),  # ./specmon.toml
         (("record", "a", "b", "--log", "x=/y", "--out", "o.jsonl"), "exactly one TARGET"),
         (("record", "local", "local", "--out", "o.jsonl"), "TARGET given twice: local"),
         (("record", "local", "--prometheus", "nope", "--out", "o.jsonl"), "--prometheus"),
-        (("connect", "--config", str(tmp_path / "missing.toml")), "config file not found"),
+        (("connect", "--config", str(tmp_path / "missing.toml")), "not found (given by --config)"),
+        (("record", "local", "--log", "nopath", "--out", "o.jsonl"), "expected NAME=PATH"),
     ):
         res = run_cli(*args, cwd=tmp_path)
         assert res.returncode == 2, (args, res.stderr)

@@ -25,13 +25,13 @@ from snapshot_data import (
 
 from specmon.analysis.window import current_stats, speedup
 from specmon.cli import main
-from specmon.export.replay import NOT_KEPT, ReplayFeed
 from specmon.export.snapshot import (
     Snapshot,
     read_snapshot,
     snapshot_from_record,
     snapshot_from_session,
 )
+from specmon.feeds.replay import NOT_KEPT, ReplayFeed
 from specmon.parse.gpu import GpuSample
 from specmon.session.state import Session
 from specmon.ui.replay import ReplayApp

@@ -8,11 +8,35 @@ never mixed, and the speedup is only computed from samples at the same #running-
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from specmon.analysis.stats import mad, median, quantile_sorted
-from specmon.session.state import DecodePoint, ServerState
+from specmon.parse.sglang import BatchRecord
+
+
+class TimedDecode(Protocol):
+    """A decode record and when it was received (the session's points are these)."""
+
+    @property
+    def t(self) -> float: ...
+
+    @property
+    def rec(self) -> BatchRecord: ...
+
+
+class DecodeSeries(Protocol):
+    """What the window reads of a server: its decode points in order and the latest record.
+
+    A protocol, so analysis never imports the session that holds the points.
+    """
+
+    @property
+    def decode(self) -> Sequence[TimedDecode]: ...
+
+    @property
+    def last_decode(self) -> BatchRecord | None: ...
 
 DEFAULT_WINDOW_S = 60.0
 MIN_N = 3
@@ -37,9 +61,9 @@ class WindowStats:
         return 1.2533 * self.robust_cv / math.sqrt(self.n)
 
 
-def window_points(state: ServerState, now: float, window_s: float) -> list[DecodePoint]:
+def window_points(state: DecodeSeries, now: float, window_s: float) -> list[TimedDecode]:
     cutoff = now - window_s
-    pts: list[DecodePoint] = []
+    pts: list[TimedDecode] = []
     for p in reversed(state.decode):
         if p.t < cutoff:
             break
@@ -48,7 +72,7 @@ def window_points(state: ServerState, now: float, window_s: float) -> list[Decod
     return pts
 
 
-def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) -> WindowStats | None:
+def stats_for(points: Iterable[TimedDecode], running_req: int, window_s: float) -> WindowStats | None:
     vals = [p.rec.gen_throughput for p in points
             if p.rec.running_req == running_req and p.rec.gen_throughput is not None
             and p.rec.gen_throughput > 0]
@@ -68,7 +92,7 @@ def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) 
     )
 
 
-def current_stats(state: ServerState, now: float, window_s: float = DEFAULT_WINDOW_S) -> WindowStats | None:
+def current_stats(state: DecodeSeries, now: float, window_s: float = DEFAULT_WINDOW_S) -> WindowStats | None:
     """Stats at the server's current #running-req over the window."""
     if state.last_decode is None or state.last_decode.running_req is None:
         return None
@@ -107,7 +131,7 @@ class Speedup:
         return None if cycle is None else cycle / self.base_ms_per_token
 
 
-def speedup(base: ServerState, spec: ServerState, now: float,
+def speedup(base: DecodeSeries, spec: DecodeSeries, now: float,
             window_s: float = DEFAULT_WINDOW_S) -> Speedup | None:
     """spec ÷ baseline at the same #running-req; None when no batch size has enough samples."""
     bp = window_points(base, now, window_s)

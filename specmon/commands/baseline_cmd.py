@@ -11,7 +11,7 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.parse.sglang import EventRecord, parse_line
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}

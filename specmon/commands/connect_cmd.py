@@ -15,15 +15,16 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from specmon.cli import CliError
 from specmon.commands.record import (
     HostPlan,
+    config_from_args,
     default_baselines,
     host_from_args,
     listen_from_args,
     plans_from_args,
     specs_from_args,
 )
+from specmon.errors import CliError
 from specmon.hosts import HostError
 from specmon.session.state import Session
 from specmon.sources.tail import TailSpec
@@ -31,18 +32,7 @@ from specmon.sources.tail import TailSpec
 
 def _config(args: argparse.Namespace) -> Any:
     """The config when one is given or found; None when there is none at all."""
-    from specmon.config import ConfigError, find_config, load_path
-
-    try:
-        path = find_config(getattr(args, "config", None))
-    except ConfigError as exc:
-        if getattr(args, "config", None) or "given by" in str(exc):
-            raise CliError(str(exc)) from None
-        return None
-    try:
-        return load_path(path)
-    except ConfigError as exc:
-        raise CliError("; ".join(i.format() for i in exc.issues[:3])) from None
+    return config_from_args(args)
 
 
 def run(args: argparse.Namespace) -> int:

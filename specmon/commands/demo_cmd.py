@@ -8,7 +8,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
 from specmon.session.state import Session
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from specmon.analysis.logsummary import LogSummary
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
 

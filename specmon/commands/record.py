@@ -16,14 +16,17 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.hosts import Host, HostError, make_host
 from specmon.hosts.agent_client import AgentClient
 from specmon.parse.sglang import parse_line
 from specmon.sources.discovery import discover
 from specmon.sources.tail import LogLine, LogTailer, TailNotice, TailSpec
+
+if TYPE_CHECKING:
+    from specmon.config import Config
 
 NOTICE_KINDS = {"truncated", "rotated", "missing", "lost", "resumed", "error", "disconnected"}
 
@@ -84,13 +87,9 @@ def plans_from_args(args: argparse.Namespace) -> list[HostPlan]:
         plans = [HostPlan(_make_host(t, args), list(specs) if i == 0 else []) for i, t in
                  enumerate(targets)]
     else:
-        from specmon.fleet_config import ConfigError, load_hosts, locate_config
-
-        try:
-            path = locate_config(getattr(args, "config", None))
-            hosts = load_hosts(path) if path is not None else []
-        except ConfigError as exc:
-            raise CliError(str(exc)) from None
+        cfg = config_from_args(args)
+        path = cfg.path if cfg is not None else None
+        hosts = list(cfg.hosts.values()) if cfg is not None else []
         if not hosts:
             where = f"{path} has no [hosts.NAME]" if path is not None else "no config file found"
             raise CliError(f"no TARGET given and {where}; pass TARGET (e.g. 'local') or add "
@@ -107,6 +106,17 @@ def plans_from_args(args: argparse.Namespace) -> list[HostPlan]:
     if dup:
         raise CliError(f"TARGET given twice: {', '.join(dup)}")
     return plans
+
+
+def config_from_args(args: argparse.Namespace) -> Config | None:
+    """The config when one is given or found (hosts-only files too); None when there is none."""
+    from specmon.config import ConfigError, load_path, locate_config
+
+    try:
+        path = locate_config(getattr(args, "config", None))
+        return load_path(path, require_servers=False) if path is not None else None
+    except ConfigError as exc:
+        raise CliError(exc.one_line()) from None
 
 
 def listen_from_args(args: argparse.Namespace) -> tuple[str, int] | None:
@@ -141,12 +151,15 @@ def default_baselines() -> Any:
 
 
 def specs_from_args(args: argparse.Namespace) -> list[TailSpec]:
+    """--log NAME=PATH, each with its name and path (a bare PATH is refused: say which server)."""
     specs = []
     for text in args.log or []:
-        try:
-            specs.append(TailSpec.parse(text))
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+        name, sep, path = text.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise CliError(f"--log {text!r}: expected NAME=PATH (e.g. --log base=/var/log/sglang.log)")
+        if "/" in name or ".." in name:
+            raise CliError(f"--log {text!r}: NAME must not contain '/' or '..'")
+        specs.append(TailSpec(name.strip(), path.strip()))
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

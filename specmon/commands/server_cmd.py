@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -22,9 +22,7 @@ def _load(args: argparse.Namespace) -> Any:
     try:
         return load_config(args.config)
     except ConfigError as exc:
-        raise CliError("; ".join(i.format() for i in exc.issues[:3])
-                       + (f" (+{len(exc.issues) - 3} more: run specmon config check)"
-                          if len(exc.issues) > 3 else "")) from None
+        raise CliError(exc.one_line()) from None
 
 
 def run_config_check(args: argparse.Namespace) -> int:

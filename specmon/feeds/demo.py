@@ -149,7 +149,7 @@ class DemoFeed:
             tasks.append(asyncio.create_task(
                 pump_tail(LogTailer(LocalHost("demo"), specs, history_lines=2000), sink)))
             tasks.append(asyncio.create_task(pump_gpus(
-                SimGpuSource(self.sim_dir, interval=self.gpu_interval, n_gpus=N_GPUS), sink)))
+                SimGpuSource(SimGpuHost(self.sim_dir, n_gpus=N_GPUS), interval=self.gpu_interval), sink)))
             tasks.extend(asyncio.create_task(self._watch(s, sink)) for s in self.servers)
             tasks.append(asyncio.create_task(self._report_pids(sink)))
             if self.scenario == "phantom-baseline":

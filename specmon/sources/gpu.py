@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -430,22 +429,17 @@ class LocalNvmlSource:
 
 
 class SimGpuSource:
-    """Samples the simulated host's GPU model: `model` is a `SimGpuHost` or its sim dir."""
+    """Samples the simulated host's GPU model (a `specmon.sim.gpu_model.SimGpuHost`)."""
 
     kind = "sim"
 
     def __init__(
         self,
-        model: SnapshotModel | Path | str,
+        model: SnapshotModel,
         interval: float = 1.0,
-        n_gpus: int = 8,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if isinstance(model, (str, os.PathLike)):
-            from specmon.sim.gpu_model import SimGpuHost  # type: ignore[import-not-found]
-
-            model = SimGpuHost(Path(model), n_gpus=n_gpus)
-        self.model: SnapshotModel = model
+        self.model: SnapshotModel = model  # the caller builds it: sources never import the sim
         self.interval = interval
         self.clock = clock
 

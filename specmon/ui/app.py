@@ -24,11 +24,11 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
-from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
 from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.feed import Feed, LineItem
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+from specmon.session.drift import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
 from specmon.session.state import Session
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.messages import (

@@ -9,7 +9,6 @@ and the SVG screenshot key (s); the live app can mix it in too (it needs `.sessi
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Footer, Static
 
-from specmon.export.replay import ReplayFeed, replay_session
 from specmon.export.snapshot import (
     Snapshot,
 )
+from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
 
 
@@ -131,20 +130,3 @@ class ReplayApp(SpecmonApp):
     def action_slower(self) -> None:
         self.replay.slower()
         self.refresh_view()
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    """CLI handler: load (one clear line on a bad file), then run the app."""
-    from specmon.cli import CliError
-    from specmon.export.snapshot import SnapshotError, read_snapshot
-
-    try:
-        snap = read_snapshot(args.snapshot)
-    except SnapshotError as exc:
-        raise CliError(str(exc)) from None
-    if args.speed <= 0:
-        raise CliError(f"--speed must be positive, got {args.speed}")
-    app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
-                    source_name=Path(args.snapshot).name)
-    app.run()
-    return 0

@@ -1,0 +1,25 @@
+"""`specmon replay SNAPSHOT`: load the snapshot (one clear line on a bad file), then the UI."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specmon.errors import CliError
+
+
+def run(args: argparse.Namespace) -> int:
+    from specmon.export.snapshot import SnapshotError, read_snapshot
+
+    try:
+        snap = read_snapshot(args.snapshot)
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from None
+    if args.speed <= 0:
+        raise CliError(f"--speed must be positive, got {args.speed}")
+    from specmon.ui.replay import ReplayApp  # Textual only here
+
+    app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
+                    source_name=Path(args.snapshot).name)
+    app.run()
+    return 0
