@@ -9,7 +9,7 @@ of decode lines to detect -3 %, -5 %, -7.4 % and -29 % steps (detection rate in 
 the specmon detector and the naive rule "alarm when the last sample is >= 5 % below the
 baseline median" (on every line, as a naive monitor would see them).
 
-Real logs (shared/fixtures/sglang-longlogs): baseline from the first 40 % of each run, then the
+Real logs (tests/data/sglang-longlogs): baseline from the first 40 % of each run, then the
 rest replayed as-is (false alarms) and with a -5 % / -10 % step injected half-way.
 
     python bench/drift_eval.py [--trials 40] [--quick] [--seed 1]
@@ -18,6 +18,7 @@ rest replayed as-is (false alarms) and with a -5 % / -10 % step injected half-wa
 from __future__ import annotations
 
 import argparse
+import gzip
 import math
 import random
 import statistics
@@ -171,8 +172,8 @@ def simulated_table(trials: int, params: DriftParams, seed: int, quick: bool) ->
 
 
 def real_logs(params: DriftParams) -> None:
-    here = ROOT.parent / "shared" / "fixtures" / "sglang-longlogs"
-    files = sorted(here.glob("*.log"))
+    here = ROOT / "tests" / "data" / "sglang-longlogs"
+    files = sorted(here.glob("*.log.gz"))
     if not files:
         print(f"(real logs not found at {here})")
         return
@@ -181,7 +182,7 @@ def real_logs(params: DriftParams) -> None:
           " detect | -10% step | excluded (top) |")
     print("|---|---|---|---|---|---|---|")
     for f in files:
-        recs = [(parse_line(line), None) for line in f.open("rb")]
+        recs = [(parse_line(line), None) for line in gzip.decompress(f.read_bytes()).splitlines()]
         recs = [(r, t) for r, t in recs if r is not None]
         dec = [i for i, (r, _) in enumerate(recs) if isinstance(r, BatchRecord) and r.kind == "decode"]
         cut = dec[int(0.4 * len(dec))]
@@ -222,7 +223,8 @@ def real_logs(params: DriftParams) -> None:
             cells.append("not detected" if hit is None else str(hit))
         top = ", ".join(f"{k} {v}" for k, v in sorted(m.excluded.items(), key=lambda kv: -kv[1])[:3])
         fa = 1000.0 * alarms / clean if clean else float("nan")
-        print(f"| {f.stem} | {usable} | {clean} | {fa:.1f} ({alarms}) | {cells[0]} | {cells[1]} | {top} |")
+        name = f.name.removesuffix(".log.gz")
+        print(f"| {name} | {usable} | {clean} | {fa:.1f} ({alarms}) | {cells[0]} | {cells[1]} | {top} |")
     print("\n(lines to detect: decode lines of the compared rank stream after the step, dirty ones included;"
           " DP-attention logs compare one rank stream)")
 

@@ -8,7 +8,7 @@ Modes (printed on the first line of output):
         - subprocess: the agent file vs `nvidia-smi --query-gpu=... -lms` (the fallback), each
           run for two sample counts; CPU per sample = the slope of child CPU time (getrusage),
           so start-up (Python import, nvmlInit, nvidia-smi's driver init) cancels out.
-  fake  no GPU here: the agent's collector over specmon.sim.fake_nvml (H200-like values), i.e.
+  fake  no GPU here: the agent's collector over tests/nvml_shim/fake_nvml.py (H200-like values), i.e.
         the Python overhead of the agent without driver time, against a Python loop that only
         emits an equally large JSON line (the no-op reference).
 Slow tiers are amortised as at 1 Hz: a fake clock advances one interval per sample.
@@ -152,7 +152,8 @@ def main() -> int:
         print("mode nvml asked but NVML is not available here", file=sys.stderr)
         return 2
     if nvml is None:
-        from specmon.sim.fake_nvml import FakeNvml
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "nvml_shim"))
+        from fake_nvml import FakeNvml
 
         print(f"mode: fake-nvml (no GPU/NVML here): agent Python overhead over a stand-in "
               f"pynvml with {args.gpus} H200-like GPUs; driver time NOT included")

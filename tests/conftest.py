@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    """The reference material beside the checkout (CI lays a copy there too)."""
-    assert (SHARED / "README.md").is_file(), f"shared/ reference folder missing at {SHARED}"
-    return SHARED
+def data_dir() -> Path:
+    """The real data the tests read; it lives in the repository (tests/data/README.md says whence)."""
+    return DATA
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -9,8 +10,8 @@ from specmon.parse.sglang import parse_line
 from specmon.session.state import Session
 
 T0 = 1_772_000_000.0
-BASE_LOG = "sglang-longlogs/cli991-qwen25-3b-bs1.log"  # baseline, bs 1
-SPEC_LOG = "sglang-longlogs/rtxpro6000-agentic-spec-bs1.log"  # speculative, bs 1
+BASE_LOG = "sglang-longlogs/cli991-qwen25-3b-bs1.log.gz"  # baseline, bs 1
+SPEC_LOG = "sglang-longlogs/rtxpro6000-agentic-spec-bs1.log.gz"  # speculative, bs 1
 
 DECODE = ("[2026-02-26 19:16:45 TP0] Decode batch, #running-req: {rr}, #token: 900, token usage: "
           "0.04, {acc}cuda graph: True, gen throughput (token/s): {gt:.2f}, #queue-req: 0")
@@ -25,8 +26,14 @@ def decode_line(gt: float, rr: int = 1, accept: float | None = None) -> str:
     return DECODE.format(rr=rr, gt=gt, acc=acc)
 
 
-def fixture_lines(shared: Path, rel: str, limit: int | None = None) -> list[str]:
-    lines = (shared / "fixtures" / rel).read_text(encoding="utf-8").splitlines()
+def read_data(path: Path) -> bytes:
+    """A data file's bytes; the long real logs are stored gzipped."""
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if path.suffix == ".gz" else raw
+
+
+def fixture_lines(data_dir: Path, rel: str, limit: int | None = None) -> list[str]:
+    lines = read_data(data_dir / rel).decode("utf-8").splitlines()
     return lines[:limit] if limit else lines
 
 

@@ -7,17 +7,17 @@ import json
 from specmon.parse.bench import parse_bench_serving, parse_one_batch_server
 
 
-def _bench_items(shared):
+def _bench_items(data_dir):
     items = []
-    for line in (shared / "fixtures" / "sglang-logs" / "real-sample.jsonl").open():
+    for line in (data_dir / "sglang-logs" / "real-sample.jsonl").open():
         d = json.loads(line)
         if d.get("kind") == "bench_summary":
             items.append(d)
     return items
 
 
-def test_real_bench_serving_blocks_match_expectations(shared):
-    items = _bench_items(shared)
+def test_real_bench_serving_blocks_match_expectations(data_dir):
+    items = _bench_items(data_dir)
     assert len(items) == 2
     for item in items:
         blocks = parse_bench_serving("#Input tokens: 10\nnoise: 1\n" + item["line"] + "\ntrailer: 3\n")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from controlkit import cleanup_pidfiles, free_port
+
 from specmon.cli import build_parser
 from specmon.commands.connect_cmd import open_app
-from tests.controlkit import cleanup_pidfiles, free_port
 
 
 async def wait_for(pilot, cond, timeout: float = 60.0) -> None:

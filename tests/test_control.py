@@ -324,10 +324,10 @@ def test_server_cli_start_status_stop(hp, tmp_path):
         cleanup_pidfiles(tmp_path / "run")
 
 
-async def test_bench_serving_on_the_host_is_preferred_and_parsed(hp, tmp_path, shared):
+async def test_bench_serving_on_the_host_is_preferred_and_parsed(hp, tmp_path, data_dir):
     """When the host's Python has sglang.bench_serving, it runs there and its block is parsed."""
     block = next(json.loads(ln) for ln in
-                 (shared / "fixtures" / "sglang-logs" / "real-sample.jsonl").open()
+                 (data_dir / "sglang-logs" / "real-sample.jsonl").open()
                  if json.loads(ln).get("kind") == "bench_summary")
     fake = tmp_path / "fake" / "sglang"
     fake.mkdir(parents=True)

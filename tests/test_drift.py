@@ -7,6 +7,7 @@ import random
 import re
 
 import pytest
+from snapshot_data import read_data
 
 from specmon.analysis.drift import (
     BaselineStats,
@@ -271,15 +272,15 @@ def test_speculative_acceptance_drop_is_named_as_acceptance():
 
 # --- calibration on the real long logs ---------------------------------------------------------
 
-def _log_records(shared, name):
-    path = shared / "fixtures" / "sglang-longlogs" / name
-    return [r for r in (parse_line(x) for x in path.open("rb")) if r is not None]
+def _log_records(data_dir, name):
+    raw = read_data(data_dir / "sglang-longlogs" / f"{name}.gz")
+    return [r for r in (parse_line(x) for x in raw.splitlines()) if r is not None]
 
 
 @pytest.mark.parametrize("name", ["cli991-qwen25-3b-bs1.log", "rtxpro6000-agentic-spec-bs1.log",
                                   "ascend-qwen3-next-80b-tp4.log"])
-def test_real_logs_quiet_unchanged_and_caught_when_slowed(shared, name):
-    recs = _log_records(shared, name)
+def test_real_logs_quiet_unchanged_and_caught_when_slowed(data_dir, name):
+    recs = _log_records(data_dir, name)
     cut = int(len(recs) * 0.4)
     base = baseline_from_records([(r, None) for r in recs[:cut]], P)
     m = DriftMonitor(base, P)

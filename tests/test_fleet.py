@@ -63,8 +63,8 @@ def fake_python(tmp: Path) -> Path:
     mod = tmp / "fakenvml"
     mod.mkdir()
     (mod / "pynvml.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
-        "from specmon.sim.fake_nvml import FakeNvml\n"
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests' / 'nvml_shim')!r})\n"
+        "from fake_nvml import FakeNvml\n"
         "sys.modules[__name__] = FakeNvml(n_gpus=2, state='load')\n")
     py = tmp / "fakepy"
     py.write_text(f'#!/bin/sh\nPYTHONPATH={mod} exec {sys.executable} "$@"\n')

@@ -10,9 +10,9 @@ from typing import Any
 
 import pynvml  # the real nvidia-ml-py: its exception classes (no driver needed)
 import pytest
+from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.parse.gpu import GpuSample
-from specmon.sim.fake_nvml import FakeNvml
 from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
 from specmon.sources.gpu import SubprocessStreamHost as StreamHost
 from specmon.sources.gpu_agent import NvmlCollector

@@ -30,9 +30,8 @@ from specmon.parse.gpu import (
     split_smi_line,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-NVML = SHARED / "fixtures" / "nvml-h200"
 DATA = Path(__file__).resolve().parent / "data"
+NVML = DATA / "nvml-h200"
 
 
 def _read(p: Path) -> str:

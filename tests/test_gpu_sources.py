@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.parse.gpu import GpuSample
-from specmon.sim.fake_nvml import FakeNvml
 from specmon.sources.gpu import (
     NVML_UNAVAILABLE,
     GpuSourceError,
@@ -32,8 +32,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # Makes any Python started by the test host use the fake NVML (the agent does `import pynvml`).
 INJECT = (
-    f"import sys;sys.path.insert(0,{str(REPO)!r});"
-    "from specmon.sim.fake_nvml import FakeNvml;sys.modules['pynvml']=FakeNvml(n_gpus=2,"
+    f"import sys;sys.path.insert(0,{str(REPO / 'tests' / 'nvml_shim')!r});"
+    "from fake_nvml import FakeNvml;sys.modules['pynvml']=FakeNvml(n_gpus=2,"
     "state='load');"
 )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,14 @@ def test_wheel_ships_stylesheet_found_from_installed_package(tmp_path):
                     "-q", "-w", str(dist), str(ROOT)], check=True, timeout=300)
     wheels = list(dist.glob("specmon-*.whl"))
     assert len(wheels) == 1
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "specmon/styles/specmon.tcss" in names
+    shipped = [n for n in names if not n.startswith("specmon-") and not n.startswith("specmon/")]
+    assert shipped == [], shipped
+    # Nothing test-only ships: no test data, no fake NVML, no test modules.
+    test_only = [n for n in names if re.search(r"(^|/)tests?(/|_)|fake_nvml|conftest|\.jsonl$|\.log(\.gz)?$"
+                                                r"|__snapshots__", n)]
+    assert test_only == [], test_only
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
@@ -53,3 +63,18 @@ def test_wheel_ships_stylesheet_found_from_installed_package(tmp_path):
     path = res.stdout.splitlines()[0]
     assert path.startswith(site) and path.endswith("specmon/styles/specmon.tcss")
     assert str(ROOT) not in path
+
+
+def test_nothing_reads_outside_the_repository():
+    """A fresh clone has no reference folder beside it: no test, bench or module may point there."""
+    pattern = re.compile(r"\.\./shared|parent / \"shared\"|parents\[\d\] / \"shared\""
+                         r"|parent\.parent / \"shared")
+    hits = []
+    for top in ("tests", "specmon", "bench", ".ci"):
+        for path in (ROOT / top).rglob("*"):
+            if (path.is_file() and path.suffix in (".py", ".sh", ".toml", "")
+                    and "__pycache__" not in path.parts):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                if path.name != "test_packaging.py" and pattern.search(text):
+                    hits.append(str(path.relative_to(ROOT)))
+    assert hits == []

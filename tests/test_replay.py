@@ -38,10 +38,10 @@ from specmon.ui.replay import ReplayApp
 from specmon.ui.widgets import SpeedupBar
 
 
-def _rows(shared):
+def _rows(data_dir):
     """Both servers over the same ~350 s, interleaved."""
-    base = timed({"base": [BASE_ARGS] + fixture_lines(shared, BASE_LOG, 700)}, dt=0.5)
-    spec = timed({"spec": [SPEC_ARGS] + fixture_lines(shared, SPEC_LOG)}, t0=T0 + 0.003, dt=1.07)
+    base = timed({"base": [BASE_ARGS] + fixture_lines(data_dir, BASE_LOG, 700)}, dt=0.5)
+    spec = timed({"spec": [SPEC_ARGS] + fixture_lines(data_dir, SPEC_LOG)}, t0=T0 + 0.003, dt=1.07)
     return sorted(base + spec, key=lambda r: r[2])
 
 
@@ -64,8 +64,8 @@ async def _until(pilot, cond, what: str, steps: int = 400) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def test_record_export_replay_shows_the_same_numbers(shared, tmp_path, capsys):
-    rows = _rows(shared)
+async def test_record_export_replay_shows_the_same_numbers(data_dir, tmp_path, capsys):
+    rows = _rows(data_dir)
     rec = write_record(tmp_path / "r.jsonl", rows)
     snap_path = tmp_path / "s.json.gz"
     assert main(["export", str(rec), "-o", str(snap_path), "--host", "gpu-1"]) == 0
@@ -120,8 +120,8 @@ async def test_replay_plays_on_the_virtual_clock_and_holds_the_end(tmp_path):
                      and app.replay.pushed_lines == 20, "second run")
 
 
-async def test_session_export_replays_to_the_same_decode_numbers(shared, tmp_path):
-    rows = _rows(shared)
+async def test_session_export_replays_to_the_same_decode_numbers(data_dir, tmp_path):
+    rows = _rows(data_dir)
     live = reference_session(rows, host="h")
     snap = snapshot_from_session(live)  # what the UI's export key writes
     end = rows[-1][2]
@@ -276,11 +276,11 @@ async def test_gpu_samples_and_alerts_reach_the_session_in_replay(tmp_path):
             "alert: throughput fell (likely cause: power cap)"]
 
 
-async def test_real_record_then_export_then_replay_end_to_end(shared, tmp_path, capsys):
+async def test_real_record_then_export_then_replay_end_to_end(data_dir, tmp_path, capsys):
     """The real `specmon record local` (run twice, the second time --append re-reading both
     files), `specmon export`, then replay: the numbers of the live pipeline, no duplicates."""
-    base_lines = [BASE_ARGS] + fixture_lines(shared, BASE_LOG, 200)
-    spec_lines = [SPEC_ARGS] + fixture_lines(shared, SPEC_LOG)
+    base_lines = [BASE_ARGS] + fixture_lines(data_dir, BASE_LOG, 200)
+    spec_lines = [SPEC_ARGS] + fixture_lines(data_dir, SPEC_LOG)
     (tmp_path / "base.log").write_text("\n".join(base_lines) + "\n")
     (tmp_path / "spec.log").write_text("\n".join(spec_lines) + "\n")
     out = tmp_path / "rec.jsonl"

@@ -1,5 +1,6 @@
 """The sim's log lines are byte-identical to SGLang's templates, version by version."""
 
+import json
 import re
 from pathlib import Path
 
@@ -9,18 +10,13 @@ from specmon.sim import formats
 from specmon.sim.engine import DecodeRecord, PrefillRecord, render
 from specmon.sim.perf import SpecConfig
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DOC = SHARED / "sglang-observables.md"
+SAMPLES = Path(__file__).resolve().parent / "data" / "sglang-samples.jsonl"
 
 
 def doc_samples() -> dict[int, str]:
-    """Section 11's numbered sample lines, exactly as written (trailing ', ' included)."""
-    text = DOC.read_text()
-    sec = text[text.index("## 11. Sample lines") :]
-    out = {}
-    for m in re.finditer(r"^(\d+)\. \*\*.*?\n\s*```text\n   (.*?)\n\s*```", sec, re.M | re.S):
-        out[int(m.group(1))] = m.group(2)
-    return out
+    """The numbered reference sample lines, exactly as written (trailing ', ' included)."""
+    with SAMPLES.open(encoding="utf-8") as fh:
+        return {d["n"]: d["line"] for d in map(json.loads, fh)}
 
 
 def split(line: str) -> tuple[str, str, str]:

@@ -14,7 +14,7 @@ from specmon.sim.gpu_model import (
     unregister_server,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DATA = Path(__file__).resolve().parent / "data"
 KEYS = {
     "index", "name", "uuid", "driver_version", "clock_sm", "max_clock_sm", "clock_graphics",
     "max_clock_graphics", "clock_mem", "max_clock_mem", "app_clock_sm", "app_clock_mem",
@@ -24,7 +24,7 @@ KEYS = {
 
 
 def constants():
-    return json.loads((SHARED / "fixtures/nvml-h200/nvml_constants.json").read_text())
+    return json.loads((DATA / "nvml-h200" / "nvml_constants.json").read_text())
 
 
 def server(tmp_path, intensity, since, busy=True, gpus=(0, 1), pid=None):

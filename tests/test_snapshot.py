@@ -45,10 +45,10 @@ from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, parse_line
 
 
-def test_records_round_trip_losslessly_through_json(shared):
-    lines = fixture_lines(shared, SPEC_LOG) + fixture_lines(shared, BASE_LOG, 300) + [BASE_ARGS]
+def test_records_round_trip_losslessly_through_json(data_dir):
+    lines = fixture_lines(data_dir, SPEC_LOG) + fixture_lines(data_dir, BASE_LOG, 300) + [BASE_ARGS]
     for line in (json.loads(x)["line"] for x in
-                 (shared / "fixtures/sglang-logs/real-sample.jsonl").read_text().splitlines()):
+                 (data_dir / "sglang-logs/real-sample.jsonl").read_text().splitlines()):
         lines.append(line)
     n = 0
     for line in lines:
@@ -61,9 +61,9 @@ def test_records_round_trip_losslessly_through_json(shared):
     assert n > 500
 
 
-def test_record_file_becomes_snapshot_with_every_record_and_exact_times(shared, tmp_path):
-    base = [BASE_ARGS] + fixture_lines(shared, BASE_LOG, 400)
-    spec = fixture_lines(shared, SPEC_LOG)
+def test_record_file_becomes_snapshot_with_every_record_and_exact_times(data_dir, tmp_path):
+    base = [BASE_ARGS] + fixture_lines(data_dir, BASE_LOG, 400)
+    spec = fixture_lines(data_dir, SPEC_LOG)
     rows = timed({"base": base, "spec": spec})
     rec = write_record(tmp_path / "r.jsonl", rows)
     snap = snapshot_from_record(rec, host="gpu-box", log_lines=50)
@@ -126,8 +126,8 @@ def test_gpu_downsampling_keeps_dips_and_records_the_rule():
     assert small == samples[:50] and rule2["applied"] is False
 
 
-def test_snapshot_file_round_trip_plain_and_gzip(shared, tmp_path):
-    rows = timed({"base": fixture_lines(shared, BASE_LOG, 200)})
+def test_snapshot_file_round_trip_plain_and_gzip(data_dir, tmp_path):
+    rows = timed({"base": fixture_lines(data_dir, BASE_LOG, 200)})
     gpus = [(T0 + i, [{"index": 0, "clock_sm": 1980, "power_w": 120.5, "ts": T0 + i}])
             for i in range(5)]
     snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows, gpus))
@@ -145,8 +145,8 @@ def test_snapshot_file_round_trip_plain_and_gzip(shared, tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))  # no temp files left behind
 
 
-def test_session_snapshot_matches_log_lines_to_their_decode_times(shared):
-    rows = timed({"spec": fixture_lines(shared, SPEC_LOG)})
+def test_session_snapshot_matches_log_lines_to_their_decode_times(data_dir):
+    rows = timed({"spec": fixture_lines(data_dir, SPEC_LOG)})
     ref = reference_session(rows, host="h")
     snap = snapshot_from_session(ref)
     s = snap.servers[0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from textual.widgets import Input
+from uikit import T0, ScriptFeed, decode_line, populated_session
 
 from specmon.session.state import Session
 from specmon.ui.app import HelpScreen, SpecmonApp
 from specmon.ui.widgets import LogView, ServerPanel, SpeedupBar, StickyLog
-from tests.uikit import T0, ScriptFeed, decode_line, populated_session
 
 SIZE = (160, 50)
 
@@ -190,9 +190,10 @@ async def test_reconnecting_host_keeps_values_marked_stale():
 
 
 async def test_several_hosts_show_one_summary_row_each():
+    from uikit import apply
+
     from specmon.hosts.base import ConnectionState
     from specmon.session.fleet import FleetSession
-    from tests.uikit import apply
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
     fleet.set_state("box-a", ConnectionState("connected"))
@@ -210,11 +211,12 @@ async def test_several_hosts_show_one_summary_row_each():
 
 
 async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
+    from uikit import apply
+
     from specmon.hosts.base import ConnectionState
     from specmon.parse.gpu import GpuSample
     from specmon.session.fleet import FleetSession
     from specmon.session.state import Session
-    from tests.uikit import apply
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
     for h in fleet.hosts:

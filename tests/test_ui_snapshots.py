@@ -6,8 +6,9 @@ Regenerate after an intended visual change with `pytest tests/test_ui_snapshots.
 
 from __future__ import annotations
 
+from uikit import T0, apply, populated_session
+
 from specmon.ui.app import SpecmonApp
-from tests.uikit import T0, apply, populated_session
 
 SIZE = (140, 44)
 

@@ -7,7 +7,7 @@ the faults in $SPECMON_FAKE_NVML (JSON):
    "not_supported": ["nvmlDeviceGetPowerUsage", ...],   # NVMLError_NotSupported, every GPU
    "lose_gpu": 1, "lose_after": 3}   # GPU 1 answers GPU_IS_LOST after 3 samples
 
-Importing it replaces the module with a FakeNvml (H200-like values, specmon.sim.fake_nvml).
+Importing it replaces the module with a FakeNvml (H200-like values, fake_nvml.py beside it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from specmon.sim.fake_nvml import FakeNvml, NVMLError
+from fake_nvml import FakeNvml, NVMLError
 
 
 class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's own class name
