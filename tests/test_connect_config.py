@@ -48,7 +48,7 @@ NCCL_PROTO = "LL"
 """)
     args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
     app, actions = await open_app(args)
-    assert set(actions) == {"base"}
+    assert set(actions) == {("box", "base")}
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             st = app.session.server("base")
@@ -119,9 +119,98 @@ num_draft_tokens = 3
             assert spec.decode_total == 0
             await pilot.press("y")
             await wait_for(pilot, lambda: spec.decode_total >= 2, 90)
-            status = await actions["base"].status(check_health=False)
+            status = await actions[("box", "base")].status(check_health=False)
             assert status.state in ("stopped", "exited")
     finally:
         for ctl in actions.values():
             await ctl.close()
         cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remaps(tmp_path):
+    """The --prometheus form is the same path: control keys, [keys] remaps, and /metrics read
+    the very session the panels show (each line applied once)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.commands.connect_cmd import close_app
+
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(f"""
+[hosts.box]
+target = "local"
+python = "{sys.executable}"
+run_dir = "{tmp_path / 'run'}"
+sim_dir = "{tmp_path / 'sim'}"
+n_gpus = 4
+
+[servers.base]
+host = "box"
+role = "baseline"
+launcher = "sim"
+model_path = "org/model"
+tp = 2
+port = {free_port()}
+gpus = [0, 1]
+extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
+              "--decode-log-interval", "4", "--load-concurrency", "1"]
+
+[keys]
+"server.start" = "ctrl+u"
+"window.cycle" = "ctrl+w"
+""")
+    args = build_parser().parse_args(["connect", "box", "--config", str(cfg),
+                                      "--prometheus", "127.0.0.1:0"])
+    app, actions = await open_app(args)
+    assert set(actions) == {("box", "base")}
+    assert app.metrics_server is not None
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            st = app.session.server("base")
+            app.query_one("#panel-base").focus()
+            await pilot.press("u")  # remapped away: the default key does nothing now
+            await pilot.pause(0.5)
+            assert st.control_text is None
+            await pilot.press("ctrl+w")
+            assert app.window_s == 300.0
+            await pilot.press("ctrl+u")
+            await wait_for(pilot, lambda: st.decode_total >= 3, 90)
+            url = f"http://127.0.0.1:{app.metrics_server.port}/metrics"
+            async with httpx.AsyncClient(timeout=10) as c:
+                text = (await c.get(url)).text
+            n = st.decode_total
+            samples = [s for f in text_string_to_metric_families(text) for s in f.samples
+                       if s.name == "specmon_server_decode_samples"]
+            assert [s.labels["host"] for s in samples] == ["box"]
+            assert 1 <= samples[0].value <= n  # this window of the same points, not doubled
+            await pilot.press("x")
+            await pilot.pause(0.3)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: (st.control_text or "").startswith("stop: done"), 60)
+    finally:
+        await close_app(app, actions)
+        cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_connect_log_that_does_not_exist_says_so_and_waits_for_it(tmp_path):
+    from specmon.commands.connect_cmd import close_app
+
+    log = tmp_path / "nope.log"
+    args = build_parser().parse_args(["connect", "local", "--log", f"base={log}",
+                                      "--config", str(tmp_path / "none.toml")])
+    args.config = None  # no config at all
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            st = app.session.server("base")
+            panel = app.query_one("#panel-base")
+            await wait_for(pilot, lambda: st.tail_status is not None, 30)
+            assert st.tail_status.startswith(f"no such file: {log}")
+            await wait_for(pilot, lambda: "no such file" in str(
+                panel.query_one(".startup").render()), 10)
+            log.write_text("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 9, "
+                           "token usage: 0.01, gen throughput (token/s): 88.80, #queue-req: 0\n")
+            await wait_for(pilot, lambda: st.decode_total == 1, 30)  # it kept waiting
+            assert st.tail_status is None
+    finally:
+        await close_app(app, actions)

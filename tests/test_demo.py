@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from specmon.analysis.window import speedup
-from specmon.feeds.demo import DemoFeed, default_servers, group_members
+from specmon.control.local import group_members
+from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.state import Session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.widgets import ServerPanel

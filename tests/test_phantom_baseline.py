@@ -58,6 +58,6 @@ async def test_phantom_baseline_alerts_name_their_causes(tmp_path):
 
 
 def group_free(feed: DemoFeed) -> bool:
-    from specmon.feeds.demo import group_members
+    from specmon.control.local import group_members
 
     return all(not group_members(s.proc.pid) for s in feed.servers if s.proc is not None)

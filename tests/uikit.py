@@ -6,6 +6,7 @@ import asyncio
 import random
 
 from specmon.parse.sglang import parse_line
+from specmon.session.events import LineItem
 from specmon.session.state import Session
 
 T0 = 1_700_000_000.0
@@ -49,7 +50,8 @@ class ScriptFeed:
     """Pushes given lines in batches, then idles: a feed with no processes behind it."""
 
     def __init__(self, batches: list[tuple[str, list[str]]], delay: float = 0.0,
-                 clock: float = T0) -> None:
+                 clock: float = T0, host: str = "local") -> None:
+        self.host = host
         self.batches = batches
         self.delay = delay
         self.clock = clock
@@ -57,7 +59,7 @@ class ScriptFeed:
 
     async def run(self, sink) -> None:  # noqa: ANN001
         for server, lines in self.batches:
-            sink.lines(server, [(x, parse_line(x), self.clock) for x in lines])
+            sink.lines(self.host, server, [LineItem(x, parse_line(x), self.clock) for x in lines])
             if self.delay:
                 await asyncio.sleep(self.delay)
         self.done.set()

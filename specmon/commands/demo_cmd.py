@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
-from specmon.session.state import Session
+from specmon.session.fleet import FleetSession
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
                     scenario=args.scenario)
     from specmon.ui.app import SpecmonApp
 
-    app = SpecmonApp(Session(host="demo (simulated host)"), feed,
+    app = SpecmonApp(FleetSession([feed.host]), feed,
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
-                     actions=demo_actions(feed),
+                     actions=demo_actions(feed), title=f"{feed.host} (simulated host)",
                      export_dir=Path(args.export_dir) if args.export_dir else None)
 
     def _quit(_signum: int, _frame: object) -> None:

@@ -1,17 +1,17 @@
-"""Baselines and drift on live sessions: record from what a server just did, watch it after.
+"""Baselines on live sessions: record one from what a server just did, and the live
+fingerprint its alerts are explained against.
 
-Pure glue between the session (what was received) and the drift detector / fingerprints; the UI
-calls it, the UI does not compute any of it.
+Glue between the session (what was received) and the pure drift detector / fingerprints; the
+session model (`FleetSession`) owns the monitors and calls these, the UI computes none of it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, baseline_from_records
-from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states, make_explainer
+from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.state import ServerState, Session
@@ -62,54 +62,6 @@ def record_baseline(session: Session, state: ServerState, name: str | None = Non
                     fingerprint=fp, host=session.host, server=state.name, role=state.role,
                     created_at=now, source={"window": "live session", "decode_points":
                                             len(state.decode)})
-
-
-@dataclass
-class Watch:
-    """One server watched against one recorded baseline."""
-
-    baseline: Baseline
-    monitor: DriftMonitor
-    last: Alert | None = None
-    history: list[Alert] = field(default_factory=list)
-
-
-class DriftWatcher:
-    """All watched servers of a session; `tick` at ~1 Hz returns alerts that changed."""
-
-    def __init__(self, session: Session, params: DriftParams | None = None) -> None:
-        self.session = session
-        self.params = params
-        self.watches: dict[str, Watch] = {}
-
-    def watch(self, server: str, baseline: Baseline) -> None:
-        state = self.session.server(server)
-        explain = make_explainer(baseline.fingerprint,
-                                 lambda: live_fingerprint(self.session, state))
-        mon = DriftMonitor(baseline.stats, self.params, label=baseline.server_label,
-                           explain=explain)
-        # only what arrives from now on is compared: the recording window is the baseline
-        mon.skip_to(state)
-        self.watches[server] = Watch(baseline, mon)
-
-    def tick(self, now: float) -> list[tuple[str, Alert]]:
-        changed: list[tuple[str, Alert]] = []
-        for server, w in self.watches.items():
-            state = self.session.server(server)
-            alert = w.monitor.update(state, server_gpus(self.session, state), now)
-            if alert is None:
-                continue
-            prev = w.last
-            if prev is None or (prev.level, prev.cleared, prev.kind) != (
-                    alert.level, alert.cleared, alert.kind) or prev.causes != alert.causes:
-                changed.append((server, alert))
-                w.history.append(alert)
-            w.last = alert
-        return changed
-
-    def active(self) -> list[tuple[str, Alert]]:
-        return [(s, w.last) for s, w in self.watches.items()
-                if w.last is not None and not w.last.cleared]
 
 
 def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) -> list[str]:

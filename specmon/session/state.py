@@ -62,6 +62,7 @@ class ServerState:
     control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
+    tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
 
     @property
     def is_speculative(self) -> bool:

@@ -296,6 +296,8 @@ def _startup_text(state: ServerState) -> Text:
     t = Text()
     if state.control_text:
         t.append(plain(state.control_text) + "\n", style="italic")
+    if state.tail_status:  # why no line arrives: "no such file: ... (waiting)", a silent file
+        t.append(plain(state.tail_status) + "\n", style="bold")
     audit = state.env_audit
     if audit is not None:
         problems = audit.problems()
