@@ -37,10 +37,11 @@ sysdeps:
 			$$pkgs >/dev/null; \
 	fi
 
-# ruff, the layer contracts ([tool.importlinter] in pyproject.toml)
+# ruff, the layer contracts ([tool.importlinter] in pyproject.toml), mypy ([tool.mypy])
 lint: venv
 	$(BIN)/ruff check specmon tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: sysdeps venv lint
 	$(BIN)/python -m pytest -n 2 -q

@@ -22,16 +22,17 @@ import math
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from specmon.keymap import BINDING_IDS, key_problem
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 CONFIG_NAME = "specmon.toml"
 ENV_VAR = "SPECMON_CONFIG"

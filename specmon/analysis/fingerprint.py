@@ -486,8 +486,8 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
         rg = {g.index: g for g in rec.gpus}
         drivers = {(rg[g.index].driver, g.driver) for g in live.gpus if g.index in rg
                    and rg[g.index].driver and g.driver and rg[g.index].driver != g.driver}
-        for old, new in sorted(drivers):  # type: ignore[type-var]
-            causes.append(f"GPU driver {old} -> {new}")
+        for was, now_ in sorted((str(a), str(b)) for a, b in drivers):
+            causes.append(f"GPU driver {was} -> {now_}")
         off = [g.index for g in live.gpus if g.index in rg and rg[g.index].persistence and
                g.persistence is False]
         if off:

@@ -63,7 +63,7 @@ class LogSummary:
         if last is not None:
             self.last_time = last
 
-    def comparable(self) -> tuple:
+    def comparable(self) -> tuple[object, ...]:
         """Everything the report shows, for checking the fast path against the general one."""
         return (self.lines, self.decode, self.prefill, dict(self.throughput), dict(self.accept),
                 self.first_time, self.last_time)

@@ -59,14 +59,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             for raw in fh:
                 line_no += 1
-                rec = parse_line(raw)
-                if rec is None:
+                parsed = parse_line(raw)
+                if parsed is None:
                     if b"NCCL INFO" in raw or b"set by environment" in raw:
                         evidence.add_line(raw.decode("utf-8", "replace"))
                     continue
-                if isinstance(rec, EventRecord):
-                    evidence.add_event(rec, raw.decode("utf-8", "replace"))
-                monitor.observe(rec, None, line_no)
+                if isinstance(parsed, EventRecord):
+                    evidence.add_event(parsed, raw.decode("utf-8", "replace"))
+                monitor.observe(parsed, None, line_no)
         except OSError as exc:
             raise CliError(f"{args.log}: read error after line {line_no} ({exc})") from None
     finally:

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
@@ -66,7 +66,7 @@ def open_input(name: str) -> BinaryIO:
             raise CliError(f"{name}: permission denied") from None
         except OSError as exc:
             raise CliError(f"{name}: cannot open ({exc.strerror})") from None
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
     if buffered.peek(2)[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=buffered)  # type: ignore[return-value]
     return buffered

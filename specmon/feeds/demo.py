@@ -83,9 +83,15 @@ class _CountingSink:
         self.sink = sink
         self.decode: dict[str, int] = {}
         self.changed = asyncio.Event()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.sink, name)
+        self.declare_server = sink.declare_server
+        self.gpus = sink.gpus
+        self.server_exited = sink.server_exited
+        self.notice = sink.notice
+        self.tail_missing = sink.tail_missing
+        self.host_state = sink.host_state
+        self.host_servers = sink.host_servers
+        self.server_pids = sink.server_pids
+        self.request_baseline = sink.request_baseline
 
     def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
         n = sum(1 for it in items if getattr(it.record, "kind", None) == "decode")
@@ -141,7 +147,7 @@ class DemoFeed:
     async def run(self, sink: FeedSink) -> None:
         tasks: list[asyncio.Task[None]] = []
         counting = _CountingSink(sink)
-        sink = counting  # type: ignore[assignment]
+        sink = counting
         self._sink = sink
         self._tasks = tasks
         try:

@@ -359,11 +359,11 @@ def parse_event(text: str) -> EventRecord | None:
             phase = "begin"
         if phase is None:
             return None
-        data: dict[str, Any] = {"draft": "draft" in low}
+        graph: dict[str, Any] = {"draft": "draft" in low}
         bs = _RE_BS_LIST.search(text)
         if bs:
-            data["batch_sizes"] = [int(x) for x in bs.group(1).replace(",", " ").split()]
-        ev = EventRecord(f"cuda_graph_{phase}", data=data)
+            graph["batch_sizes"] = [int(x) for x in bs.group(1).replace(",", " ").split()]
+        ev = EventRecord(f"cuda_graph_{phase}", data=graph)
     elif "KV cache pool is full" in text or "Decode out of memory happened" in text:
         m = _RE_RETRACT.search(text)
         ev = EventRecord("kv_pool_full", data={"retracted_reqs": int(m.group(1)) if m else None})

@@ -283,7 +283,7 @@ class FleetSession:
 
     def server_gpus(self, ls: LogicalServer) -> list[tuple[str, Any]]:
         """(host, GpuSample) for every GPU of a logical server, across its nodes."""
-        out = []
+        out: list[tuple[str, Any]] = []
         for h, info in ls.members:
             samples = self.host(h).session.gpus
             idx = set(info.gpu_indices(samples))

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.text import Text
 from textual import on
@@ -180,6 +180,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
         self._multi = len(self.fleet.hosts) > 1
+        self.metrics_server: Any = None  # what the command opened for this app (it closes them)
+        self.hosts: list[Any] = []
         self.lines_received = 0
         self.refreshes = 0
         self.sub_title = title or ", ".join(self.fleet.hosts)
@@ -440,7 +442,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         if alert.cleared:
             self.notify(f"{name}: cleared: {alert.text}", markup=False)
         else:
-            sev = "error" if alert.level == "critical" else (
+            sev: Literal["information", "warning", "error"] = (
+                "error" if alert.level == "critical" else
                 "warning" if alert.level == "warning" else "information")
             self.notify("\n".join(alert_lines(name, alert)), severity=sev, markup=False,
                         timeout=10)

@@ -62,7 +62,7 @@ class ServerControlMixin:
         app: Any = self
         return str(app.server_label(key))
 
-    def _target(self) -> tuple[Key, Any] | tuple[None, None]:
+    def _target(self) -> tuple[Key | None, Any]:
         app: Any = self
         key = app._focused_server()
         ctl = self.actions.get(key) if key else None

@@ -50,7 +50,8 @@ class SnapshotKeysMixin:
 
         app.run_worker(write, thread=True, group="export", exit_on_error=False)
 
-    def action_screenshot(self) -> None:
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Save an SVG screenshot into the export folder (App's signature; both ignored)."""
         app: Any = self
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)

@@ -238,6 +238,8 @@ class LogView(Vertical):
 class ServerPanel(Vertical):
     """One server: status line, labelled numbers, throughput sparkline, its log."""
 
+    host: str = ""  # which host's server (the app sets it: servers are keyed (host, server))
+
     DEFAULT_CLASSES = "server-panel"
 
     def __init__(self, server: str, *, id: str | None = None) -> None:
