@@ -194,6 +194,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
     p.add_argument("--export-dir", metavar="DIR", default=None,
                    help="where e (snapshot) and s (screenshot) write (default: current folder)")
+    p.add_argument("--config", metavar="FILE", help="specmon TOML config whose [keys] remap the UI "
+                   "(default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
                    help="phantom-baseline: record a tuned baseline, then restart it without the "
                    "NCCL variables, then with a power cap and a patched file; drift alerts follow")
@@ -326,6 +328,8 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paused", action="store_true", help="start paused at the beginning")
     p.add_argument("--export-dir", default=".", metavar="DIR",
                    help="folder for exports and screenshots (default: current folder)")
+    p.add_argument("--config", metavar="FILE", help="specmon TOML config whose [keys] remap the UI "
+                   "(default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.set_defaults(func=_cmd_replay)
 
 

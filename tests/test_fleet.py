@@ -377,6 +377,8 @@ def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.
 def test_cli_targets_config_and_prometheus_errors_are_one_line(tmp_path):
     bad = tmp_path / "specmon.toml"
     bad.write_text('[hosts.x]\ntarget = 5\n')
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys]\n"server.strat" = "ctrl+u"\n')
     for args, needle in (
         (("record", "--out", "o.jsonl"), "hosts.x.target: must be a string"),  # ./specmon.toml
         (("record", "a", "b", "--log", "x=/y", "--out", "o.jsonl"), "exactly one TARGET"),
@@ -384,6 +386,7 @@ def test_cli_targets_config_and_prometheus_errors_are_one_line(tmp_path):
         (("record", "local", "--prometheus", "nope", "--out", "o.jsonl"), "--prometheus"),
         (("connect", "--config", str(tmp_path / "missing.toml")), "not found (given by --config)"),
         (("record", "local", "--log", "nopath", "--out", "o.jsonl"), "expected NAME=PATH"),
+        (("demo", "--config", str(keys)), "keys.server.strat: unknown binding id"),  # before the UI
     ):
         res = run_cli(*args, cwd=tmp_path)
         assert res.returncode == 2, (args, res.stderr)

@@ -271,6 +271,12 @@ async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str
             raise CliError(f"--prometheus: cannot listen on {listen[0]}:{listen[1]}: "
                            f"{exc.strerror or exc}") from None
         _log(f"Prometheus metrics on http://{server.host}:{server.port}/metrics")
+    def alert(host: str, server: str, a: Any) -> None:  # drift on a stored baseline, headless
+        name = f"{host}/{server}" if multi else server
+        _log(f"{name}: {'cleared: ' if a.cleared else a.level + ': '}{a.text}"
+             + "".join(f"; cause: {c}" for c in a.causes))
+
+    fleet.alert_listeners.append(alert)
     task = asyncio.create_task(feed.run(_LoggingSink(fleet, _log)))
     waiter = asyncio.create_task(stop.wait())
 

@@ -17,9 +17,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if args.speed <= 0:
         raise CliError(f"--speed must be positive, got {args.speed}")
+    from specmon.commands.record import config_from_args
     from specmon.ui.replay import ReplayApp  # Textual only here
 
+    cfg = config_from_args(args)  # the same [keys] remaps as every other path
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
-                    source_name=Path(args.snapshot).name)
+                    source_name=Path(args.snapshot).name,
+                    keymap=dict(cfg.keys) if cfg is not None else None)
     app.run()
     return 0
