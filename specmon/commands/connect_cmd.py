@@ -17,7 +17,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from specmon.commands.record import (
+from specmon.commands.hostargs import (
     config_from_args,
     default_baselines,
     listen_from_args,

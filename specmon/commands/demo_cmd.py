@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
             check_version(args.format_version)
         except ValueError as exc:
             raise CliError(str(exc)) from None
-    from specmon.commands.record import config_from_args
+    from specmon.commands.hostargs import config_from_args
 
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
     feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency),

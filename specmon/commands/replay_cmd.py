@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if args.speed <= 0:
         raise CliError(f"--speed must be positive, got {args.speed}")
-    from specmon.commands.record import config_from_args
+    from specmon.commands.hostargs import config_from_args
     from specmon.ui.replay import ReplayApp  # Textual only here
 
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
