@@ -43,3 +43,24 @@ def test_the_check_itself_sees_textual_when_a_tui_module_is_imported():
             "print('TEXTUAL', bool([m for m in sys.modules if m.split('.')[0] == 'textual']))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "TEXTUAL True" in res.stdout, res.stderr
+
+
+HOST_SIDE = ("specmon/hostside", "specmon/hosts/agent.py", "specmon/control/hostops.py",
+             "specmon/sources/gpu_agent.py")
+
+
+def test_host_side_programs_import_nothing_from_specmon():
+    """What is streamed to a host's Python must run there alone: no `specmon` import at all
+    (whichever layout: today's three programs or one specmon/hostside/ folder)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(specmon.__file__).resolve().parents[1]
+    files = [f for p in HOST_SIDE for f in ((root / p).rglob("*.py") if (root / p).is_dir()
+                                            else [root / p]) if f.is_file()]
+    assert files  # at least one layout is there
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            assert not any(n == "specmon" or n.startswith("specmon.") for n in names), (f, names)
