@@ -247,6 +247,21 @@ class FleetSession:
         except Exception as exc:  # noqa: BLE001 - too few samples, a store error: one line
             self.notice(host, server, f"baseline not recorded: {exc}")
 
+    def reset_host(self, host: str, fresh: Session) -> None:
+        """Start the host over from `fresh` (a replay seeking backwards): its servers, GPUs and
+        drift state; the Session object is kept (the UI holds it)."""
+        session = self.host(host).session
+        session.servers.clear()
+        session.servers.update(fresh.servers)
+        session.gpus = []
+        session.gpu_history.clear()
+        session.gpu_error = None
+        for key in [k for k in self.watches if k[0] == host]:
+            del self.watches[key]
+            self.alerts.pop(key, None)
+        self._looked_up = {k for k in self._looked_up if k[0] != host}
+        self._sglang_seen = {k for k in self._sglang_seen if k[0] != host}
+
     # old names, kept for the exporter's tests and callers
     set_state = host_state
     set_servers = host_servers

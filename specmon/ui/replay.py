@@ -76,12 +76,7 @@ class ReplayApp(SpecmonApp):
 
     @on(ReplayReset)
     def _reset(self, _msg: ReplayReset) -> None:
-        fresh = replay_session(self.snapshot)
-        self.session.servers.clear()
-        self.session.servers.update(fresh.servers)
-        self.session.gpus = []
-        self.session.gpu_history.clear()
-        self.session.gpu_error = None
+        self.fleet.reset_host(self.replay.host, replay_session(self.snapshot))
         self._pending.clear()
         for panel in self.panels():
             view = panel.log_view
