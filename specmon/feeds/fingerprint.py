@@ -70,14 +70,6 @@ async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None =
         server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
 
 
-async def collect_for_server(agent: Any, server: Any, *, host: Any = None,
-                             server_info: Mapping[str, Any] | None = None, nccl_lines: Iterable[str] = (),
-                             gpus: Sequence[GpuSample] = ()) -> Fingerprint:
-    """`collect` for a `specmon.sources.discovery.DiscoveredServer` (launcher pid, argv, workers)."""
-    return await collect(agent, launcher_pid=server.pid, argv=server.argv, workers=server.workers,
-                         server_info=server_info, nccl_lines=nccl_lines, gpus=gpus, host=host)
-
-
 async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
     import base64
 
