@@ -228,9 +228,9 @@ def test_multi_node_server_is_one_server_with_the_gpus_of_both_nodes():
     fleet = FleetSession(["n0", "n1", "solo"])
     for h, rank in (("n1", 1), ("n0", 0)):  # order of arrival does not matter
         [d] = find_servers(procs(rank, 100 * (rank + 1)))
-        fleet.set_servers(h, [ServerInfo.from_discovered(d)])
+        fleet.host_servers(h, [ServerInfo.from_discovered(d)])
         fleet.host(h).session.set_gpus([gpu(i, 1400 + i, 60.0) for i in range(8)])
-    fleet.set_servers("solo", [ServerInfo("sglang-30001", "baseline", tp_size=2, base_gpu_id=4)])
+    fleet.host_servers("solo", [ServerInfo("sglang-30001", "baseline", tp_size=2, base_gpu_id=4)])
     fleet.host("solo").session.set_gpus([gpu(i, 1500, 50.0) for i in range(8)])
     servers = fleet.logical_servers()
     multi = [s for s in servers if s.multi_node]
@@ -319,7 +319,7 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
 
 def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
     fleet = FleetSession(["h", "empty"])
-    fleet.set_state("h", ConnectionState("connected"))
+    fleet.host_state("h", ConnectionState("connected"))
     fleet.host("h").session.set_gpus([
         gpu(0, 1455, 61.0), gpu(1, 1300, 58.0, ("SwPowerCap", "HwSlowdown")),
         gpu(2, 345, 70.0, ("GpuIdle",)),  # idle: hottest here, but its low clock is not throttling
@@ -461,7 +461,7 @@ async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
     fleet = FleetSession(["n0", "n1"])
     for h, rank in (("n0", 0), ("n1", 1)):
         [d] = find_servers(procs(rank, 100 * (rank + 1)))
-        fleet.set_servers(h, [ServerInfo.from_discovered(d)])
+        fleet.host_servers(h, [ServerInfo.from_discovered(d)])
         fleet.host(h).session.set_gpus([gpu(i, 1400 + 10 * rank, 60.0) for i in range(8)])
     app = SpecmonApp(fleet, show_clock=False)
     async with app.run_test(size=(160, 50)) as pilot:

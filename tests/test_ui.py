@@ -203,8 +203,8 @@ async def test_several_hosts_show_one_summary_row_each():
     from specmon.session.fleet import FleetSession
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
-    fleet.set_state("box-a", ConnectionState("connected"))
-    fleet.set_state("box-b", ConnectionState("reconnecting", retry_at=None))
+    fleet.host_state("box-a", ConnectionState("connected"))
+    fleet.host_state("box-b", ConnectionState("reconnecting", retry_at=None))
     for i in range(10):
         apply(fleet.host("box-a").session, "base", decode_line(i, 88.0 + (i % 3)), T0 + 21 + i)
     app = SpecmonApp(fleet, clock=lambda: T0 + 31, show_clock=False)
@@ -226,7 +226,7 @@ async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
     for h in fleet.hosts:
-        fleet.set_state(h, ConnectionState("connected"))
+        fleet.host_state(h, ConnectionState("connected"))
     fleet.host("box-a").session.set_gpus([GpuSample(index=0, clock_sm=1980, max_clock_sm=1980)])
     fleet.host("box-b").session.set_gpus([GpuSample(index=0, clock_sm=1111, max_clock_sm=1980)])
     for host, base, spec in (("box-a", 88.0, 94.0), ("box-b", 60.0, 90.0)):

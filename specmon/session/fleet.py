@@ -232,8 +232,6 @@ class FleetSession:
     def host_state(self, host: str, state: ConnectionState) -> None:
         hv = self.host(host)
         hv.state = state
-        hv.session.connection = "connected" if state.state == "connected" else \
-            f"{host}: {state.describe()}"
         for s in hv.session.servers.values():
             s.stale = hv.stale
 
@@ -261,13 +259,6 @@ class FleetSession:
             self.alerts.pop(key, None)
         self._looked_up = {k for k in self._looked_up if k[0] != host}
         self._sglang_seen = {k for k in self._sglang_seen if k[0] != host}
-
-    # old names, kept for the exporter's tests and callers
-    set_state = host_state
-    set_servers = host_servers
-
-    def touch(self, host: str) -> None:
-        self.host(host).last_update = self.clock()
 
     # -- multi-node --------------------------------------------------------------------------
     def logical_servers(self) -> list[LogicalServer]:

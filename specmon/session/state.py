@@ -150,7 +150,6 @@ class Session:
     gpus: list[Any] = field(default_factory=list)  # latest GpuSample per GPU
     gpu_history: dict[int, deque[Any]] = field(default_factory=dict)
     gpu_error: str | None = None
-    connection: str = "connected"
     started_at: float = field(default_factory=time.time)
     alerts: list[dict[str, Any]] = field(default_factory=list)  # every alert raised or cleared
     baselines: list[dict[str, Any]] = field(default_factory=list)  # baselines used, summarised
