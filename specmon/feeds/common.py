@@ -72,6 +72,9 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                 elif isinstance(ev, TailNotice) and ev.kind in NOTICE_TEXT:
                     if ev.kind == "missing":
                         sink.tail_missing(host, ev.server, ev.path, "no such file")
+                    elif ev.kind == "error":  # e.g. permission denied: the tail retries
+                        sink.tail_missing(host, ev.server, ev.path,
+                                          str(ev.detail.get("error") or "cannot read"))
                     sink.notice(host, ev.server, notice_text(ev))
                 if n >= MAX_BATCH or queue.empty():
                     break

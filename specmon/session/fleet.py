@@ -224,7 +224,8 @@ class FleetSession:
             self.server(host, server).notices.append(text)
 
     def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
-        self.server(host, server).tail_status = f"{reason}: {path} (waiting for it to appear)"
+        then = "waiting for it to appear" if reason == "no such file" else "retrying"
+        self.server(host, server).tail_status = f"{reason}: {path} ({then})"
 
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.server(host, server).pids = set(pids)
