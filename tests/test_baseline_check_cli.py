@@ -16,7 +16,13 @@ from specmon.analysis.drift import BaselineStats, Sample, Stratum, build_baselin
 from specmon.cli import main
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 
-NCCL = ["h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
+# rank 0 of a TP-8 run in real NCCL's line shapes (tests/data/nccl-h200*): the version and the
+# communicator's rank count tell specmon which missing lines prove a variable unset
+NCCL_INIT = ["h:1:1 [0] NCCL INFO NCCL version 2.27.3+cuda12.9",
+             "h:1:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x3ba2b960 rank 0 nranks 8 cudaDev 0 "
+             "nvmlDev 0 busId 60 commId 0x91ef - Init START",
+             "h:1:1 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."]  # SGLang sets it
+NCCL = [*NCCL_INIT, "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
         "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring"]
 
 
@@ -129,10 +135,11 @@ def test_baseline_commands(tmp_path, datadir, capsys):
     assert main(["baseline", "show", "tuned", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["fingerprint"]["version"] == "0.5.9"
-    assert shown["fingerprint"]["nccl_debug"] == {"rank 0": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}
+    assert shown["fingerprint"]["nccl_debug"] == {"rank 0": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring",
+                                                             "NCCL_CUMEM_ENABLE": "0"}}
     assert shown["excluded"] == {"warmup": 5}
     assert main(["baseline", "show", "tuned"]) == 0
-    assert "NCCL_DEBUG rank 0: NCCL_ALGO=Ring NCCL_PROTO=LL" in capsys.readouterr().out
+    assert "NCCL_DEBUG rank 0: NCCL_ALGO=Ring NCCL_CUMEM_ENABLE=0 NCCL_PROTO=LL" in capsys.readouterr().out
     assert main(["baseline", "delete", "tuned"]) == 0
     assert main(["baseline", "show", "tuned"]) == 2
     assert "no baseline named 'tuned'" in capsys.readouterr().err
@@ -156,8 +163,8 @@ def test_check_exit_codes_and_json_shape(tmp_path, datadir, capsys):
     assert main(["baseline", "record", "tuned", "--log", base]) == 0
     capsys.readouterr()
     same = write(tmp_path, "same.log", log_lines(60, 88.8, 5, nccl=NCCL))
-    # restarted without the tuning; NCCL_DEBUG=INFO still on, so rank 0 prints only its version
-    version_only = ["h:2:2 [0] NCCL INFO NCCL version 2.27.3"]
+    # restarted without the tuning; NCCL_DEBUG=INFO still on: the same version, ranks and SGLang's own
+    version_only = NCCL_INIT
     slow = write(tmp_path, "slow.log", log_lines(60, 82.2, 6, nccl=version_only))
     fast = write(tmp_path, "fast.log", log_lines(60, 96.0, 7, nccl=NCCL))
     tiny = write(tmp_path, "tiny.log", log_lines(8, 88.8, 8))

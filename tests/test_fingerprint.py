@@ -42,9 +42,17 @@ def workers(env: dict[str, str] | None, n: int = 8) -> list[EnvSnapshot]:
     return out
 
 
-def nccl_lines(env: dict[str, str], ranks: int = 8) -> list[str]:
-    return [f"h200:{200 + r}:{300 + r} [{r}] NCCL INFO {k} set by environment to {v}"
-            for r in range(ranks) for k, v in env.items()]
+def nccl_lines(env: dict[str, str], ranks: int = 8, version: str | None = "2.28.9") -> list[str]:
+    """NCCL_DEBUG=INFO lines in real NCCL's shapes (tests/data/nccl-h200*): version on rank 0,
+    each rank's communicator init with its rank count, then the "set by environment" lines."""
+    out = [f"h200:200:200 [0] NCCL INFO NCCL version {version}+cuda13.0"] if version else []
+    for r in range(ranks):
+        out.append(f"h200:{200 + r}:{200 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x3ba2b9{r}0 "
+                   f"rank {r} nranks {ranks} cudaDev {r} nvmlDev {r} busId {r}0 commId 0x91ef - Init START")
+        out += [f"h200:{200 + r}:{300 + r} [{r}] NCCL INFO {k} set by environment to {v}"
+                + ("." if v.isdigit() and k != "NCCL_P2P_LEVEL" else "")  # integer params end with "."
+                for k, v in env.items()]
+    return out
 
 
 # --- /proc/PID/environ ----------------------------------------------------------------------
@@ -108,8 +116,9 @@ def test_worker_env_trust_order():
 # --- diff -> causes ----------------------------------------------------------------------------
 
 def test_lost_nccl_tuning_named_like_the_issue():
-    rec = fingerprint_from(nccl_lines=nccl_lines({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}))
-    live = fingerprint_from(nccl_lines=nccl_lines({"NCCL_CUMEM_ENABLE": "0"}))
+    nvls = {"NCCL_NVLS_ENABLE": "0"}  # SGLang sets it: its "0." line shows the ENV subsystem was on
+    rec = fingerprint_from(nccl_lines=nccl_lines({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"} | nvls))
+    live = fingerprint_from(nccl_lines=nccl_lines({"NCCL_CUMEM_ENABLE": "0"} | nvls))
     causes, checked = diff(rec, live)
     assert causes[0] == "TP workers lack NCCL_ALGO=Ring, NCCL_PROTO=LL that the recorded run had"
     assert causes[1] == "TP workers have NCCL_CUMEM_ENABLE=0 that the recorded run did not"
@@ -213,10 +222,10 @@ def test_other_gpu_processes_by_pid_list_and_by_recording():
 
 
 def test_cause_list_order_and_no_cause_text():
-    rec = fingerprint_from(nccl_lines=nccl_lines(TUNED), gpus=gpu_states([gpu(0, 1980)]),
+    nvls = {"NCCL_NVLS_ENABLE": "0"}  # SGLang sets it before the spawn: every run prints it
+    rec = fingerprint_from(nccl_lines=nccl_lines(TUNED | nvls), gpus=gpu_states([gpu(0, 1980)]),
                            modified_files=[], modified_method="RECORD")
-    live = fingerprint_from(nccl_lines=nccl_lines({}), modified_files=["x.py"], modified_method="RECORD")
-    live.nccl_debug = {"rank 0": {}}
+    live = fingerprint_from(nccl_lines=nccl_lines(nvls), modified_files=["x.py"], modified_method="RECORD")
     alert = Alert("warning", "t", (), 0.0, False, kind="throughput")
     causes = causes_for_alert(alert, None, rec, live, [gpu(0, 1500, ("SwPowerCap",))])
     assert causes[0].startswith("TP workers lack ")

@@ -74,8 +74,9 @@ def test_startup_lines_parse_as_events(version):
 
 def test_nccl_debug_lines_parse_as_env_events():
     env = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "LL128", "NCCL_P2P_LEVEL": "NVL"}
-    lines = nccl_debug_lines(env, rank=1, pid=4242, tid=4242)
+    lines = nccl_debug_lines(env, rank=1, pid=4242, tid=4242, nranks=2)
     evs = [parse_line(ln) for ln in lines]
-    assert {(e.data["var"], e.data["value"]) for e in evs} == {
+    assert all(e.kind == "nccl_env" for e in evs)  # with the communicator lines around them
+    assert {(e.data["var"], e.data["value"]) for e in evs if e.data} == {
         ("NCCL_PROTO", "LL128"), ("NCCL_P2P_LEVEL", "NVL")}  # fmt: skip
-    assert nccl_debug_lines({"NCCL_PROTO": "LL"}, 0, 1, 1) == []  # silent without NCCL_DEBUG
+    assert nccl_debug_lines({"NCCL_PROTO": "LL"}, 0, 1, 1, 2) == []  # silent without NCCL_DEBUG

@@ -9,6 +9,12 @@ data through the host agent (`proc_info` with `environ_prefixes`, `read`) and a 
 an all-NUL environ, which is "unreadable", never "variable missing"; values set in-process after
 exec never show; NCCL's own "X set by environment to Y" lines (NCCL_DEBUG=INFO) are what the
 rank really used, so they win over everything else.
+
+But NCCL prints such a line only when its code reads the variable, so a *missing* line means
+"not set" only where a real capture proved NCCL prints it in that configuration (NCCL_REPORTED,
+from tests/data/nccl-h200*: with 1 rank NCCL 2.28.9 never prints NCCL_PROTO/NCCL_ALGO), or where
+the recording itself printed it under the same NCCL version and rank count. Otherwise the cause
+says the variable was not visible in NCCL's log and what /proc environ says instead.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from specmon.parse.sglang import EventRecord
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
 NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
-# NCCL's verification channel only; never the cause of a slowdown.
-NCCL_SILENT = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+# NCCL's verification channel, and NCCL_VERSION: a label CUDA/PyTorch images set, which NCCL never
+# reads (the H200 image said 2.28.3-1 while torch loaded 2.28.9); not knobs NCCL applies.
+NCCL_SILENT = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION"})
 UNREADABLE = "unreadable"
 
 _RE_NCCL_LINE = re.compile(
@@ -35,6 +42,24 @@ _RE_NCCL_LINE = re.compile(
     r"(?P<var>\w+) set by environment to (?P<value>\S*)")
 _RE_NCCL_LOOSE = re.compile(r"\b(NCCL_\w+|NVSHMEM_\w+) set by environment to (\S*)")
 _RE_NCCL_INFO = re.compile(r"[\w.-]+:\d+:\d+ \[(\d+)\] NCCL INFO ")
+_RE_NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
+# "ncclCommInitRankConfig comm 0x.. rank 0 nranks 1 ..", "comm 0x.. rank 0 nRanks 1 nNodes 1 .."
+_RE_NCCL_NRANKS = re.compile(r"NCCL INFO .*\bcomm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
+
+# What real NCCL_DEBUG=INFO captures proved NCCL prints a "set by environment" line for when the
+# variable is set, per (NCCL version, rank count of the communicator), with the debug subsystem
+# the line needs: only these (and what the recording itself printed under the same version and
+# ranks) make a missing line mean "not set". Source: tests/data/nccl-h200-launcher (NCCL 2.28.9,
+# 1 rank; NCCL_DEBUG_SUBSYS=INIT,ENV, ALL, unset, and INIT alone: then only P2P_LEVEL's line came).
+NCCL_REPORTED: dict[tuple[str, int], dict[str, str]] = {
+    ("2.28.9", 1): {"NCCL_CUMEM_ENABLE": "ENV", "NCCL_NVLS_ENABLE": "ENV", "NCCL_BUFFSIZE": "ENV",
+                    "NCCL_P2P_LEVEL": "INIT"},
+}
+# An integer parameter's line ends with "." and needs ENV; version and communicator lines are INIT.
+_RE_NCCL_PARAM_LINE = re.compile(r"NCCL INFO NCCL_\w+ set by environment to -?\d+\.\s*$")
+# Read (and printed) only by NCCL's tuning model, which a 1-rank communicator never runs: the same
+# captures set both and no line of the log named them, not even with NCCL_DEBUG_SUBSYS=ALL.
+NCCL_TUNING_MODEL_VARS = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
 
 
 def _hash(value: str) -> str:
@@ -126,6 +151,41 @@ def nccl_debug_env(lines: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def nccl_debug_subsystems(lines: Iterable[str]) -> list[str]:
+    """NCCL debug subsystems the lines prove were on: INIT (version or communicator lines), ENV
+    (an integer parameter's "... set by environment to 0." line). NCCL never prints its
+    NCCL_DEBUG_SUBSYS, and P2P_LEVEL's line comes with INIT alone, so it proves nothing about ENV."""
+    subs: set[str] = set()
+    for line in lines:
+        if "NCCL INFO" not in line:
+            continue
+        if _RE_NCCL_PARAM_LINE.search(line):
+            subs.add("ENV")
+        elif _RE_NCCL_VERSION.search(line) or _RE_NCCL_NRANKS.search(line):
+            subs.add("INIT")
+    return sorted(subs)
+
+
+def nccl_debug_meta(lines: Iterable[str]) -> tuple[str | None, int | None]:
+    """(NCCL version, largest communicator rank count) from NCCL_DEBUG=INFO lines, None if unseen.
+
+    Rank 0 prints the version; the INIT subsystem prints each communicator's rank count.
+    """
+    version: str | None = None
+    nranks: int | None = None
+    for line in lines:
+        if "NCCL INFO" not in line:
+            continue
+        m = _RE_NCCL_VERSION.search(line)
+        if m:
+            version = m.group(1)
+            continue
+        m = _RE_NCCL_NRANKS.search(line)
+        if m:
+            nranks = max(nranks or 0, int(m.group(1)))
+    return version, nranks
+
+
 @dataclass
 class GpuState:
     """A GPU during the recording: medians over the window, reasons seen, static settings."""
@@ -184,6 +244,9 @@ class Fingerprint:
     workers: list[EnvSnapshot] = field(default_factory=list)
     nccl_conf: dict[str, dict[str, str] | None] = field(default_factory=dict)  # None: no file
     nccl_debug: dict[str, dict[str, str]] = field(default_factory=dict)
+    nccl_version: str | None = None  # from the NCCL_DEBUG lines ("2.28.9"), None: not in the log
+    nccl_nranks: int | None = None  # largest communicator seen in them
+    nccl_subsys: list[str] = field(default_factory=list)  # debug subsystems the lines prove on
     modified_files: list[str] | None = None
     modified_method: str | None = None  # "RECORD" | "git" | why it could not be checked
     gpus: list[GpuState] = field(default_factory=list)
@@ -219,6 +282,9 @@ class Fingerprint:
         for w in self.workers:
             out.append(f"{w.title} env ({w.status}): " + (
                 " ".join(f"{k}={v}" for k, v in w.vars.items()) if w.readable else "-"))
+        if self.nccl_version or self.nccl_nranks:
+            out.append(f"NCCL {self.nccl_version or 'N/A'}, {self.nccl_nranks or 'N/A'} ranks "
+                       "(NCCL_DEBUG lines)")
         for rank, env in sorted(self.nccl_debug.items()):
             out.append(f"NCCL_DEBUG {rank}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
         for path, conf in self.nccl_conf.items():
@@ -276,6 +342,8 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
                      gpus: Sequence[GpuState] = (), host: Mapping[str, str | None] | None = None,
                      server_pids: Sequence[int] = (), collected_at: float | None = None) -> Fingerprint:
     """Assemble a fingerprint from already-read pieces (pure)."""
+    nccl_lines = list(nccl_lines)
+    nccl_version, nccl_nranks = nccl_debug_meta(nccl_lines)
     args = dict(server_args or {})
     version = version or _str(args.get("version"))
     spec = {k: v for k, v in args.items() if k.startswith("speculative_") and v is not None}
@@ -294,6 +362,7 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
         version=version, model=model, tp_size=tp if isinstance(tp, int) else None, spec=spec,
         server_pids=list(server_pids), launcher=launcher, workers=list(workers),
         nccl_conf=dict(nccl_conf or {}), nccl_debug=nccl_debug_env(nccl_lines),
+        nccl_version=nccl_version, nccl_nranks=nccl_nranks, nccl_subsys=nccl_debug_subsystems(nccl_lines),
         modified_files=modified_files, modified_method=modified_method, gpus=list(gpus),
         host=dict(host or {}))
 
@@ -351,8 +420,119 @@ def _who(ranks: set[str], all_ranks: set[str]) -> str:
     return "TP workers " + ", ".join(nums)
 
 
+def _environ_nccl(fp: Fingerprint) -> tuple[dict[str, str] | None, str]:
+    """NCCL_* from /proc environ: the readable workers' (union), else the launcher's plus conf files.
+
+    The launcher's is exec-time: values it set in os.environ later (before the spawn: they reach
+    the workers; after it: they do not) never show there, so it is weaker evidence.
+    """
+    readable = [w for w in fp.workers if w.readable]
+    if readable:
+        env: dict[str, str] = {}
+        for w in readable:
+            env.update({k: v for k, v in w.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT})
+        return env, "worker"
+    if fp.launcher is not None and fp.launcher.readable:
+        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
+        for conf in fp.nccl_conf.values():
+            for k, v in (conf or {}).items():
+                if k not in NCCL_SILENT:
+                    env.setdefault(k, v)
+        return env, "launcher"
+    return None, "unreadable"
+
+
+def _subsystems(fp: Fingerprint) -> set[str]:
+    """NCCL debug subsystems known to be on: proven by the lines, or NCCL_DEBUG_SUBSYS in a readable
+    environ (unset: NCCL's default INIT,BOOTSTRAP,ENV, as the unset-capture showed)."""
+    subs = set(fp.nccl_subsys)
+    for snap in [w for w in fp.workers if w.readable] + ([fp.launcher] if fp.launcher else []):
+        if snap.readable:
+            sub = snap.vars.get("NCCL_DEBUG_SUBSYS")
+            if sub is None:
+                return subs | {"INIT", "ENV"}
+            parts = {p.strip().upper() for p in sub.lstrip("^").split(",")}
+            for name in ("INIT", "ENV"):
+                if (name not in parts) if sub.startswith("^") else (name in parts or "ALL" in parts):
+                    subs.add(name)
+            break
+    return subs
+
+
+def _subsys_value(fp: Fingerprint) -> str:
+    for snap in [w for w in fp.workers if w.readable] + ([fp.launcher] if fp.launcher else []):
+        if snap.readable:
+            return snap.vars.get("NCCL_DEBUG_SUBSYS", "unset")
+    return "not known"
+
+
+def nccl_log_proves_unset(fp: Fingerprint, var: str, ref: Fingerprint | None = None) -> bool:
+    """Whether the absence of `var`'s "set by environment" line in fp's NCCL log means "not set".
+
+    True only where a real capture showed NCCL prints it in fp's configuration (NCCL_REPORTED by
+    NCCL version and rank count) with the debug subsystem that line needs on, or where `ref` (the
+    other run) printed it under the same version and rank count and fp had at least ref's
+    subsystems on (ENV among them).
+    """
+    if not fp.nccl_debug or fp.nccl_version is None or fp.nccl_nranks is None:
+        return False
+    subs = _subsystems(fp)
+    table = NCCL_REPORTED.get((fp.nccl_version, fp.nccl_nranks), {})
+    if var in table:
+        return table[var] in subs
+    if ref is None or ref.nccl_version != fp.nccl_version or ref.nccl_nranks != fp.nccl_nranks:
+        return False
+    ref_subs = _subsystems(ref)
+    return ("ENV" in subs and ref_subs <= subs and any(var in env for env in ref.nccl_debug.values()))
+
+
+def nccl_invisible_reason(fp: Fingerprint, var: str) -> str:
+    """Why fp's NCCL log cannot say whether `var` was set: "NCCL reports VAR only when ..."."""
+    ver, n = fp.nccl_version, fp.nccl_nranks
+    need = NCCL_REPORTED.get((ver or "", n or 0), {}).get(var, "ENV")
+    if need not in _subsystems(fp) and not (var in NCCL_TUNING_MODEL_VARS and n == 1):
+        return (f"NCCL reports {var} only with its {need} debug subsystem on, and nothing shows it was "
+                f"(NCCL_DEBUG_SUBSYS {_subsys_value(fp)})")
+    if var in NCCL_TUNING_MODEL_VARS:
+        if n == 1:
+            return (f"NCCL reports {var} only when a communicator of 2+ ranks runs its tuning model; "
+                    "this run's communicators have 1 rank")
+        return (f"NCCL reports {var} only when a communicator of 2+ ranks runs its tuning model; no "
+                f"real log of NCCL {ver or 'N/A'} with {n or 'N/A'} ranks has shown it yet")
+    if ver is None or n is None:
+        return (f"NCCL reports {var} only when its code reads it, and this log shows no NCCL version "
+                "or rank count to tell (NCCL_DEBUG_SUBSYS without INIT?)")
+    return (f"NCCL reports {var} only when its code reads it; no real log of NCCL {ver} with {n} "
+            f"rank{'s' if n != 1 else ''} has shown it")
+
+
+def _proc_evidence(fp: Fingerprint, var: str, want: str) -> str | None:
+    """What /proc environ says about `var` for the comparison with `want`; None: it agrees."""
+    env, where = _environ_nccl(fp)
+    if env is None:
+        return ("nothing (TP workers unreadable: setproctitle wipes it, launch with SPT_NOENV=1; "
+                "launcher environ not read)")
+    have = env.get(var)
+    if where == "worker":
+        if have == want:
+            return None
+        return "the TP workers lack it" if have is None else f"the TP workers have {var}={have}"
+    if have == want:
+        return None  # the launcher exec'd with it: spawned workers inherit it
+    if have is None:
+        return ("the launcher's exec-time environ lacks it (set later in its os.environ, it shows "
+                "nowhere: before the spawn it still reaches the workers, after it it does not)")
+    return f"the launcher has {var}={have}"
+
+
 def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | None]:
-    """Causes from the workers' effective NCCL env; second item: what was checked (or None)."""
+    """Causes from the workers' effective NCCL env; second item: what was checked (or None).
+
+    A variable of the recording missing from the live NCCL log is "lacking" only where the log
+    proves it (`nccl_log_proves_unset`); otherwise the cause says it was not visible there and
+    what /proc environ says. Variables the recording's own log could not show come from its
+    /proc environ.
+    """
     r_env, r_src = worker_nccl_env(rec)
     l_env, l_src = worker_nccl_env(live)
     if r_env is None or l_env is None:
@@ -361,33 +541,57 @@ def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | Non
     r_all: dict[str, str] = {}
     for env in r_env.values():
         r_all.update(env)
+    if r_src == "NCCL_DEBUG lines":
+        proc, _ = _environ_nccl(rec)
+        for k, v in (proc or {}).items():
+            if k not in r_all and not nccl_log_proves_unset(rec, k, live):
+                r_all[k] = v  # set, but NCCL's log in that configuration does not say so
+    from_log = l_src == "NCCL_DEBUG lines"
     lost: dict[tuple[str, str], set[str]] = {}
+    unseen: dict[tuple[str, str], set[str]] = {}
     changed: dict[tuple[str, str, str], set[str]] = {}
     added: dict[tuple[str, str], set[str]] = {}
     for rank, env in l_env.items():
         for k, v in r_all.items():
-            if k not in env:
+            if k in env:
+                if env[k] != v:
+                    changed.setdefault((k, v, env[k]), set()).add(rank)
+            elif not from_log or nccl_log_proves_unset(live, k, rec):
                 lost.setdefault((k, v), set()).add(rank)
-            elif env[k] != v:
-                changed.setdefault((k, v, env[k]), set()).add(rank)
+            else:
+                unseen.setdefault((k, v), set()).add(rank)
         for k, v in env.items():
             if k not in r_all:
                 added.setdefault((k, v), set()).add(rank)
     ranks = set(l_env)
     out: list[str] = []
-    src = "" if l_src == "NCCL_DEBUG lines" else f" (from {l_src})"
+    src = "" if from_log else f" (from {l_src})"
     by_who: dict[str, list[tuple[str, str]]] = {}
     for (k, v), rs in lost.items():
         by_who.setdefault(_who(rs, ranks), []).append((k, v))
     for who, items in by_who.items():
         out.append(f"{who} lack {_fmt_vars(sorted(items))} that the recorded run had{src}")
+    for (k, v), rs in sorted(unseen.items()):
+        evidence = _proc_evidence(live, k, v)
+        if evidence is not None:
+            out.append(f"{_who(rs, ranks)}: {k}={v} of the recorded run not visible in NCCL's log "
+                       f"({nccl_invisible_reason(live, k)}); /proc environ says {evidence}")
     for (k, old, new), rs in sorted(changed.items()):
         out.append(f"{_who(rs, ranks)} use {k}={new} where the recorded run had {old}{src}")
     by_who = {}
+    unproven: dict[str, list[tuple[str, str]]] = {}
     for (k, v), rs in added.items():
-        by_who.setdefault(_who(rs, ranks), []).append((k, v))
+        if r_src == "NCCL_DEBUG lines" and not nccl_log_proves_unset(rec, k, live):
+            unproven.setdefault(_who(rs, ranks), []).append((k, v))
+        else:
+            by_who.setdefault(_who(rs, ranks), []).append((k, v))
     for who, items in by_who.items():
         out.append(f"{who} have {_fmt_vars(sorted(items))} that the recorded run did not{src}")
+    for who, items in unproven.items():
+        out.append(f"{who} have {_fmt_vars(sorted(items))}, which the recorded run's NCCL log does not "
+                   f"show (it could not: {nccl_invisible_reason(rec, items[0][0])})")
+    if rec.nccl_version and live.nccl_version and rec.nccl_version != live.nccl_version:
+        out.append(f"NCCL {rec.nccl_version} -> {live.nccl_version} (NCCL_DEBUG lines)")
     checked = f"TP worker NCCL env ({l_src}" + (f" vs {r_src})" if r_src != l_src else ")")
     return out, checked
 
@@ -429,8 +633,14 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
     # 2. the launcher's other tracked variables, then config files
     if rec.launcher and live.launcher and rec.launcher.readable and live.launcher.readable:
         checked.append("launcher env")
-        old = {k: v for k, v in rec.launcher.vars.items() if not (nccl and k.startswith("NCCL_"))}
-        new = {k: v for k, v in live.launcher.vars.items() if not (nccl and k.startswith("NCCL_"))}
+        # NCCL knobs were compared above, through the best evidence there was (the workers' own
+        # when known: a value set in the launcher's os.environ before the spawn reaches them
+        # without ever showing in the launcher's /proc environ)
+        def knob(k: str) -> bool:
+            return bool(what) and k.startswith("NCCL_") and k not in NCCL_SILENT
+
+        old = {k: v for k, v in rec.launcher.vars.items() if not knob(k)}
+        new = {k: v for k, v in live.launcher.vars.items() if not knob(k)}
         removed, added, changed = _dict_diff(old, new)
         if removed:
             causes.append(f"launcher env lacks {', '.join(removed)} that the recorded run had")

@@ -327,6 +327,8 @@ _RE_MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 _RE_KV_LINE = re.compile(r"(\w+)=([\d.]+)")
 _RE_BS_LIST = re.compile(r"bs[=:]?\s*\[([\d,\s]*)\]")
 _RE_NCCL_ENV = re.compile(r"\b(NCCL_\w+|CUDA_\w+|TORCH_\w+|NVSHMEM_\w+) set by environment to (\S*)")
+# NCCL's version and communicator-size lines: what tells whether a missing "set by" line is evidence
+_RE_NCCL_META = re.compile(r"NCCL INFO (?:NCCL version |.*\bcomm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d)")
 _RE_RETRACT = re.compile(r"#retracted_reqs: (\d+)")
 
 
@@ -372,7 +374,10 @@ def parse_event(text: str) -> EventRecord | None:
     else:
         m = _RE_NCCL_ENV.search(text)
         if m:
-            ev = EventRecord("nccl_env", data={"var": m.group(1), "value": m.group(2)})
+            # NCCL's integer params end with "." ("NCCL_CUMEM_ENABLE set by environment to 0.")
+            ev = EventRecord("nccl_env", data={"var": m.group(1), "value": m.group(2).rstrip(".")})
+        elif "NCCL INFO" in text and _RE_NCCL_META.search(text):
+            ev = EventRecord("nccl_env", data={})
     if ev is not None:
         head = text[:64]
         m = _RE_DATETIME.search(head)

@@ -4,8 +4,10 @@ It does what matters to a monitor, the way SGLang's scheduler processes do: sets
 title with setproctitle (which wipes /proc/PID/environ unless SPT_NOENV=1), reads the NCCL
 variables from ITS OWN environment once, at "communicator init" (so a variable the launcher sets
 in its os.environ after the spawn never arrives here), logs NCCL's "set by environment" lines
-when NCCL_DEBUG=INFO, and reports its per-step communication cost and its GPU's clock to the
-main process. On a crash it logs a traceback and sends SIGQUIT to its parent, as SGLang does.
+when NCCL_DEBUG=INFO (on stdout, as real NCCL does, unless a log file stands for `> log 2>&1`;
+only the variables real NCCL prints in that configuration), and reports its per-step
+communication cost and its GPU's clock to the main process. On a crash it logs a traceback and
+sends SIGQUIT to its parent, as SGLang does.
 
 Keep imports light: every worker is a fresh interpreter.
 """
@@ -26,8 +28,19 @@ from typing import Any
 from specmon.sim import formats
 from specmon.sim.perf import nccl_comm_ms, nccl_vars
 
-NCCL_VERSION = "2.27.3+cuda12.9"
-_NCCL_SILENT = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}
+NCCL_VERSION = "2.28.9+cuda13.0"  # the version of the real captures this output imitates
+_NCCL_SILENT = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION"}
+# Real NCCL 2.28.9 with 1 rank (tests/data/nccl-h200-launcher) printed a line for these when set,
+# and none for NCCL_PROTO/NCCL_ALGO (read only by the tuning model, which a 1-rank communicator
+# skips). With 2+ ranks the sim prints every NCCL_* it has, as NCCL's source says the tuning model
+# does; no real multi-rank capture exists yet to check that.
+_ONE_RANK_REPORTED = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_P2P_LEVEL", "NCCL_NVLS_ENABLE", "NCCL_BUFFSIZE"})
+# The line of NCCL_P2P_LEVEL comes with the INIT debug subsystem (the capture with
+# NCCL_DEBUG_SUBSYS=INIT had it and no other); the others need ENV.
+_INIT_SUBSYS_VARS = frozenset({"NCCL_P2P_LEVEL"})
+# Printed as strings; NCCL's integer params end with "." ("... set by environment to 0.")
+_STRING_VARS = frozenset({"NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO", "NCCL_NET_GDR_LEVEL", "NCCL_NET",
+                          "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"})
 
 
 class LogWriter:
@@ -60,25 +73,50 @@ class LogWriter:
                 pass
 
 
-def nccl_debug_lines(env: dict[str, str], rank: int, pid: int, tid: int) -> list[str]:
-    """What NCCL_DEBUG=INFO prints on this rank about the variables it read."""
+def nccl_debug_lines(env: dict[str, str], rank: int, pid: int, tid: int, nranks: int) -> list[str]:
+    """What NCCL_DEBUG=INFO prints on this rank at communicator init, in real NCCL's line shapes."""
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         return []
+    subs = _debug_subsystems(env)
     host = socket.gethostname().split(".")[0]
-    out = []
-    if rank == 0:
-        out.append(f"{host}:{pid}:{tid} [{rank}] NCCL INFO NCCL version {NCCL_VERSION}")
+    pre = f"{host}:{pid}:{tid} [{rank}] NCCL INFO "
+    comm = f"0x{(pid * 2654435761) & 0xFFFFFFFF:x}"
+    init = (f"ncclCommInitRankConfig comm {comm} rank {rank} nranks {nranks} cudaDev {rank} nvmlDev {rank} "
+            f"busId {rank + 1}0 commId 0x91ef59283a7fc5c - Init")
+    out = [pre + f"NCCL version {NCCL_VERSION}"] if rank == 0 and "INIT" in subs else []
+    if "INIT" in subs:
+        out.append(pre + init + " START")
     for var, value in nccl_vars(env).items():
-        if var not in _NCCL_SILENT:
-            out.append(formats.nccl_env_line(host, pid, tid, rank, var, value))
+        if var in _NCCL_SILENT or (nranks == 1 and var not in _ONE_RANK_REPORTED):
+            continue
+        if ("INIT" if var in _INIT_SUBSYS_VARS else "ENV") not in subs:
+            continue
+        dot = "." if var not in _STRING_VARS and value.lstrip("-").isdigit() else ""
+        out.append(formats.nccl_env_line(host, pid, tid, rank, var, value + dot))
+    if "INIT" in subs:
+        out.append(pre + f"comm {comm} rank {rank} nRanks {nranks} nNodes 1 localRanks {nranks} "
+                   f"localRank {rank} MNNVL 0")
+        out.append(pre + init + " COMPLETE")
     return out
 
 
+def _debug_subsystems(env: dict[str, str]) -> set[str]:
+    """INIT/ENV per NCCL_DEBUG_SUBSYS (unset: NCCL's default INIT,BOOTSTRAP,ENV; "^X": all but X)."""
+    sub = env.get("NCCL_DEBUG_SUBSYS")
+    if sub is None:
+        return {"INIT", "ENV"}
+    parts = {p.strip().upper() for p in sub.lstrip("^").split(",")}
+    if sub.startswith("^"):
+        return {"INIT", "ENV"} - parts
+    return {"INIT", "ENV"} if "ALL" in parts else parts & {"INIT", "ENV"}
+
+
 def _nccl_debug_writer(env: dict[str, str], log: LogWriter) -> LogWriter:
-    """NCCL_DEBUG_FILE=/tmp/nccl.%h.%p gets one file per host/pid, like real NCCL."""
+    """NCCL_DEBUG_FILE=/tmp/nccl.%h.%p gets one file per host/pid, like real NCCL; else stdout
+    (the log file when there is one: it stands for `> log 2>&1`)."""
     path = env.get("NCCL_DEBUG_FILE")
     if not path:
-        return log
+        return log if log._own else LogWriter(None, fallback_fd=1)
     host = socket.gethostname().split(".")[0]
     path = path.replace("%h", host).replace("%p", str(os.getpid()))
     try:
@@ -128,7 +166,7 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
     comm = nccl_comm_ms(int(cfg["tp_size"]), env)
     emit("Init torch distributed begin.")
     dbg = _nccl_debug_writer(env, log)
-    for text in nccl_debug_lines(env, rank, os.getpid(), threading.get_native_id()):
+    for text in nccl_debug_lines(env, rank, os.getpid(), threading.get_native_id(), int(cfg["tp_size"])):
         dbg.write(text)
     emit("Init torch distributed ends. mem usage=0.97 GB")
     host = None
