@@ -17,7 +17,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
-    from specmon.commands.parse_cmd import run
+    from specmon.commands.parse import run
 
     return run(args)
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_log(name: str) -> list[tuple[Record, str]]:
-    from specmon.commands.parse_cmd import open_input
+    from specmon.analysis.logfile import open_input
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from specmon.analysis.fingerprint import LogEvidence
 
     evidence = LogEvidence()
-    from specmon.commands.parse_cmd import open_input
+    from specmon.analysis.logfile import open_input
 
     fh = open_input(args.log)
     try:

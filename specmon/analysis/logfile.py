@@ -1,11 +1,15 @@
-"""`specmon parse`: offline analysis of SGLang logs, and the JSON contract other tools build on."""
+"""SGLang log files read offline: FILE, '-' or .gz into records (`iter_json`) or a per-batch-size
+`LogSummary` (`summarise`, in parallel workers for large files).
+
+The one module of analysis/ that reads files: the offline commands (`parse`, `check`,
+`baseline record`) all read logs through it, so a gzip, stdin or damaged file behaves the same
+in each; everything it computes is the pure `parse/` and `LogSummary` code.
+"""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
-import json
 import os
 import re
 import sys
@@ -21,26 +25,6 @@ CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
 PARALLEL_MIN = 32 * 1024 * 1024  # below this, starting workers costs more than it saves
 _MARK = re.compile(rb"(?:Decode|Prefill) batch")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.json:
-        out = sys.stdout
-        for name in args.files:
-            for obj in iter_json(name, args.kind):
-                out.write(json.dumps(obj))
-                out.write("\n")
-        return 0
-    total = LogSummary()
-    for name in args.files:
-        try:
-            total.merge(summarise(name))
-        except PartialRead as exc:
-            total.merge(exc.summary)
-            print(total.render())  # what was read before the damage is still reported
-            raise
-    print(total.render())
-    return 0
 
 
 class PartialRead(CliError):
@@ -72,7 +56,7 @@ def open_input(name: str) -> BinaryIO:
     return buffered
 
 
-def iter_json(name: str, kind: str) -> Iterator[dict]:
+def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
     try:
         for line_no, raw in enumerate(_lines(fh, name), 1):
