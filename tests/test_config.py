@@ -232,3 +232,13 @@ def test_binding_table_matches_the_ui_bindings():
     ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen)
            for b in cls.BINDINGS if isinstance(b, Binding)}
     assert ids == set(BINDING_IDS)
+
+
+def test_sample_keys_table_is_valid_when_uncommented(tmp_path):
+    text = (ROOT / "examples" / "specmon.toml").read_text()
+    i = text.index("# [keys]")
+    keys = "\n".join(line[2:] for line in text[i:].splitlines() if line.startswith("# "))
+    p = tmp_path / "c.toml"
+    p.write_text(text[:i] + keys + "\n")
+    cfg = load_path(p)
+    assert cfg.keys == {"server.start": "ctrl+u", "server.stop": "ctrl+x"}
