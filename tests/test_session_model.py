@@ -95,3 +95,18 @@ def test_missing_then_silent_then_sglang_says_so_on_the_model_clock():
     assert "in 30 s" in other.server("h", "s").tail_status
     other.lines("h", "s", items([decode_line(0, 80.0)], now[0]))
     assert other.server("h", "s").tail_status is None
+
+
+async def test_a_host_with_nothing_to_tail_says_so_on_the_connection_line():
+    from specmon.ui.app import SpecmonApp
+
+    fleet = FleetSession(["box"])
+    fleet.host_state("box", ConnectionState("connected"))
+    app = SpecmonApp(fleet, show_clock=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.connection_text() == "connected"
+        fleet.notice("box", "*", "no SGLang server with a readable log found; pass --log NAME=PATH")
+        await pilot.pause(0.5)
+        assert app.query_one("#connection").display
+        assert app.connection_text() == ("box: no SGLang server with a readable log found; "
+                                         "pass --log NAME=PATH")

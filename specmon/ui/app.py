@@ -362,10 +362,13 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             pass
 
     def connection_text(self) -> str:
-        """'connected', or each host that is not, with its countdown and why."""
+        """'connected', or each host that is not, with its countdown and why (and a connected
+        host with no server to show says its last notice, e.g. nothing found to tail)."""
         down = []
         for h, hv in self.fleet.hosts.items():
             if not hv.stale:
+                if not hv.session.servers and hv.notices:
+                    down.append(f"{h}: {hv.notices[-1]}")
                 continue
             text = f"{h}: {hv.state.describe()}"
             if hv.state.state == "reconnecting" and hv.state.reason:
