@@ -73,7 +73,9 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
             try:
                 await host.connect()
             except HostError as exc:
-                raise CliError(str(exc)) from None
+                if len(plans) == 1:
+                    raise CliError(str(exc)) from None
+                continue  # one of several: its feed keeps retrying; no control keys there
         if not profiles:
             continue
         from specmon.control.server import ServerController
