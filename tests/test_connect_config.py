@@ -19,19 +19,24 @@ async def wait_for(pilot, cond, timeout: float = 60.0) -> None:
         await pilot.pause(0.1)
 
 
-async def test_connect_with_config_starts_and_stops_a_profile(tmp_path):
-    cfg = tmp_path / "specmon.toml"
-    cfg.write_text(f"""
+def host_box(tmp_path) -> str:
+    """A local [hosts.box] with a simulated 4-GPU host."""
+    return f"""
 [hosts.box]
 target = "local"
 python = "{sys.executable}"
 run_dir = "{tmp_path / 'run'}"
 sim_dir = "{tmp_path / 'sim'}"
 n_gpus = 4
+"""
 
-[servers.base]
+
+def sim_server(tmp_path, name: str, role: str) -> str:
+    """A profile on box launching `specmon sim server` on GPUs 0-1."""
+    return f"""
+[servers.{name}]
 host = "box"
-role = "baseline"
+role = "{role}"
 launcher = "sim"
 model_path = "org/model"
 tp = 2
@@ -39,7 +44,12 @@ port = {free_port()}
 gpus = [0, 1]
 extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
               "--decode-log-interval", "4", "--load-concurrency", "1"]
+"""
 
+
+async def test_connect_with_config_starts_and_stops_a_profile(tmp_path):
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + """
 [servers.base.env]
 NCCL_PROTO = "LL"
 
@@ -74,29 +84,9 @@ NCCL_PROTO = "LL"
 async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(tmp_path):
     from specmon.ui.control_keys import ConfirmScreen
 
-    def server(name: str, role: str) -> str:
-        return f"""
-[servers.{name}]
-host = "box"
-role = "{role}"
-launcher = "sim"
-model_path = "org/model"
-tp = 2
-port = {free_port()}
-gpus = [0, 1]
-extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
-              "--decode-log-interval", "4", "--load-concurrency", "1"]
-"""
-
     cfg = tmp_path / "specmon.toml"
-    cfg.write_text(f"""
-[hosts.box]
-target = "local"
-python = "{sys.executable}"
-run_dir = "{tmp_path / 'run'}"
-sim_dir = "{tmp_path / 'sim'}"
-n_gpus = 4
-""" + server("base", "baseline") + server("spec", "speculative") + """
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline")
+                   + sim_server(tmp_path, "spec", "speculative") + """
 [servers.spec.speculative]
 algorithm = "EAGLE3"
 draft_model_path = "org/draft"
@@ -136,25 +126,7 @@ async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remap
     from specmon.commands.connect_cmd import close_app
 
     cfg = tmp_path / "specmon.toml"
-    cfg.write_text(f"""
-[hosts.box]
-target = "local"
-python = "{sys.executable}"
-run_dir = "{tmp_path / 'run'}"
-sim_dir = "{tmp_path / 'sim'}"
-n_gpus = 4
-
-[servers.base]
-host = "box"
-role = "baseline"
-launcher = "sim"
-model_path = "org/model"
-tp = 2
-port = {free_port()}
-gpus = [0, 1]
-extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
-              "--decode-log-interval", "4", "--load-concurrency", "1"]
-
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + """
 [keys]
 "server.start" = "ctrl+u"
 "window.cycle" = "ctrl+w"
