@@ -36,6 +36,9 @@ def _add_parse(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="which records to emit with --json (default: all)",
     )
+    p.add_argument("--runs", action="store_true",
+                   help="list each log's server runs (start, end, args, decode lines); with --json "
+                   "one object per run")
     p.set_defaults(func=_cmd_parse)
 
 
@@ -226,6 +229,12 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_check)
 
 
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    from specmon.commands.compare_cmd import add_parser
+
+    add_parser(sub)
+
+
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from specmon.commands.baseline_cmd import run
 
@@ -395,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parse(sub)
     _add_check(sub)
+    from specmon.commands.advise_cmd import add_parser as _add_advise
+
+    _add_advise(sub)
+    _add_compare(sub)
     _add_baseline(sub)
     _add_record(sub)
     _add_connect(sub)

@@ -39,6 +39,8 @@ BINDING_IDS: dict[str, str] = {
     "replay.faster": "Faster",
     "replay.start": "Start",
     "replay.end": "End",
+    "advisor.show": "Advisor",
+    "advisor.close": "Close advisor",
 }
 
 _MODS = ("ctrl", "shift", "alt", "meta", "super", "hyper")

@@ -225,11 +225,12 @@ def test_binding_table_matches_the_ui_bindings():
     from textual.binding import Binding
 
     from specmon.keymap import BINDING_IDS
+    from specmon.ui.advisor import AdvisorScreen
     from specmon.ui.app import HelpScreen, SpecmonApp
     from specmon.ui.control_keys import ConfirmScreen
     from specmon.ui.replay import ReplayApp
 
-    ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen)
+    ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen, AdvisorScreen)
            for b in cls.BINDINGS if isinstance(b, Binding)}
     assert ids == set(BINDING_IDS)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from specmon.analysis.window import speedup
 from specmon.control.local import group_members
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.state import Session
+from specmon.session.window import speedup
 from specmon.ui.app import SpecmonApp
 from specmon.ui.widgets import ServerPanel
 
@@ -100,7 +100,7 @@ def test_demo_in_a_real_terminal(tmp_path):
     try:
         screen = ""
         deadline = time.monotonic() + 90
-        pat = re.compile(r"speedup\s+\d+\.\d+×")
+        pat = re.compile(r"speedup\s+\d+\.\d+x vs live baseline")
         while time.monotonic() < deadline:
             screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session],
                                     capture_output=True, text=True).stdout

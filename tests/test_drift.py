@@ -321,3 +321,79 @@ def test_update_pulls_from_server_state_and_attaches_causes():
     assert m.excluded["prefill"] == 1
     assert m.update(s, [], now=t + 1) is got  # nothing new: same alert, no re-explain
     assert len(calls) >= 1
+
+
+def _spec_log(n: int, seed: int, start_s: int = 0) -> list[str]:
+    """A stationary speculative server: accept len iid, cycle rate AR(1), a line per 0.64 s."""
+    import random as _random
+
+    rng = _random.Random(seed)
+    out = ["[2026-05-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=8, "
+           "speculative_algorithm='EAGLE3', speculative_num_draft_tokens=3)"]
+    c = 0.0
+    for i in range(n):
+        a = rng.gauss(0, 0.08)
+        c = 0.5 * c + rng.gauss(0, 0.01)
+        acc = max(1.0, 2.4 * math.exp(a))
+        thr = 38.0 * acc * math.exp(c)
+        s = start_s + i * 0.64
+        ts = f"2026-05-01 {10 + int(s // 3600):02d}:{int(s // 60 % 60):02d}:{int(s % 60):02d}"
+        out.append(f"[{ts} TP0] Decode batch, #running-req: 1, #token: 1500, token usage: 0.01, "
+                   f"accept len: {acc:.2f}, accept rate: 0.70, cuda graph: True, "
+                   f"gen throughput (token/s): {thr:.2f}, #queue-req: 0")
+    return out
+
+
+def test_verdict_says_only_what_the_interval_supports():
+    """A stationary 4,000-line speculative log against a baseline of the same process: "ok",
+    and whatever verdict is given, its interval excludes zero and reaches the minimum effect."""
+    from specmon.parse.sglang import parse_line
+
+    lines = _spec_log(4300, seed=21)
+    base = baseline_from_records(((parse_line(x), None) for x in lines[:301]), P)
+    m = DriftMonitor(base, P)
+    for i, x in enumerate(lines[301:], 1):
+        m.observe(parse_line(x), None, i)
+    est = m.summary_estimate()
+    assert est is not None and est.metric == "t_cycle" and m.clean > 3000
+    assert m.verdict() == "ok", (est, m.raised)
+    for seed in range(22, 26):  # and never "improved"/"drift" on an interval holding zero
+        m = DriftMonitor(base, P)
+        for i, x in enumerate(_spec_log(1500, seed=seed)[1:], 1):
+            m.observe(parse_line(x), None, i)
+        est = m.summary_estimate()
+        if m.verdict() in ("improved", "drift"):
+            assert est is not None and est.supported(P.min_effect), est
+        elif m.alert is not None and not m.alert.cleared:
+            assert m.alert.estimate is None or m.alert.estimate.supported(P.min_effect)
+
+
+def test_add_feeds_one_record_of_a_run_and_a_new_run_ends_the_alert():
+    """`monitor.add(record, run)`: what the session model's hook calls per record."""
+    base = base_of(noisy(60, 88.8, seed=31))
+    m = DriftMonitor(base, P)
+    s = ServerState("b", role="baseline")
+
+    def line(i: int, thr: float) -> str:
+        return (f"[2026-05-01 10:{i // 60 % 60:02d}:{i % 60:02d}] Decode batch, #running-req: 1, "
+                f"#token: 1200, token usage: 0.01, cuda graph: True, gen throughput (token/s): "
+                f"{thr:.2f}, #queue-req: 0")
+
+    def apply(text: str, t: float) -> None:
+        rec = parse_line(text)
+        pts = s.apply(text, rec, t)
+        if not (isinstance(rec, BatchRecord) and rec.kind == "decode"):
+            m.add(rec, s.run, t)
+        for p in pts:
+            m.add(p.rec, s.run, p.t)
+
+    for i, r in enumerate(noisy(40, 62.9, seed=32)):
+        apply(line(i, r.gen_throughput), float(i))
+    assert m.alert is not None and not m.alert.cleared and m.alert.level == "critical"
+    apply("[2026-05-01 10:01:00] server_args=ServerArgs(model_path='m', tp_size=8)", 60.0)
+    assert s.run.index == 2
+    apply(line(61, 88.8), 61.0)  # the first record of run 2: the run-1 alert ended with its run
+    assert m.alert.cleared and m.alert.text.endswith("run ended (restart)")
+    for i, r in enumerate(noisy(40, 88.8, seed=33), 62):
+        apply(line(i, r.gen_throughput), float(i))
+    assert m.alert.cleared  # run 2 is at the recorded level: no alert carried over

@@ -51,7 +51,7 @@ def test_unknown_future_fields_are_kept_normalised():
     rec = parse_line(GOOD + ", #future-thing: 7, est. decode TFLOPS/s (per GPU): 123.45, "
                      "new kind of ratio: 0.5")
     assert rec.extra["future_thing"] == 7
-    assert rec.extra["est_decode_tflops_s"] == 123.45
+    assert rec.est_decode_tflops_s == 123.45 and "est_decode_tflops_s" not in rec.extra
     assert rec.extra["new_kind_of_ratio"] == 0.5
     assert rec.gen_throughput == 1800.55
 

@@ -74,7 +74,7 @@ def test_record_file_becomes_snapshot_with_every_record_and_exact_times(data_dir
         assert s.counts == {"lines": st.lines_total, "decode": st.decode_total,
                             "prefill": st.prefill_total}
         decs = s.decode_entries()
-        assert [(e.t, e.record) for e in decs] == [(p.t, p.rec) for p in st.decode]
+        assert [(e.t, e.record) for e in decs] == [(p.received, p.rec) for p in st.decode]
         kept = [e.line for e in s.entries if e.line is not None]
         assert kept == list(st.log)[-50:]  # the last N raw lines, nothing more
     assert snap.server("base").role == "baseline" and snap.server("base").role_source == "log"
@@ -150,7 +150,8 @@ def test_session_snapshot_matches_log_lines_to_their_decode_times(data_dir):
     ref = reference_session(rows, host="h")
     snap = snapshot_from_session(ref)
     s = snap.servers[0]
-    assert [(e.t, e.record) for e in s.decode_entries()] == [(p.t, p.rec) for p in ref.servers["spec"].decode]
+    want = [(p.received, p.rec) for p in ref.servers["spec"].decode]
+    assert [(e.t, e.record) for e in s.decode_entries()] == want
     assert [e.line for e in s.entries] == list(ref.servers["spec"].log)
     times = [e.t for e in s.entries]
     assert times == sorted(times)  # non-decode lines take the nearest earlier decode time

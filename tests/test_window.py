@@ -2,32 +2,42 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
-from specmon.analysis.window import (
+from specmon.parse.sglang import parse_line
+from specmon.session.state import ServerState
+from specmon.session.window import (
     current_stats,
     recomputed_accept_rate,
     speedup,
 )
-from specmon.parse.sglang import parse_line
-from specmon.session.state import ServerState
 
-LINE = ("[2026-02-26 19:16:45 TP0] Decode batch, #running-req: {rr}, #token: 900, token usage: 0.04, "
+LINE = ("[{ts} TP0] Decode batch, #running-req: {rr}, #token: 900, token usage: 0.04, "
         "{acc}cuda graph: True, gen throughput (token/s): {gt:.2f}, #queue-req: 0")
 
 
-def feed(state: ServerState, values, rr=1, t0=1000.0, dt=1.0, accept=None):
+T0 = datetime(2026, 2, 26, 19, 0, 0).timestamp()  # log times are naive local times
+
+
+def stamp(t: float) -> str:
+    return datetime.fromtimestamp(T0 + t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def feed(state: ServerState, values, rr=1, t0=1000.0, dt=1.0, accept=None, received=None):
+    """Lines printed at log times t0, t0+dt, ... (seconds after T0), received at `received`."""
     for i, gt in enumerate(values):
         acc = f"accept len: {accept:.2f}, accept rate: 0.70, " if accept is not None else ""
-        text = LINE.format(rr=rr, gt=gt, acc=acc)
-        state.apply(text, parse_line(text), t0 + i * dt)
+        text = LINE.format(rr=rr, gt=gt, acc=acc, ts=stamp(t0 + i * dt))
+        state.apply(text, parse_line(text), received if received is not None else 5e9 + t0 + i * dt)
 
 
 def test_current_stats_uses_only_current_batch_size_and_window():
     s = ServerState("b", role="baseline")
     feed(s, [50.0] * 5, rr=4, t0=1000)
     feed(s, [10.0, 90.0, 88.0, 89.0, 87.0], rr=1, t0=1005)
-    st = current_stats(s, now=1009.5, window_s=4.0)  # keeps t >= 1005.5: 90, 88, 89, 87
+    st = current_stats(s, window_s=3.5)  # the run's last log second is 1009: keeps 90, 88, 89, 87
     assert st.running_req == 1 and st.n == 4
     assert st.median == pytest.approx(88.5)
     assert st.p10 == pytest.approx(87.3) and st.p90 == pytest.approx(89.7)

@@ -22,6 +22,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from specmon.analysis.stats import median
@@ -280,15 +281,26 @@ class StratumBaseline:
     t_last: float | None = None
     sig_floor: float = 0.003
     rho_max: float = 0.95
-    # derived in __post_init__
+    # derived once in __post_init__: a live record must cost O(1) in the baseline's size
     mu: float = 0.0
     sig: float = 0.0
     rho: float = 0.0
+    _median_thr: float | None = field(default=None, repr=False, compare=False)
+    _median_accept: float | None = field(default=None, repr=False, compare=False)
+    _accept_mu: float = field(default=0.0, repr=False, compare=False)
+    _accept_sig: float = field(default=0.0, repr=False, compare=False)
+    _median_rr: float | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.mu = median(self.y) or 0.0
         self.sig = _mad_sigma(self.y, self.sig_floor)
         self.rho = min(max(lag1(self.y), 0.0), self.rho_max)
+        self._median_thr = median(self.thr)
+        self._median_accept = median(self.accept) if self.accept else None
+        self._accept_mu = math.log(self._median_accept or 1.0)
+        self._accept_sig = _mad_sigma([math.log(a) for a in (self.accept or [1.0]) if a > 0] or [0.0],
+                                      self.sig_floor)
+        self._median_rr = median(self.rr) if self.rr else None
 
     @property
     def n(self) -> int:
@@ -296,18 +308,28 @@ class StratumBaseline:
 
     @property
     def median_thr(self) -> float | None:
-        return median(self.thr)
+        return self._median_thr
 
     @property
     def median_accept(self) -> float | None:
-        return median(self.accept) if self.accept else None
+        return self._median_accept
+
+    @property
+    def accept_mu(self) -> float:
+        """ln(median accept len): the acceptance detector's centre (cached)."""
+        return self._accept_mu
+
+    @property
+    def accept_sig(self) -> float:
+        """Robust sigma of ln(accept len) (cached)."""
+        return self._accept_sig
 
     @property
     def t_cycle_ms(self) -> float | None:
         """Median cycle time: 1000 * rr / exp(mu) (speculative strata only)."""
         if not self.stratum.spec or not self.rr:
             return None
-        return 1000.0 * (median(self.rr) or 1) / math.exp(self.mu)
+        return 1000.0 * (self._median_rr or 1) / math.exp(self.mu)
 
     def to_json(self) -> dict[str, Any]:
         return {"stratum": self.stratum.key, "y": self.y, "thr": self.thr, "accept": self.accept,
@@ -403,6 +425,13 @@ def _feed(f: SampleFilter, rec: Record | None, t: float | None, line_no: int | N
     return None
 
 
+def _last(d: deque[Sample], k: int) -> list[Sample]:
+    """The newest k items of a deque, oldest first, without copying the rest."""
+    out = list(islice(reversed(d), max(k, 0)))
+    out.reverse()
+    return out
+
+
 def _split(ys: Sequence[float], mu: float) -> int:
     """Change point inside a window: index j minimising L1 cost of (mu before, median after).
 
@@ -437,6 +466,11 @@ class Estimate:
     n_base: int | None
     running_req: int
     metric: str  # "tok/s" | "t_cycle" | "accept_len"
+
+    def supported(self, min_effect: float) -> bool:
+        """The interval excludes zero and the effect reaches the practical minimum."""
+        lo, hi = self.ci_pct
+        return not (lo <= 0.0 <= hi) and abs(self.delta_pct) >= 100.0 * min_effect
 
 
 @dataclass
@@ -479,14 +513,13 @@ class StratumDetector:
         p, b = self.p, self.base
         self.live.append(s)
         self.count += 1
-        mu = b.mu if self.metric == "y" else math.log(b.median_accept or 1.0)
-        sig_b = b.sig if self.metric == "y" else _mad_sigma(
-            [math.log(a) for a in (b.accept or [1.0])], p.sig_floor)
+        mu = b.mu if self.metric == "y" else b.accept_mu
+        sig_b = b.sig if self.metric == "y" else b.accept_sig
         v = self.value(s)
         self.fast_run = self.fast_run + 1 if v <= mu + math.log(p.fast_frac) else 0
         newest = s.t
         w = p.accept_window if self.metric == "accept" else p.window
-        win = [x for x in list(self.live)[-w:]
+        win = [x for x in _last(self.live, w)
                if newest is None or x.t is None or newest - x.t <= p.max_age_s]
         if len(win) < p.min_live:
             return None
@@ -543,14 +576,13 @@ class StratumDetector:
         k = len(self.live)
         if since_onset and self.level is not None:
             k = min(k, self.count - self.onset_count)
-        pts = list(self.live)[-k:] if k else []
+        pts = _last(self.live, k) if k else []
         if len(pts) < 2:
             return None
         ys = [self.value(x) for x in pts]
         rr = int(median([x.rr for x in pts]) or 1)
         if self.metric == "accept":
-            mu = math.log(b.median_accept or 1.0)
-            sig_b = _mad_sigma([math.log(a) for a in (b.accept or [1.0])], p.sig_floor)
+            mu, sig_b = b.accept_mu, b.accept_sig
             rho_b = 0.0
         else:
             mu, sig_b, rho_b = b.mu, b.sig, b.rho
@@ -641,7 +673,7 @@ class DriftMonitor:
         self._active_key: str | None = None
         self._seen_decode = 0
         self._seen_prefill = 0
-        self._seen_startup: Any = None
+        self._seen_run: int | None = None
         self._causes: tuple[str, ...] = ()
         self._causes_for: tuple[str, str] | None = None
         self._causes_at: float | None = None
@@ -653,11 +685,20 @@ class DriftMonitor:
         return dict(self.filter.excluded)
 
     def restart(self) -> None:
-        """Server restarted: new warm-up, empty live windows (a restart is a change point)."""
+        """Server restarted: new warm-up, empty live windows (a restart is a change point).
+
+        The previous run's alert ends with it: the new run earns its own alert from its own
+        samples (every statistic lives inside one run).
+        """
         self.filter.restart()
         for d in list(self.detectors.values()) + list(self.acceptance.values()):
             d.live.clear()
             d.down_hits = d.up_hits = d.crit_hits = d.fast_run = 0
+            d.level = None
+            d.calm = 0
+        prev = self.alert
+        if prev is not None and not prev.cleared:
+            self.alert = replace(prev, cleared=True, text=prev.text + " - run ended (restart)")
 
     def observe(self, rec: Record | None, t: float | None, line_no: int | None = None) -> None:
         if isinstance(rec, EventRecord) and rec.kind == "server_args":
@@ -731,6 +772,12 @@ class DriftMonitor:
         else:
             akind = "throughput"
         level = det.level or "warning"
+        if est is not None and not est.supported(self.p.min_effect):
+            # the detector's window crossed its threshold, but the interval over the samples
+            # since the change holds zero (or the effect is below the minimum): say nothing
+            if prev is not None and not prev.cleared:
+                self.alert = replace(prev, cleared=True, text=prev.text + " - cleared")
+            return
         text = format_estimate(est, self.label) if est else f"{self.label}: drift"
         if akind == "cycle" and est is not None:
             text += "; " + self._spec_split(k)
@@ -745,7 +792,7 @@ class DriftMonitor:
         det = self.detectors[key]
         acc = self.acceptance.get(key)
         b = det.base
-        pts = list(det.live)[-max(det.p.window, det.count - det.onset_count):]
+        pts = _last(det.live, max(det.p.window, det.count - det.onset_count))
         thr = median([x.thr for x in pts])
         accept = median([x.accept for x in pts if x.accept is not None])
         parts = []
@@ -773,25 +820,45 @@ class DriftMonitor:
     # -- the app's 1 Hz call -----------------------------------------------------------------
     def skip_to(self, server: Any) -> None:
         """Start watching a `ServerState` from now: what it already holds is not live data."""
-        self._seen_startup = server.startup
-        self._seen_decode, self._seen_prefill = server.decode_total, server.prefill_total
+        run = server.run
+        self._seen_run = run.index
+        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
+
+    def add(self, rec: Record | None, run: Any = None, t: float | None = None) -> None:
+        """Feed one record of `run` (a `specmon.session.state.Run`, or its index).
+
+        Server-level decode records (a DP server's groups summed), prefill lines and events, in
+        the order they entered the session. A record of another run than the last one is a
+        restart: fresh warm-up, empty live windows.
+        """
+        idx = getattr(run, "index", run)
+        if idx is not None and idx != self._seen_run:
+            if self._seen_run is not None:
+                self.restart()
+            self._seen_run = idx
+        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+            return  # the run change above is the restart
+        self.observe(rec, t)
 
     def sync(self, server: Any) -> None:
-        """Pull decode points a `ServerState` received since the last call.
+        """Pull server-level decode points the current run of a `ServerState` received since
+        the last call (O(new points), no copy of the history).
 
-        A ServerState keeps only the time of the latest prefill, so with several lines per call
-        the prefill rule is approximate: the first new point at/after that prefill is dirty, and
+        A run keeps only the time of its latest prefill, so with several lines per call the
+        prefill rule is approximate: the first new point at/after that prefill is dirty, and
         with more than one prefill since the last call the first new point is dirty too.
         """
-        if server.startup is not self._seen_startup:
-            if self._seen_startup is not None and server.startup.server_args:
+        run = server.run
+        if run.index != self._seen_run:
+            if self._seen_run is not None:
                 self.restart()
-            self._seen_startup = server.startup
-        new = server.decode_total - self._seen_decode
-        prefills = server.prefill_total - self._seen_prefill
-        self._seen_decode, self._seen_prefill = server.decode_total, server.prefill_total
-        pts = list(server.decode)[-min(new, len(server.decode)):] if new > 0 else []
-        last_pf = server.last_prefill_t
+            self._seen_run = run.index
+            self._seen_decode = self._seen_prefill = 0
+        new = run.decode_total - self._seen_decode
+        prefills = run.prefill_total - self._seen_prefill
+        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
+        pts = list(islice(reversed(run.decode), min(max(new, 0), len(run.decode))))[::-1]
+        last_pf = run.last_prefill_t
         dirty: set[int] = set()
         if prefills > 0:
             after = [i for i, pt in enumerate(pts) if last_pf is not None and pt.t >= last_pf]
@@ -829,12 +896,17 @@ class DriftMonitor:
         return a
 
     def verdict(self) -> str:
+        """Only what the interval supports: an estimate whose 95 % interval holds zero, or
+        whose effect is below the minimum, is "ok" whatever the detector's state was."""
+        if self.evaluations == 0 and not self.raised:
+            return "insufficient"
+        est = self.summary_estimate()
+        if est is not None and not est.supported(self.p.min_effect):
+            return "ok"
         if "warning" in self.raised or "critical" in self.raised:
             return "drift"
         if "info" in self.raised:
             return "improved"
-        if self.evaluations == 0:
-            return "insufficient"
         return "ok"
 
     def summary_estimate(self) -> Estimate | None:
@@ -843,9 +915,9 @@ class DriftMonitor:
             k = self.first_alert.stratum
             det = self.detectors.get(k or "") if self.first_alert.kind != "acceptance" else \
                 self.acceptance.get(k or "")
-            if det is not None:
-                return det.estimate(since_onset=det.level is not None) or self.first_alert.estimate
-            return self.first_alert.estimate
+            if det is not None and det.level is not None:  # still active: since its onset
+                return det.estimate(since_onset=True) or self.first_alert.estimate
+            return self.first_alert.estimate  # cleared: the evidence it was raised on
         dets = [d for d in self.detectors.values() if d.live]
         if not dets:
             return None

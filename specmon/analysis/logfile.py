@@ -59,7 +59,7 @@ def open_input(name: str) -> BinaryIO:
 def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
     try:
-        for line_no, raw in enumerate(_lines(fh, name), 1):
+        for line_no, raw in enumerate(read_lines(fh, name), 1):
             rec = parse_line(raw)
             if rec is None:
                 continue
@@ -71,7 +71,7 @@ def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
             fh.close()
 
 
-def _lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
+def read_lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
     try:
         yield from fh
     except (OSError, EOFError, gzip.BadGzipFile) as exc:

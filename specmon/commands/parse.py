@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 
-from specmon.analysis.logfile import PartialRead, iter_json, summarise
+from specmon.analysis.logfile import PartialRead, iter_json, open_input, read_lines, summarise
 from specmon.analysis.logsummary import LogSummary
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "runs", False):
+        return list_runs(args.files, args.json)
     if args.json:
         out = sys.stdout
         for name in args.files:
@@ -27,4 +29,29 @@ def run(args: argparse.Namespace) -> int:
             print(total.render())  # what was read before the damage is still reported
             raise
     print(total.render())
+    return 0
+
+
+def list_runs(files: list[str], as_json: bool) -> int:
+    """`specmon parse --runs`: each log's runs, as the session model splits them."""
+    from specmon.session.runs import read_runs, run_row
+
+    for name in files:
+        fh = open_input(name)
+        try:
+            state = read_runs(read_lines(fh, name), name)
+        finally:
+            if fh is not sys.stdin.buffer:
+                fh.close()
+        rows = [run_row(r) for r in state.runs]
+        if as_json:
+            for row in rows:
+                print(json.dumps({"file": name, **row}))
+            continue
+        print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
+        for row in rows:
+            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
+            print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
+                  f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
+                  f"{row['decode_lines']} decode lines{dp}; {row['args']}")
     return 0

@@ -6,14 +6,21 @@ the wall time of the run, prefill and TTFT included), TTFT, and ITL split per to
 bench_serving's `sglang` backend does (chunk gap / tokens in the chunk, so a speculative server
 that emits 3 tokens per step is not shown as 3x slower per token). Accept length comes from
 `/server_info` (`internal_states[0].avg_spec_accept_length`, a server-lifetime value) and from
-the responses' own `spec_accept_length` where the server reports it. The log's decode-only
-`gen throughput` is a different number and is kept separately (`server_gen_throughput`).
+the responses' own `spec_accept_length` where the server reports it. Each response's per-request
+speculative counters (three generations of names, only in the finished chunk in 0.5.23) are
+kept per request, and their correct-drafts histograms summed: the acceptance profile of exactly
+this benchmark. The log's decode-only `gen throughput` is a different number and is kept
+separately (`server_gen_throughput`), and only when the benchmark ran long enough that SGLang's
+last decode line covers nothing but the benchmark (its window is the `decode_log_interval`
+rounds since the previous line, idle time included: a short benchmark after a pause would
+otherwise show e.g. 3.1 tok/s beside a measured ~38 tok/s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +30,7 @@ import httpx
 
 from specmon.hosts.base import Host
 from specmon.parse.bench import parse_bench_serving
+from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -69,6 +77,11 @@ class BenchResult:
     request_accept_length: float | None = None  # mean of the responses' spec_accept_length
     server_gen_throughput: float | None = None  # the log's decode-only tok/s (last_gen_throughput)
     errors: list[str] = field(default_factory=list)
+    spec_requests: list[dict[str, Any]] = field(default_factory=list)  # normalised, per request
+    spec_histogram: list[int] | None = None  # rounds by correct drafts, summed over requests
+    notes: list[str] = field(default_factory=list)  # why a number is N/A
+    prometheus: dict[str, float] | None = None  # /metrics spec gauges after the run, if exposed
+    prometheus_verify_calls: float | None = None  # spec_verify_calls_total during the run
     raw: str | None = None  # bench_serving stdout
 
     def to_json(self) -> dict[str, Any]:
@@ -86,8 +99,9 @@ class BenchResult:
 
 
 async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
-    """`/server_info` (0.5.8+) else `/get_server_info`; None when neither answers."""
-    for path in ("/server_info", "/get_server_info"):
+    """`/server_info` (0.5.8+; `/get_server_info` is deprecated in 0.5.2x and only forwards)
+    else `/get_server_info` (0.4.0-0.5.x); None when neither answers."""
+    for path in SERVER_INFO_PATHS:
         try:
             r = await client.get(path, timeout=10)
         except httpx.HTTPError:
@@ -101,6 +115,80 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
     return None
 
 
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+async def server_metrics(client: httpx.AsyncClient) -> SpecMetrics | None:
+    """SGLang's `/metrics` spec gauges; None when not exposed (no --enable-metrics) or bad."""
+    try:
+        r = await client.get("/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    try:
+        return parse_spec_metrics(r.text)
+    except MetricsError:
+        return None
+
+# meta_info names of the same per-request counters, newest first (sglang-observables.md 4.3)
+_CORRECT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_HIST_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _finite(v: Any) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def spec_from_meta(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """One response's speculative counters under one set of names; None when it has none."""
+    if not any(k.startswith("spec_") for k in meta):
+        return None
+
+    def first(keys: tuple[str, ...]) -> Any:
+        return next((meta[k] for k in keys if k in meta), None)
+
+    hist = first(_HIST_KEYS)
+    if not (isinstance(hist, list) and all(_int(x) is not None for x in hist)):
+        hist = None
+    return {
+        "verify_ct": _int(meta.get("spec_verify_ct")),
+        "correct_drafts": _int(first(_CORRECT_KEYS)),
+        "proposed_drafts": _int(first(_PROPOSED_KEYS)),
+        "histogram": hist,
+        "accept_length": _finite(meta.get("spec_accept_length")),
+        "completion_tokens": _int(meta.get("completion_tokens")),
+    }
+
+
+def sum_histograms(hists: list[list[int]]) -> list[int] | None:
+    if not hists:
+        return None
+    out = [0] * max(len(h) for h in hists)
+    for h in hists:
+        for i, c in enumerate(h):
+            out[i] += c
+    return out
+
+
+def decode_rounds_lower_bound(results: list[_One], concurrency: int) -> int:
+    """Decode rounds the server ran for these requests, at least: each round serves at most
+    `concurrency` of them; a request needs verify_ct rounds (speculative) or tokens-1."""
+    total = 0
+    for r in results:
+        spec = r.spec or {}
+        vc = spec.get("verify_ct")
+        total += vc if isinstance(vc, int) else max(0, r.tokens - 1)
+    return total // max(1, concurrency)
+
+
 def info_numbers(info: dict[str, Any] | None) -> tuple[float | None, float | None]:
     """(avg_spec_accept_length, last_gen_throughput) from any /get_server_info shape."""
     if not info:
@@ -108,13 +196,27 @@ def info_numbers(info: dict[str, Any] | None) -> tuple[float | None, float | Non
     if isinstance(info.get("decode"), list) and info["decode"]:
         info = info["decode"][0]  # PD router
     states = info.get("internal_states")
-    src = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else info
+    srcs = [s for s in states if isinstance(s, dict)] if isinstance(states, list) else []
+    srcs = srcs or [info]
 
     def num(k: str) -> float | None:
-        v = src.get(k)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        # DP rank 0 first; under DP a rank that ran no verify round has null ([null, 2.90])
+        for src in srcs:
+            v = src.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+        return None
 
     return num("avg_spec_accept_length"), num("last_gen_throughput")
+
+
+def info_log_interval(info: dict[str, Any] | None) -> int | None:
+    """`decode_log_interval` (a server arg, flat in every /server_info shape)."""
+    if not info:
+        return None
+    if isinstance(info.get("decode"), list) and info["decode"]:
+        info = info["decode"][0]
+    return _int(info.get("decode_log_interval"))
 
 
 @dataclass
@@ -125,6 +227,7 @@ class _One:
     itls: list[float] = field(default_factory=list)
     accept: float | None = None
     error: str | None = None
+    spec: dict[str, Any] | None = None
 
 
 async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
@@ -151,7 +254,16 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
                     chunk = json.loads(data)
                 except ValueError:
                     continue
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:  # SGLang: HTTP 200, then this chunk, then [DONE]
+                    return _One(ok=False, tokens=done, error=_stream_error(chunk["error"]))
                 meta = chunk.get("meta_info") or {}
+                if not isinstance(meta, dict):
+                    continue
+                spec = spec_from_meta(meta)
+                if spec is not None:
+                    res.spec = spec  # 0.5.23 sends these only in the finished chunk
                 n = int(meta.get("completion_tokens") or 0)
                 now = time.perf_counter()
                 new = n - done
@@ -173,6 +285,13 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
     return res
 
 
+def _stream_error(err: Any) -> str:
+    """The server's own error text (one line, bounded)."""
+    msg = err.get("message") if isinstance(err, dict) else err
+    text = " ".join(str(msg).split())[:300] if msg is not None else "(no message)"
+    return f"server error in stream: {text}"
+
+
 def _pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -188,6 +307,8 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
     limits = httpx.Limits(max_connections=max(1, cfg.concurrency) + 2)
     async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
+        prom_before = await server_metrics(client)
+
         async def go(p: str) -> _One:
             async with sem:
                 return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
@@ -195,8 +316,29 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         t0 = time.perf_counter()
         results = await asyncio.gather(*(go(p) for p in prompts))
         duration = time.perf_counter() - t0
-        accept, gen = info_numbers(await server_info(client))
+        info = await server_info(client)
+        accept, gen = info_numbers(info)
+        prom_after = await server_metrics(client)
+    prom: dict[str, float] | None = None
+    verify_calls: float | None = None
+    if prom_after is not None:
+        prom = {k: v for k in prom_after.values if (v := prom_after.get(k)) is not None}
+        a, b = (m.get("verify_calls_total") if m else None for m in (prom_before, prom_after))
+        if a is not None and b is not None and b >= a:
+            verify_calls = b - a
     ok = [r for r in results if r.ok]
+    notes: list[str] = []
+    interval = info_log_interval(info)
+    rounds = decode_rounds_lower_bound(ok, cfg.concurrency)
+    if gen is not None and (interval is None or rounds < 2 * interval):
+        why = ("decode_log_interval unknown" if interval is None else
+               f"the benchmark ran >= {rounds} decode rounds, fewer than 2 x "
+               f"decode_log_interval ({interval})")
+        notes.append(f"log decode-only tok/s N/A: {why}, so SGLang's last decode line may "
+                     "cover time before the benchmark")
+        gen = None
+    specs = [r.spec for r in ok if r.spec is not None]
+    hists = [s["histogram"] for s in specs if s.get("histogram")]
     ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
     itls = [x * 1000 for r in ok for x in r.itls]
     accs = [r.accept for r in ok if r.accept is not None]
@@ -214,6 +356,8 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         accept_length=accept, request_accept_length=statistics.fmean(accs) if accs else None,
         server_gen_throughput=gen,
         errors=[r.error for r in results if r.error][:5],
+        spec_requests=specs, spec_histogram=sum_histograms(hists), notes=notes,
+        prometheus=prom, prometheus_verify_calls=verify_calls,
     )
 
 

@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmon.analysis.stats import median, quantile_sorted
-from specmon.analysis.window import (
-    MIN_N,
-    WindowStats,
-    recomputed_accept_rate,
-    stats_for,
-)
 from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
 from specmon.session.state import DecodePoint
+from specmon.session.window import (
+    MIN_N,
+    WindowStats,
+    recomputed_accept_rate,
+    stats_for,
+)
 
 NA = "N/A"
 MAX_CHART_POINTS = 600

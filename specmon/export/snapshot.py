@@ -514,7 +514,7 @@ def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> l
         rec = parse_line(text)
         if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
                 and points[j].rec == rec):
-            rows.append((points[j].t, text, points[j].rec))
+            rows.append((_received(points[j]), text, points[j].rec))
             j -= 1
         else:
             rows.append((None, text, rec))
@@ -522,13 +522,18 @@ def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> l
     known = next((t for t, _, _ in rows if t is not None), None)
     if known is None:
         known = state.last_line_t if state.last_line_t is not None else fallback_t
-    entries = [Entry(p.t, None, p.rec) for p in points[: j + 1]]
+    entries = [Entry(_received(p), None, p.rec) for p in points[: j + 1]]
     last = known
     for t, text, rec in rows:
         if t is not None:
             last = t
         entries.append(Entry(last, text, rec))
     return entries
+
+
+def _received(p: Any) -> float:
+    """A snapshot keeps receive times (replay derives log times from the lines again)."""
+    return p.received if p.received is not None else p.t
 
 
 def snapshot_from_session(session: Session, *, log_lines: int = MAX_LOG_LINES,

@@ -19,14 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.control.local import (
+    cmdline,
     group_members,
+    is_ours,
     kill_child_group_now,
     stop_child_group,
 )
 from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
+from specmon.feeds.fingerprint import run_probe
 from specmon.hosts.base import ConnectionState
 from specmon.hosts.local import LocalHost
 from specmon.session.events import FeedSink, LineItem
+from specmon.sim import dist as sim_dist
 from specmon.sim.gpu_model import SimGpuHost
 from specmon.sources.gpu import SimGpuSource
 from specmon.sources.tail import LogTailer, TailSpec
@@ -50,6 +54,7 @@ class SimServer:
     log: Path | None = None
     proc: asyncio.subprocess.Process | None = None
     restarting: bool = False
+    started_argv: list[str] | None = None  # what `proc` was started with (args may change since)
 
     def argv(self, sim_dir: Path) -> list[str]:
         assert self.log is not None
@@ -64,15 +69,16 @@ def default_servers(format_version: str | None = None, load_concurrency: int = 1
               "--load-output-len", "512", "--startup-s", "2"]
     if format_version:
         common += ["--format-version", format_version]
+    env = {**NCCL_TUNING, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}  # fwd occupancy (0.5.11+)
     return [
         SimServer("baseline", "baseline",
-                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(NCCL_TUNING)),
+                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(env)),
         SimServer("speculative", "speculative",
                   [*common, "--port", str(free_port()), "--seed", str(seed + 1),
                    "--base-gpu-id", "8", "--speculative-algorithm", "EAGLE3",
                    "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-70B",
                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-                   "--speculative-num-draft-tokens", "3"], dict(NCCL_TUNING)),
+                   "--speculative-num-draft-tokens", "3"], dict(env)),
     ]
 
 
@@ -92,6 +98,7 @@ class _CountingSink:
         self.host_servers = sink.host_servers
         self.server_pids = sink.server_pids
         self.request_baseline = sink.request_baseline
+        self.server_probe = sink.server_probe
 
     def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
         n = sum(1 for it in items if getattr(it.record, "kind", None) == "decode")
@@ -131,18 +138,34 @@ class DemoFeed:
 
     async def start_server(self, srv: SimServer) -> None:
         self.sim_dir.mkdir(parents=True, exist_ok=True)
+        site = sim_dist.install(self.sim_dir)  # the host's SGLang install (dist-info + RECORD)
         srv.log = srv.log or self.workdir / f"{srv.name}.log"
         srv.log.touch()
+        pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+        await self._probe(srv, pythonpath)
+        argv = srv.argv(self.sim_dir)
         err = open(srv.log, "ab")  # noqa: SIM115 - a crash before logging starts lands here
         try:
             srv.proc = await asyncio.create_subprocess_exec(
-                *srv.argv(self.sim_dir), stdin=asyncio.subprocess.DEVNULL,
+                *argv, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True,
-                env={**os.environ, **srv.env, "SPECMON_SIM_DIR": str(self.sim_dir)},
+                env={**os.environ, **srv.env, "SPECMON_SIM_DIR": str(self.sim_dir),
+                     "PYTHONPATH": pythonpath},
                 preexec_fn=_die_with_parent,
             )
+            srv.started_argv = argv
         finally:
             err.close()
+
+    async def _probe(self, srv: SimServer, pythonpath: str) -> None:
+        """The fingerprint probe for the launch about to start, as on a real host: the server's
+        Python and PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
+        sink = self._sink
+        if sink is None:
+            return
+        probe = await run_probe(LocalHost(self.host), sys.executable, pythonpath=pythonpath)
+        if probe:
+            sink.server_probe(self.host, srv.name, probe)
 
     async def run(self, sink: FeedSink) -> None:
         tasks: list[asyncio.Task[None]] = []
@@ -153,8 +176,9 @@ class DemoFeed:
         try:
             sink.host_state(self.host, ConnectionState("connected"))  # this machine
             for srv in self.servers:
-                await self.start_server(srv)
+                srv.log = srv.log or self.workdir / f"{srv.name}.log"
                 sink.declare_server(self.host, srv.name, srv.role, str(srv.log))
+                await self.start_server(srv)
             specs = [TailSpec(s.name, str(s.log)) for s in self.servers]
             tasks.append(asyncio.create_task(pump_tail(
                 LogTailer(LocalHost(self.host), specs, history_lines=2000), self.host, sink)))
@@ -222,6 +246,7 @@ class DemoFeed:
         self.phase = "patched-and-capped"
         base.env.update(NCCL_TUNING)
         base.args += ["--patch-overhead", "0.07"]
+        sim_dist.patch_file(self.sim_dir)  # the edit the RECORD-hash probe finds
         gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
         for i in range(8):
             gpus.set_power_limit(i, 330.0)
@@ -232,9 +257,18 @@ class DemoFeed:
         await asyncio.Event().wait()
 
     async def stop_server(self, srv: SimServer, grace: float = 5.0) -> None:
-        """SIGTERM the process group we started, then SIGKILL what is left of it."""
-        if srv.proc is not None:
-            await stop_child_group(srv.proc, srv.argv(self.sim_dir), grace)
+        """SIGTERM the process group we started, then SIGKILL what is left of it.
+
+        Ours is checked against the command line the process was started with: the scenario
+        changes the arguments of the next launch before it stops this one.
+        """
+        if srv.proc is None:
+            return
+        argv = srv.started_argv or srv.argv(self.sim_dir)
+        if srv.proc.returncode is None and cmdline(srv.proc.pid) and not is_ours(srv.proc.pid, argv):
+            raise RuntimeError(f"{srv.name}: pid {srv.proc.pid} no longer runs the command we "
+                               "started; not stopping it")
+        await stop_child_group(srv.proc, argv, grace)
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop_server(s) for s in self.servers))
@@ -243,7 +277,7 @@ class DemoFeed:
         """Last resort after the event loop is gone (the app crashed): kill our groups."""
         for s in self.servers:
             if s.proc is not None:
-                kill_child_group_now(s.proc, s.argv(self.sim_dir))
+                kill_child_group_now(s.proc, s.started_argv or s.argv(self.sim_dir))
 
 
 def _die_with_parent() -> None:

@@ -80,14 +80,22 @@ async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
     return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
 
 
-async def run_probe(host: Any, python: str) -> dict[str, Any]:
-    """Run the stdlib probe on the host with the server's interpreter; {} on failure."""
+async def run_probe(host: Any, python: str, pythonpath: str | None = None) -> dict[str, Any]:
+    """Run the stdlib probe on the host with the server's interpreter; {} on failure.
+
+    `pythonpath`: the server's PYTHONPATH, when SGLang is installed there (the probe must see
+    the install the server imports, not another one).
+    """
     import json
 
     from specmon.sources.fp_probe import probe_source
 
+    src: str = probe_source()
+    cmd = [python, "-c", src]
+    if pythonpath is not None:
+        cmd = ["env", f"PYTHONPATH={pythonpath}", *cmd]
     try:
-        res = await host.run([python, "-c", probe_source()], timeout=60.0)
+        res = await host.run(cmd, timeout=60.0)
         return dict(json.loads(res.stdout)) if res.rc == 0 else {}
     except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
         return {}

@@ -76,7 +76,8 @@ def replay_session(snap: Snapshot) -> Session:
     start = snap.time_range[0] if snap.time_range else snap.created_at
     session = Session(host=snap.host, started_at=start)
     for s in snap.servers:
-        session.servers[s.name] = ServerState(s.name, role=s.role, path=s.path, args=dict(s.args))
+        st = session.servers[s.name] = ServerState(s.name, role=s.role, path=s.path)
+        st.args = dict(s.args)
     return session
 
 

@@ -24,7 +24,8 @@ _DECODE_FAST = re.compile(
     re.M,
 )
 _PREFILL_HEAD = re.compile(rb"Prefill batch(?: \[\d+\])?(?:\(mixed #running-req: \d+\))?[.,](?= |$)", re.M)
-_ACCEPT = re.compile(rb"accept len: ([\d.]+)(?=,|[ \t\r]*$)", re.M)
+# `block accept len` (DSPARK, 0.5.18+) is another field: not the line's accept len.
+_ACCEPT = re.compile(rb"(?<!block )accept len: ([\d.]+)(?=,|[ \t\r]*$)", re.M)
 
 ThroughputKey = tuple[bool, "int | None", "float | None"]
 
@@ -50,7 +51,8 @@ def scan_buffer(buf: bytes) -> FastCounts | None:
     accepts = _ACCEPT.findall(buf) if b"accept len: " in buf else []
     raw = Counter(matches)
     n_spec = sum(c for (_, acc, _), c in raw.items() if acc)
-    if n_spec != len(accepts) or buf.count(b"accept len") != len(accepts):
+    n_accept_marks = buf.count(b"accept len") - buf.count(b"block accept len")
+    if n_spec != len(accepts) or n_accept_marks != len(accepts):
         return None  # accept len outside the usual position, or in a non-decode line
     out = FastCounts()
     out.decode = n_decode

@@ -33,9 +33,26 @@ _CANON = {
     "cached_token": "cached_token",
     "input_throughput": "input_throughput",
     "pending_token": "pending_token",
+    # 0.5.18+ DSPARK / ragged verify (printed only when > 0)
+    "cap_len": "cap_len",
+    "block_accept_len": "block_accept_len",
+    # SGLANG_ENABLE_METRICS_DEVICE_TIMER=1: 0.5.11+ `fwd occupancy`, 0.5.23 `fwd+idle occupancy`
+    "fwd_occupancy_pct": "fwd_occupancy_pct",
+    "fwd_idle_occupancy_pct": "fwd_idle_occupancy_pct",
+    # --enable-mfu-metrics (0.5.10+)
+    "est_decode_tflops_s": "est_decode_tflops_s",
+    "est_prefill_tflops_s": "est_prefill_tflops_s",
+    "est_read_bw": "est_read_bw",
+    "est_write_bw": "est_write_bw",
+    # 0.5.23 prefill, only when non-zero
+    "replay_token": "replay_token",
 }
 _INT_FIELDS = {"running_req", "tokens", "queue_req", "new_seq", "new_token", "cached_token",
-               "pending_token"}
+               "pending_token", "replay_token"}
+# DSPARK's online ceiling estimate: `est uncap acc len: 3.42 [3.10, 3.74]` (mid [lo, hi])
+_UNCAP_KEY = "est_uncap_acc_len"
+_RE_UNCAP = re.compile(r"(\S+) \[(\S+), (\S+)\]\Z")
+_RE_BRACKET_TAIL = re.compile(r"\s*[+-]?[\d.]+(?:[eE][+-]?\d+)?\]\Z")
 _RANK_KEYS = {
     "DP": "dp_rank",
     "PP": "pp_rank",
@@ -125,6 +142,18 @@ class BatchRecord:
     cached_token: int | None = None
     input_throughput: float | None = None
     pending_token: int | None = None
+    cap_len: float | None = None  # mean verify window incl. the bonus token (DSPARK, 0.5.18+)
+    block_accept_len: float | None = None
+    est_uncap_acc_len: float | None = None  # DSPARK estimate if verify were uncapped: mid ...
+    est_uncap_acc_len_lo: float | None = None  # ... and its bracket
+    est_uncap_acc_len_hi: float | None = None
+    fwd_occupancy_pct: float | None = None  # GPU busy share of the interval; `nan%` -> None
+    fwd_idle_occupancy_pct: float | None = None
+    est_decode_tflops_s: float | None = None  # --enable-mfu-metrics, per GPU
+    est_prefill_tflops_s: float | None = None
+    est_read_bw: float | None = None  # GB/s per GPU
+    est_write_bw: float | None = None
+    replay_token: int | None = None
     extra: dict[str, Value] = field(default_factory=dict)
 
     @property
@@ -153,9 +182,19 @@ class BatchRecord:
                      "cuda_graph", "graph_kind", "gen_throughput", "queue_req", "new_seq",
                      "new_token", "cached_token", "input_throughput", "pending_token"):
             out[name] = getattr(self, name)
+        for name in _OPTIONAL_JSON:
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = v
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
+
+
+_OPTIONAL_JSON = ("cap_len", "block_accept_len", "est_uncap_acc_len", "est_uncap_acc_len_lo",
+                  "est_uncap_acc_len_hi", "fwd_occupancy_pct", "fwd_idle_occupancy_pct",
+                  "est_decode_tflops_s", "est_prefill_tflops_s", "est_read_bw", "est_write_bw",
+                  "replay_token")
 
 
 @dataclass(slots=True)
@@ -173,7 +212,8 @@ class EventRecord:
 
 
 EVENT_KINDS = ("ready", "server_args", "max_total_num_tokens", "cuda_graph_begin",
-               "cuda_graph_end", "kv_pool_full", "traceback", "nccl_env")
+               "cuda_graph_end", "kv_pool_full", "traceback", "nccl_env", "spec_params",
+               "spec_adaptive_init")
 
 Record = BatchRecord | EventRecord
 
@@ -224,6 +264,9 @@ def _split_body(body: str) -> list[tuple[str, str]]:
         key, sep, value = piece.partition(": ")
         if sep:
             pairs.append((key, value))
+        elif pairs and "[" in pairs[-1][1] and _RE_BRACKET_TAIL.match(piece):
+            k, v = pairs[-1]  # `est uncap acc len: 3.42 [3.10, 3.74]`: the bracket's 2nd half
+            pairs[-1] = (k, f"{v}, {piece}")
         elif pairs and _RE_SUBVAL.match(piece.strip()):
             k, v = pairs[-1]
             pairs[-1] = (k, f"{v}, {piece}")
@@ -253,6 +296,15 @@ def _fill(rec: BatchRecord, pairs: list[tuple[str, str]]) -> None:
             v = convert_value(value_text)
             rec.cuda_graph = v if isinstance(v, bool) else None
             rec.graph_kind = key[: -len("_graph")]
+            continue
+        if key == _UNCAP_KEY:
+            m = _RE_UNCAP.match(value_text)
+            if m:
+                for attr, txt in zip(("est_uncap_acc_len", "est_uncap_acc_len_lo",
+                                      "est_uncap_acc_len_hi"), m.groups(), strict=True):
+                    _set_canon(rec, attr, convert_value(txt))
+            else:
+                _set_canon(rec, "est_uncap_acc_len", convert_value(value_text))
             continue
         if "=" in value_text:  # 0.4.9 hybrid SWA: `#token: full=1200, swa=800`
             subs = _sub_values(value_text)
@@ -330,6 +382,14 @@ _RE_NCCL_ENV = re.compile(r"\b(NCCL_\w+|CUDA_\w+|TORCH_\w+|NVSHMEM_\w+) set by e
 # NCCL's version and communicator-size lines: what tells whether a missing "set by" line is evidence
 _RE_NCCL_META = re.compile(r"NCCL INFO (?:NCCL version |.*\bcomm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d)")
 _RE_RETRACT = re.compile(r"#retracted_reqs: (\d+)")
+# --speculative-adaptive (speculative/adaptive_spec_params.py): the run's step count changes
+# mid-run. `Adaptive spec params updated: steps 3 -> 1 (ema_accept_len=0.42)`; forks add a
+# `(confidence)` tag or more fields inside the parentheses. ema_accept_len counts correct
+# drafts only (no bonus token).
+_RE_ADAPTIVE = re.compile(r"Adaptive spec params updated(?: \((\w+)\))?: steps (\d+) -> (\d+)")
+_RE_EMA = re.compile(r"ema_accept_len=([\d.]+)")
+_RE_ADAPTIVE_INIT = re.compile(
+    r"AdaptiveSpeculativeParams initialized: steps=(\d+), candidate_steps=\[([\d,\s]*)\]")
 
 
 def _literal(text: str) -> Value:
@@ -369,6 +429,22 @@ def parse_event(text: str) -> EventRecord | None:
     elif "KV cache pool is full" in text or "Decode out of memory happened" in text:
         m = _RE_RETRACT.search(text)
         ev = EventRecord("kv_pool_full", data={"retracted_reqs": int(m.group(1)) if m else None})
+    elif "Adaptive spec params updated" in text:
+        m = _RE_ADAPTIVE.search(text)
+        if m is None:
+            return None
+        ema = _RE_EMA.search(text[m.end():])
+        ev = EventRecord("spec_params", data={
+            "old_steps": int(m.group(2)), "new_steps": int(m.group(3)),
+            "ema_accept_len": float(ema.group(1)) if ema else None,
+            "policy": m.group(1)})
+    elif "AdaptiveSpeculativeParams initialized" in text:
+        m = _RE_ADAPTIVE_INIT.search(text)
+        if m is None:
+            return None
+        ev = EventRecord("spec_adaptive_init", data={
+            "steps": int(m.group(1)),
+            "candidate_steps": [int(x) for x in m.group(2).replace(",", " ").split()]})
     elif "Traceback (most recent call last)" in text:
         ev = EventRecord("traceback")
     else:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
-from specmon.session.state import ServerState, Session
+from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
+from specmon.session.state import Run, ServerState, Session
 
 
 class NotEnoughSamples(Exception):
@@ -35,18 +37,37 @@ def server_gpu_history(session: Session, state: ServerState) -> list[GpuSample]:
     return [s for i, hist in session.gpu_history.items() if i in idx for s in hist]
 
 
+def run_fingerprint(session: Session, state: ServerState, run: Run | None = None,
+                    history: bool = False, now: float | None = None) -> Fingerprint:
+    """A run's fingerprint: its server args, NCCL_DEBUG lines, host probe (SGLang version and
+    files modified against the wheel's RECORD), and its GPUs (now, or over the run)."""
+    r = run if run is not None else state.run
+    probe = r.probe or {}
+    gpus: list[GpuSample] = server_gpus(session, state)
+    if history:  # the run's own samples of this server's GPUs (else what the session holds)
+        mine = {g.index for g in gpus}
+        gpus = [g for g in r.gpu_samples if isinstance(g, GpuSample) and g.index in mine] or \
+            server_gpu_history(session, state)
+    files = probe.get("modified_files")
+    return fingerprint_from(server_args=r.args, nccl_lines=r.nccl_lines, gpus=gpu_states(gpus),
+                            version=probe.get("version") if isinstance(probe.get("version"), str) else None,
+                            modified_files=list(files) if isinstance(files, list) else None,
+                            modified_method=probe.get("method") if isinstance(files, list) else None,
+                            server_pids=sorted(state.pids),
+                            collected_at=now if now is not None else time.time())
+
+
 def live_fingerprint(session: Session, state: ServerState) -> Fingerprint:
-    """What the session knows now: server args, NCCL_DEBUG lines, this server's GPUs."""
-    return fingerprint_from(server_args=state.args, nccl_lines=state.nccl_lines,
-                            gpus=gpu_states(server_gpus(session, state)),
-                            server_pids=sorted(state.pids), collected_at=time.time())
+    """What the session knows now about the server's current run."""
+    return run_fingerprint(session, state)
 
 
 def record_baseline(session: Session, state: ServerState, name: str | None = None,
                     params: DriftParams | None = None, now: float | None = None) -> Baseline:
     """A baseline from the server's current run (since its last start), with its fingerprint."""
     p = params or DriftParams()
-    stats = baseline_from_records(((pt.rec, pt.t) for pt in state.decode), p)
+    run = state.run
+    stats = baseline_from_records(((pt.rec, pt.t) for pt in run.decode), p)
     usable = [b for b in stats.strata.values() if b.n >= p.min_base]
     if not usable:
         best = stats.best()
@@ -54,14 +75,12 @@ def record_baseline(session: Session, state: ServerState, name: str | None = Non
             f"{state.name}: not enough clean decode samples for a baseline "
             f"(best stratum n={best.n if best else 0}, need {p.min_base})")
     now = now if now is not None else time.time()
-    fp = fingerprint_from(server_args=state.args, nccl_lines=state.nccl_lines,
-                          gpus=gpu_states(server_gpu_history(session, state)),
-                          server_pids=sorted(state.pids), collected_at=now)
+    fp = run_fingerprint(session, state, run, history=True, now=now)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return Baseline(name=name or f"{session.host}/{state.name}/{stamp}", stats=stats,
                     fingerprint=fp, host=session.host, server=state.name, role=state.role,
-                    created_at=now, source={"window": "live session", "decode_points":
-                                            len(state.decode)})
+                    created_at=now, source={"window": f"live session, {run.since_text()}",
+                                            "decode_points": len(run.decode)})
 
 
 def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) -> list[str]:
@@ -69,3 +88,21 @@ def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) 
     for c in causes if causes is not None else alert.causes:
         lines.append(f"  cause: {c}")
     return lines
+
+
+def session_speedup_view(session: Session, base: ServerState | None, spec: ServerState | None,
+                         watch: Any, window_s: float, now: float) -> SpeedupView:
+    """The speedup bar's model: current runs, the baseline's recorded value and its drift
+    alert (`watch`: the baseline server's `Watch` in the session model, when it is watched),
+    and the differences between the two runs' fingerprints."""
+    recorded = None
+    active = False
+    if base is not None and watch is not None:
+        recorded = watch.baseline.stats
+        active = watch.last is not None and not watch.last.cleared and watch.last.level != "info"
+    diffs: list[str] = []
+    if base is not None and spec is not None and base.runs and spec.runs:
+        diffs = fingerprint_differences(run_fingerprint(session, base),
+                                        run_fingerprint(session, spec))
+    return speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
+                        drift_active=active, fingerprint_diffs=diffs)

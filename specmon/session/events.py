@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from specmon.hosts.base import ConnectionState
 from specmon.parse.argv import flag_values
@@ -107,6 +107,9 @@ class FeedSink(Protocol):
 
     def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
         """The server's log cannot be read (yet): the tail keeps waiting for it."""
+
+    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
+        """The fingerprint probe of a launch about to start (the next run takes it)."""
 
     def request_baseline(self, host: str, server: str) -> None:
         """Record the server's current run as its baseline (a scenario, like pressing `b`)."""

@@ -22,13 +22,13 @@ from typing import Any, Protocol
 
 from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, Estimate, stratum_of
 from specmon.analysis.fingerprint import make_explainer
-from specmon.analysis.window import DEFAULT_WINDOW_S, current_stats
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu import GpuSample, decode_reasons
 from specmon.session.baselines import Baseline
 from specmon.session.drift import live_fingerprint, record_baseline, server_gpus
 from specmon.session.events import LineItem, ServerInfo
 from specmon.session.state import ServerState, Session
+from specmon.session.window import DEFAULT_WINDOW_S, current_stats
 
 __all__ = ["ALERT_LEVELS", "FleetSession", "HostView", "LogicalServer", "ServerInfo"]
 
@@ -55,6 +55,9 @@ class Watch:
     monitor: DriftMonitor
     last: Alert | None = None
     history: list[Alert] = field(default_factory=list)
+    raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
+    notified: int = 0  # of those, how many were notified
+    cleared_notified: int = 0
 
 
 @dataclass
@@ -227,6 +230,9 @@ class FleetSession:
         then = "waiting for it to appear" if reason == "no such file" else "retrying"
         self.server(host, server).tail_status = f"{reason}: {path} ({then})"
 
+    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
+        self.server(host, server).set_probe(probe)
+
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.server(host, server).pids = set(pids)
 
@@ -363,6 +369,8 @@ class FleetSession:
             else:
                 self.alerts[(h, name)] = alert
             prev = w.last
+            if not alert.cleared and (prev is None or prev.cleared):
+                w.raised += 1
             w.last = alert
             if prev is not None and (prev.level, prev.cleared, prev.kind, prev.causes) == (
                     alert.level, alert.cleared, alert.kind, alert.causes):
@@ -380,6 +388,22 @@ class FleetSession:
         return changed
 
     update_alerts = tick  # the exporter's name for it
+
+    def should_notify(self, host: str, server: str, alert: Alert) -> bool:
+        """True once per alert raised (and once when it clears): a change of level or causes
+        of an active alert updates the banner, not another notification."""
+        w = self.watches.get((host, server))
+        if w is None:
+            return False
+        if alert.cleared:
+            if w.cleared_notified < w.raised:
+                w.cleared_notified = w.raised
+                return True
+            return False
+        if w.notified < w.raised:
+            w.notified = w.raised
+            return True
+        return False
 
     def active_alerts(self) -> list[tuple[str, str, Alert]]:
         return [(h, s, a) for (h, s), a in self.alerts.items()]

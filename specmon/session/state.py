@@ -8,19 +8,176 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
+from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
 
-MAX_DECODE_POINTS = 20_000  # ~9 days of 40-step intervals at bs 1; older points are dropped
+MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
+RECENT_POINTS = 4_096  # full-resolution server-level points per run (~34 min at 2 points/s)
+TIER_SECONDS = (10.0, 60.0, 600.0)  # downsampled tiers: medians with n, for the whole run
+TIER_POINTS = 4_096  # per tier: 10 s -> 11 h, 1 min -> 68 h, 10 min -> 28 days
+MAX_RUNS = 32  # runs kept per server (older runs are summarised away)
+MAX_GROUPS = 64  # DP groups kept per run (a hostile log cannot grow it forever)
+SILENT_ROUNDS = 3  # a DP group missing from this many consecutive rounds is shown as silent
+RUN_GPU_SAMPLES = 600  # GPU samples kept per run (per GPU: about 10 min at 1 Hz)
+
+
+def log_time(rec: Record, received: float) -> float | None:
+    """Seconds of the timestamp SGLang printed; None when the line carries none.
+
+    Date+time stamps are naive local times (SGLang's `%Y-%m-%d %H:%M:%S`); only differences
+    inside one run are used, so the host's time zone does not matter. A clock-only stamp
+    (0.3.x) takes its date from the receive time, the nearest day to it.
+    """
+    if rec.timestamp:
+        try:
+            return datetime.fromisoformat(rec.timestamp).timestamp()
+        except (ValueError, OverflowError, OSError):  # e.g. year 0001 in a garbled line
+            return None
+    if rec.time_of_day:
+        try:
+            clock = dt_time.fromisoformat(rec.time_of_day)
+            day = datetime.fromtimestamp(received).date()
+            t = datetime.combine(day, clock).timestamp()
+        except (ValueError, OverflowError, OSError):
+            return None
+        if t - received > 43_200:
+            t -= 86_400
+        elif received - t > 43_200:
+            t += 86_400
+        return t
+    return None
 
 
 @dataclass(slots=True)
 class DecodePoint:
-    t: float  # when specmon received the line (wall clock, seconds)
+    """One decode interval: a log line, or the sum of a DP server's groups at one interval."""
+
+    t: float  # record time: SGLang's printed timestamp (seconds); receive time when it has none
     rec: BatchRecord
+    received: float | None = None  # when specmon received it (latency and staleness only)
+    t_log: bool = True  # False: the line had no timestamp and `t` is the receive time
+    groups: int = 1  # DP groups summed into this point
+
+
+@dataclass(slots=True)
+class TierPoint:
+    """A downsampled stretch of one run at one batch size: the median of its n points."""
+
+    t: float  # start of the bucket (record time)
+    span_s: float
+    running_req: int
+    median: float
+    n: int
+    accept_len: float | None
+
+
+class Tier:
+    """Medians per fixed bucket of record time, per #running-req; bounded."""
+
+    def __init__(self, span_s: float, maxlen: int = TIER_POINTS) -> None:
+        self.span_s = span_s
+        self.points: deque[TierPoint] = deque(maxlen=maxlen)
+        self._bucket: float | None = None
+        self._vals: dict[int, list[float]] = {}
+        self._acc: dict[int, list[float]] = {}
+
+    def add(self, t: float, rr: int, thr: float, accept: float | None) -> None:
+        b = t - t % self.span_s
+        if self._bucket is not None and b != self._bucket:
+            if b < self._bucket:  # out-of-order stamp: it belongs to a closed bucket, count it here
+                b = self._bucket
+            else:
+                self._close()
+        self._bucket = b
+        self._vals.setdefault(rr, []).append(thr)
+        if accept is not None:
+            self._acc.setdefault(rr, []).append(accept)
+
+    def _close(self) -> None:
+        if self._bucket is None:
+            return
+        for rr, vals in sorted(self._vals.items()):
+            acc = self._acc.get(rr)
+            self.points.append(TierPoint(self._bucket, self.span_s, rr, _median(vals), len(vals),
+                                         _median(acc) if acc else None))
+        self._vals, self._acc = {}, {}
+
+    def all_points(self) -> list[TierPoint]:
+        """Closed buckets plus the open one (its median so far)."""
+        out = list(self.points)
+        if self._bucket is not None:
+            for rr, vals in sorted(self._vals.items()):
+                acc = self._acc.get(rr)
+                out.append(TierPoint(self._bucket, self.span_s, rr, _median(vals), len(vals),
+                                     _median(acc) if acc else None))
+        return out
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+@dataclass
+class GroupSeries:
+    """One DP group's decode lines inside a run (the only stream when there is no DP)."""
+
+    dp_rank: int | None
+    stream: tuple[int | None, ...]  # the rank tags of the lines kept (other TP ranks ignored)
+    points: deque[DecodePoint] = field(default_factory=lambda: deque(maxlen=RECENT_POINTS))
+    total: int = 0
+    missed_rounds: int = 0  # consecutive server-level intervals without a line from this group
+
+    @property
+    def silent(self) -> bool:
+        return self.missed_rounds >= SILENT_ROUNDS
+
+    @property
+    def last(self) -> DecodePoint | None:
+        return self.points[-1] if self.points else None
+
+
+def combine(points: list[DecodePoint]) -> DecodePoint:
+    """Server-level figure of one interval: throughput, #running-req, tokens summed over the
+    DP groups; accept length weighted by each group's verified tokens (its gen throughput)."""
+    if len(points) == 1:
+        return points[0]
+    recs = [p.rec for p in points]
+    thr = [r.gen_throughput for r in recs]
+    rr = [r.running_req for r in recs]
+    acc_pairs = [(r.accept_len, r.gen_throughput) for r in recs
+                 if r.accept_len is not None and r.gen_throughput is not None]
+    acc: float | None = None
+    wsum = sum(w for _, w in acc_pairs)
+    if acc_pairs and wsum > 0:
+        acc = sum(a * w for a, w in acc_pairs) / wsum
+    first = recs[0]
+    tokens = [r.tokens for r in recs]
+    queue = [r.queue_req for r in recs]
+    graphs = [r.cuda_graph for r in recs]
+    usage = [r.token_usage for r in recs if r.token_usage is not None]
+    rec = BatchRecord(
+        kind="decode", timestamp=max((r.timestamp for r in recs if r.timestamp), default=None),
+        time_of_day=first.time_of_day, tp_rank=None, dp_rank=None,
+        running_req=sum(x for x in rr if x is not None) if None not in rr else None,
+        tokens=sum(x for x in tokens if x is not None) if None not in tokens else None,
+        token_usage=max(usage) if usage else None,
+        accept_len=acc,
+        cuda_graph=None if None in graphs else all(g for g in graphs),
+        graph_kind=first.graph_kind,
+        gen_throughput=sum(x for x in thr if x is not None) if None not in thr else None,
+        queue_req=sum(x for x in queue if x is not None) if None not in queue else None,
+    )
+    received = [p.received for p in points if p.received is not None]
+    return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
+                       all(p.t_log for p in points), len(points))
 
 
 @dataclass
@@ -35,13 +192,145 @@ class StartupProgress:
 
 
 @dataclass
+class Run:
+    """One launch of a server: from its start-up lines (or the process start specmon saw, or a
+    restart marker in an appended log) to its exit or the next run.
+
+    It owns its arguments, fingerprint, records and GPU samples; every statistic is computed
+    inside one run, on the times SGLang printed. A DP-attention server has one series per DP
+    group, summed per interval into the server-level series `decode`.
+    """
+
+    index: int  # 1-based, per server
+    start_reason: str  # "server_args" | "process_start" | "restart" | "log" (history began mid-run)
+    start_t: float | None = None  # record time of its first line
+    start_received: float | None = None
+    end_t: float | None = None
+    end_reason: str | None = None  # None while running | "exit" | "next_run"
+    exit_code: int | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    nccl_lines: list[str] = field(default_factory=list)
+    probe: dict[str, Any] | None = None  # host probe for this launch (SGLang version, modified files)
+    fingerprint: Any = None
+    groups: dict[int | None, GroupSeries] = field(default_factory=dict)
+    decode: deque[DecodePoint] = field(default_factory=lambda: deque(maxlen=RECENT_POINTS))
+    tiers: list[Tier] = field(default_factory=lambda: [Tier(s) for s in TIER_SECONDS])
+    decode_total: int = 0  # server-level points
+    lines_total: int = 0  # decode lines of every group
+    prefill_total: int = 0
+    untimed: int = 0  # decode lines without a printed timestamp (timed by receive time)
+    other_rank_lines: int = 0  # a second TP rank of the same DP group printing the same stats
+    last_t: float | None = None  # record time of the newest line of the run
+    last_received: float | None = None
+    last_prefill_t: float | None = None
+    last: BatchRecord | None = None  # newest server-level decode record
+    gpu_samples: deque[Any] = field(default_factory=lambda: deque(maxlen=RUN_GPU_SAMPLES))
+    has_server_args: bool = False
+    _round: dict[int | None, DecodePoint] = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        return self.end_reason is not None
+
+    @property
+    def first_decode_t(self) -> float | None:
+        return self.decode[0].t if self.decode else None
+
+    def since_text(self) -> str:
+        """`run 3 since 14:02:11` (the record time of the run's first line)."""
+        if self.start_t is None:
+            return f"run {self.index}"
+        return f"run {self.index} since {time.strftime('%H:%M:%S', time.localtime(self.start_t))}"
+
+    def touch(self, t: float | None, received: float) -> None:
+        if t is not None:
+            if self.start_t is None:
+                self.start_t = t
+            if self.last_t is None or t > self.last_t:
+                self.last_t = t
+        if self.start_received is None:
+            self.start_received = received
+        self.last_received = received
+
+    def add_decode(self, pt: DecodePoint) -> list[DecodePoint]:
+        """A group's decode line; returns the server-level points it completed (0 to 2)."""
+        rec = pt.rec
+        key = rec.dp_rank
+        g = self.groups.get(key)
+        if g is None:
+            if len(self.groups) >= MAX_GROUPS:
+                self.other_rank_lines += 1
+                return []
+            g = self.groups[key] = GroupSeries(key, rec.rank_key)
+        elif rec.rank_key != g.stream:
+            self.other_rank_lines += 1  # every TP rank printing (--enable-metrics-for-all-schedulers)
+            return []
+        self.lines_total += 1
+        if not pt.t_log:
+            self.untimed += 1
+        g.points.append(pt)
+        g.total += 1
+        # One interval holds one line per group: DP attention runs the groups' forwards in
+        # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
+        # A round closes when every group that still logs is in it, or when one repeats.
+        out: list[DecodePoint] = []
+        if key in self._round:
+            out.append(self._close_round())
+        self._round[key] = pt
+        active = [k for k, gg in self.groups.items() if not gg.silent or k in self._round]
+        if all(k in self._round for k in active):
+            out.append(self._close_round())
+        return out
+
+    def _close_round(self) -> DecodePoint:
+        members = [self._round[k] for k in sorted(self._round, key=_rank_order)]
+        for k, g in self.groups.items():
+            g.missed_rounds = 0 if k in self._round else g.missed_rounds + 1
+        self._round = {}
+        sp = combine(members)
+        self.decode.append(sp)
+        self.decode_total += 1
+        self.last = sp.rec
+        r = sp.rec
+        if r.running_req is not None and r.gen_throughput is not None and r.gen_throughput > 0:
+            for tier in self.tiers:
+                tier.add(sp.t, r.running_req, r.gen_throughput, r.accept_len)
+        return sp
+
+    def silent_groups(self) -> list[int | None]:
+        return [k for k, g in self.groups.items() if g.silent]
+
+    def points_since(self, t0: float) -> Iterator[DecodePoint]:
+        """Server-level points with record time >= t0, oldest first, without copying the run."""
+        rev: list[DecodePoint] = []
+        for p in reversed(self.decode):
+            if p.t < t0:
+                break
+            rev.append(p)
+        return reversed(rev)
+
+    def history(self, span_s: float) -> list[TierPoint]:
+        """The run's whole length at a resolution of `span_s` (10, 60 or 600 s)."""
+        for tier in self.tiers:
+            if tier.span_s == span_s:
+                return tier.all_points()
+        raise ValueError(f"no {span_s} s tier (have {TIER_SECONDS})")
+
+
+def _rank_order(k: int | None) -> int:
+    return -1 if k is None else k
+
+
+@dataclass
 class ServerState:
     name: str
     role: str | None = None  # "baseline" | "speculative"; None until known
     status: str = "unknown"  # starting | ready | stopped | crashed | unknown
     path: str | None = None
-    args: dict[str, Any] = field(default_factory=dict)
+    # raw decode lines of all runs, newest last (snapshots); statistics use `runs`
     decode: deque[DecodePoint] = field(default_factory=lambda: deque(maxlen=MAX_DECODE_POINTS))
+    runs: deque[Run] = field(default_factory=lambda: deque(maxlen=MAX_RUNS))
+    runs_total: int = 0
     last_decode: BatchRecord | None = None
     last_prefill: BatchRecord | None = None
     last_prefill_t: float | None = None
@@ -55,14 +344,37 @@ class ServerState:
     exit_code: int | None = None
     stale: bool = False
     notices: deque[str] = field(default_factory=lambda: deque(maxlen=50))
-    last_line_t: float | None = None
-    nccl_lines: list[str] = field(default_factory=list)  # NCCL_DEBUG "set by environment" lines
+    last_line_t: float | None = None  # receive time of the newest line
     pids: set[int] = field(default_factory=set)  # launcher and workers, when the feed knows them
     fingerprint: Any = None  # the fingerprint of the baseline recorded on this server, if any
     control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
+    probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
+
+    @property
+    def run(self) -> Run:
+        """The current (newest) run; a server seen mid-run starts with run 1 ("log")."""
+        if not self.runs:
+            self._new_run("log")
+        return self.runs[-1]
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.run.args
+
+    @args.setter
+    def args(self, value: dict[str, Any]) -> None:
+        self.run.args = value
+
+    @property
+    def nccl_lines(self) -> list[str]:
+        return self.run.nccl_lines
+
+    @nccl_lines.setter
+    def nccl_lines(self, value: list[str]) -> None:
+        self.run.nccl_lines = value
 
     @property
     def is_speculative(self) -> bool:
@@ -75,8 +387,45 @@ class ServerState:
         v = self.args.get("speculative_num_draft_tokens")
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
-    def apply(self, text: str, rec: Record | None, t: float) -> None:
-        """One received log line and its parsed record (None if it was not one specmon uses)."""
+    def _new_run(self, reason: str, t: float | None = None, received: float | None = None) -> Run:
+        if self.runs:
+            prev = self.runs[-1]
+            if prev.end_reason is None:
+                prev.end_reason = "next_run"
+                prev.end_t = prev.last_t
+        self.runs_total += 1
+        run = Run(self.runs_total, reason, start_t=t, start_received=received,
+                  probe=self.probe)
+        self.runs.append(run)
+        return run
+
+    def _run_boundary(self, reason: str, t: float | None, received: float) -> Run:
+        """A start marker: a fresh run unless the current one has seen nothing yet."""
+        cur = self.runs[-1] if self.runs else None
+        if cur is not None and not cur.ended and cur.lines_total == 0 and cur.prefill_total == 0 \
+                and not (reason == "server_args" and cur.has_server_args):
+            if t is not None and cur.start_t is None:
+                cur.start_t = t
+            if reason == "server_args":
+                cur.start_reason = "server_args" if cur.start_reason == "log" else cur.start_reason
+            return cur
+        return self._new_run(reason, t, received)
+
+    def process_started(self, t: float, pid: int | None = None) -> Run:
+        """The feed saw (or made) the server's process start: a new run begins."""
+        return self._run_boundary("process_start", None, t)
+
+    def restart_marker(self, t: float) -> Run:
+        """An appended log says the server restarted (e.g. a truncation or a start banner)."""
+        return self._run_boundary("restart", None, t)
+
+    def apply(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
+        """One received log line (`t`: receive time) and its parsed record (None if unused).
+
+        Returns the server-level decode points the line completed: what a drift monitor is
+        fed (`DriftMonitor.add(point.rec, state.run, point.t)`), together with the prefill and
+        event records as they come; a DP group's own decode line is never fed on its own.
+        """
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)
@@ -91,27 +440,42 @@ class ServerState:
                         and not text.startswith("Traceback")):
                     self.in_traceback = False  # "SomeError: message" ends it
         if rec is None:
-            return
+            if self.runs:
+                self.runs[-1].last_received = t
+            return []
+        lt = log_time(rec, t)
+        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+            run = self._run_boundary("server_args", lt, t)
+        else:
+            run = self.run
+        run.touch(lt, t)
         if isinstance(rec, BatchRecord):
-            if rec.kind == "decode":
-                self.decode_total += 1
-                self.decode.append(DecodePoint(t, rec))
-                self.last_decode = rec
-                if self.role is None and rec.accept_len is not None:
-                    self.role = "speculative"
-            else:
-                self.prefill_total += 1
-                self.last_prefill = rec
-                self.last_prefill_t = t
             if self.status in ("unknown", "starting", "stopped"):
                 self.status = "ready"
-            return
-        self._apply_event(rec)
+            if rec.kind == "decode":
+                pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None)
+                self.decode_total += 1
+                self.decode.append(pt)
+                if self.role is None and rec.accept_len is not None:
+                    self.role = "speculative"
+                done = run.add_decode(pt)
+                if done:
+                    self.last_decode = done[-1].rec  # server level (a DP server's groups summed)
+                return done
+            self.prefill_total += 1
+            self.last_prefill = rec
+            self.last_prefill_t = t
+            run.prefill_total += 1
+            run.last_prefill_t = lt if lt is not None else t
+            return []
+        self._apply_event(rec, run)
+        return []
 
-    def _apply_event(self, ev: EventRecord) -> None:
+    def _apply_event(self, ev: EventRecord, run: Run) -> None:
         if ev.kind == "server_args":
-            self.args = dict(ev.data)  # a restart replaces the previous run's arguments
-            self.nccl_lines = []
+            run.args = dict(ev.data)
+            run.has_server_args = True
+            run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
             self.status = "starting"
             self.traceback.clear()
@@ -119,7 +483,7 @@ class ServerState:
             if self.role is None:
                 self.role = "speculative" if ev.data.get("speculative_algorithm") else "baseline"
         elif ev.kind == "max_total_num_tokens":
-            self.args.update(ev.data)
+            run.args.update(ev.data)
             self.startup.kv_allocated = True
         elif ev.kind == "cuda_graph_begin":
             self.startup.graph_capture = "capturing"
@@ -132,15 +496,33 @@ class ServerState:
             self.status = "ready"
         elif ev.kind == "nccl_env":
             if self.log:
-                self.nccl_lines.append(self.log[-1])
+                run.nccl_lines.append(self.log[-1])
         elif ev.kind == "traceback":
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
 
+    def set_probe(self, probe: dict[str, Any]) -> None:
+        """Host facts for the launch about to start (or just started, before its first line)."""
+        self.probe = dict(probe)
+        cur = self.runs[-1] if self.runs else None
+        if cur is not None and not cur.ended and cur.lines_total == 0:
+            cur.probe = self.probe
+
+    def add_gpu_samples(self, samples: list[Any]) -> None:
+        """GPU samples while this run is current (only its own GPUs when its pids are known)."""
+        if not self.runs or self.runs[-1].ended:
+            return
+        mine = [g for g in samples if not self.pids or any(
+            getattr(p, "pid", None) in self.pids for p in (getattr(g, "processes", None) or ()))]
+        self.runs[-1].gpu_samples.extend(mine or samples)
+
     def process_exited(self, code: int | None) -> None:
-        """The server process we started has exited (signal or crash)."""
+        """The server process we started has exited (signal or crash): its run ends."""
         self.exit_code = code
         self.status = "stopped" if code in (0, -15, 143, None) and not self.traceback else "crashed"
+        if self.runs and not self.runs[-1].ended:
+            r = self.runs[-1]
+            r.end_reason, r.end_t, r.exit_code = "exit", r.last_t, code
 
 
 @dataclass
@@ -174,3 +556,5 @@ class Session:
             if idx is None:
                 continue
             self.gpu_history.setdefault(idx, deque(maxlen=keep)).append(g)
+        for s in self.servers.values():
+            s.add_gpu_samples(list(samples))

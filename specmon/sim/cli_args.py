@@ -22,6 +22,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-gpu-id", type=int, default=0)
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--enable-mfu-metrics", action="store_true",
+                   help="est. TFLOPS/BW suffixes on decode lines (0.5.10+, with --enable-metrics)")
     g.add_argument("--decode-log-interval", type=int, default=40)
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--cuda-graph-max-bs", type=int, default=None)
@@ -33,6 +35,9 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument("--speculative-adaptive", action="store_true",
+                   help="adapt the step count at run time (candidates 1, 3, 7; EAGLE/EAGLE3, "
+                   "topk 1; modelled from --format-version 0.5.23)")
     g.add_argument("--enable-nccl-nvls", action="store_true")
     g.add_argument("--enable-symm-mem", action="store_true")
     g.add_argument("--disable-custom-all-reduce", action="store_true")

@@ -14,12 +14,19 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specmon.sim import formats
 from specmon.sim.gpu_model import decode_intensity
-from specmon.sim.perf import PerfModel, RankSpeed, SpecConfig, uniform_ranks
+from specmon.sim.perf import (
+    DRAFT_WEIGHT_FRAC,
+    VERIFY_TOKEN_COST,
+    PerfModel,
+    RankSpeed,
+    SpecConfig,
+    uniform_ranks,
+)
 
 IDLE_AFTER_S = 1.0  # a pause longer than this lets the GPUs go idle
 TokenSink = Callable[[int, bool], None]  # (new tokens, finished)
@@ -37,6 +44,10 @@ class EngineConfig:
     context_len: int = 131072
     spec: SpecConfig | None = None
     patch_overhead: float = 0.0
+    draft_weight_frac: float = DRAFT_WEIGHT_FRAC  # one draft forward vs the target's weights
+    verify_token_cost: float = VERIFY_TOKEN_COST  # verify pass: extra cost per draft token
+    # --speculative-adaptive (topk 1): candidate step counts; None = fixed steps
+    adaptive_steps: tuple[int, ...] | None = None
     load_concurrency: int = 0
     load_input_len: int = 1024
     load_output_len: int = 1024
@@ -57,6 +68,8 @@ class Request:
     alpha: float = 0.0
     generated: int = 0
     verify_ct: int = 0
+    correct_drafts: int = 0
+    spec_hist: list[int] = field(default_factory=list)  # rounds by number of correct drafts
     first_token_time: float | None = None
     finish_time: float | None = None
 
@@ -76,6 +89,22 @@ class DecodeRecord:
     cuda_graph: bool
     forward_ct: int
     accept_len: float | None = None
+    fwd_busy_s: float = 0.0  # decode forward time in this interval (device timer)
+    all_busy_s: float = 0.0  # any forward (prefill too)
+    interval_s: float = 0.0
+    decode_tokens: int = 0  # tokens the interval's decode passes produced (MFU estimate)
+    decode_passes: int = 0
+    spec: SpecConfig | None = None  # the settings active at this line (adaptive changes them)
+
+
+@dataclass
+class AdaptiveRecord:
+    """`Adaptive spec params updated: steps A -> B (ema_accept_len=X)`."""
+
+    t: float
+    old_steps: int
+    new_steps: int
+    ema_accept_len: float
 
 
 @dataclass
@@ -94,7 +123,36 @@ class PrefillRecord:
     forward_ct: int
 
 
-Record = DecodeRecord | PrefillRecord
+Record = DecodeRecord | PrefillRecord | AdaptiveRecord
+
+
+class AdaptiveSteps:
+    """SGLang's AdaptiveSpeculativeParams (speculative/adaptive_spec_params.py, defaults):
+    EMA (alpha 0.2) of the batch's mean correct drafts, 10 warm-up batches, a decision every 5,
+    step down when ema <= lower - 0.5 - 0.25, up when ema > current - 0.5."""
+
+    def __init__(self, candidates: tuple[int, ...], initial: int) -> None:
+        self.candidates = sorted(set(candidates))
+        self.current = initial if initial in self.candidates else self.candidates[
+            len(self.candidates) // 2]
+        self.ema = float(self.current - 1)
+        self.count = 0
+
+    def update(self, correct: list[int]) -> tuple[int, int, float] | None:
+        if not correct:
+            return None
+        self.ema = 0.8 * self.ema + 0.2 * (sum(correct) / len(correct))
+        self.count += 1
+        if self.count <= 10 or (self.count - 10) % 5:
+            return None
+        old = self.current
+        i = self.candidates.index(old)
+        while i > 0 and self.ema <= self.candidates[i - 1] - 0.5 - 0.25:
+            i -= 1
+        while i < len(self.candidates) - 1 and self.ema > self.candidates[i] - 0.5:
+            i += 1
+        self.current = self.candidates[i]
+        return (old, self.current, self.ema) if self.current != old else None
 
 
 @dataclass
@@ -116,8 +174,16 @@ class Engine:
     def __init__(self, cfg: EngineConfig, ranks: Sequence[RankSpeed] | None = None) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.perf = PerfModel(tp_size=cfg.tp_size, patch_overhead=cfg.patch_overhead)
+        self.perf = PerfModel(tp_size=cfg.tp_size, patch_overhead=cfg.patch_overhead,
+                              draft_weight_frac=cfg.draft_weight_frac,
+                              verify_token_cost=cfg.verify_token_cost)
         self.ranks: list[RankSpeed] = list(ranks or uniform_ranks(cfg.tp_size, {}))
+        self.spec_now = cfg.spec  # the active settings (adaptive steps change them mid-run)
+        self.adaptive = (AdaptiveSteps(cfg.adaptive_steps, cfg.spec.num_steps)
+                         if cfg.adaptive_steps and cfg.spec is not None else None)
+        if self.adaptive is not None and cfg.spec is not None:
+            self.spec_now = replace(cfg.spec, num_steps=self.adaptive.current,
+                                    num_draft_tokens=self.adaptive.current + 1)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._arrivals: list[tuple[float, int, Request]] = []
@@ -135,6 +201,9 @@ class Engine:
         self.cum_spec_accepted = 0
         self.cum_spec_verify = 0
         self.last_gen_throughput = 0.0
+        self._fwd_busy = 0.0
+        self._all_busy = 0.0
+        self._decode_passes = 0
         self.last_decode_time: float | None = None
         self.last_accept_len: float | None = None
         self.total_cached = 0
@@ -266,6 +335,7 @@ class Engine:
         self.forward_ct += 1
         dur = self.perf.prefill_ms(new_tokens, self.ranks) / 1000.0
         dur *= math.exp(self._noise)
+        self._all_busy += dur
         res = StepResult(now, dur, "prefill", records=[rec])
         end = now + dur
         self.prompt_tokens_total += new_tokens
@@ -283,9 +353,10 @@ class Engine:
         cfg = self.cfg
         bs = len(self.running)
         kv = self._kv_in_use()
-        spec = cfg.spec
+        spec = self.spec_now
         noise = math.exp(self._noise)
         produced: list[tuple[Request, int]] = []
+        round_correct: list[int] = []
         if spec is None:
             dur = self.perf.step_ms(bs, kv, self.ranks) / 1000.0 * noise
             for r in self.running:
@@ -297,11 +368,19 @@ class Engine:
                 while k < spec.max_accept_drafts and self.rng.random() < r.alpha:
                     k += 1
                 produced.append((r, k + 1))
+                round_correct.append(k)
                 self.spec_accepted += k
                 self.spec_verify += 1
                 r.verify_ct += 1
+                r.correct_drafts += k
+                if len(r.spec_hist) <= spec.max_accept_drafts:
+                    r.spec_hist.extend([0] * (spec.max_accept_drafts + 1 - len(r.spec_hist)))
+                r.spec_hist[k] += 1
                 self.spec_verify_calls_total += 1
         end = now + dur
+        self._fwd_busy += dur
+        self._all_busy += dur
+        self._decode_passes += 1
         self._recent_bs = bs
         res = StepResult(now, dur, "decode")
         done: list[Request] = []
@@ -317,6 +396,12 @@ class Engine:
         self.forward_ct_decode += 1
         if self.forward_ct_decode % cfg.decode_log_interval == 0:
             res.records.append(self._decode_record(end, bs, kv))
+        if self.adaptive is not None and spec is not None:
+            change = self.adaptive.update(round_correct)
+            if change is not None:
+                old, new, ema = change
+                self.spec_now = replace(spec, num_steps=new, num_draft_tokens=new + 1)
+                res.records.append(AdaptiveRecord(end, old, new, ema))
         self._finish_done(res, done, end)
         return res
 
@@ -325,6 +410,10 @@ class Engine:
         tic = self.last_decode_stats_tic
         gap = t - tic if tic is not None else 0.0
         gen = self.num_generated_tokens / gap if gap > 0 else 0.0
+        tokens = self.num_generated_tokens
+        fwd, allb, passes = self._fwd_busy, self._all_busy, self._decode_passes
+        self._fwd_busy = self._all_busy = 0.0
+        self._decode_passes = 0
         self.last_decode_stats_tic = t
         self.num_generated_tokens = 0
         accept_len = None
@@ -352,6 +441,12 @@ class Engine:
             cuda_graph=(not cfg.disable_cuda_graph) and bs <= cfg.cuda_graph_max_bs,
             forward_ct=self.forward_ct,
             accept_len=accept_len,
+            fwd_busy_s=fwd,
+            all_busy_s=allb,
+            interval_s=gap,
+            decode_tokens=tokens,
+            decode_passes=passes,
+            spec=self.spec_now,
         )
 
     def _finish_done(self, res: StepResult, done: list[Request], end: float) -> None:
@@ -422,9 +517,24 @@ def render(
     spec: SpecConfig | None = None,
     log_ms: bool = False,
     log_forward_iters: bool = False,
+    device_timer: bool = False,
+    mfu: bool = False,
+    tp_size: int = 8,
 ) -> str:
-    """A record as the log line SGLang `version` prints (without newline)."""
+    """A record as the log line SGLang `version` prints (without newline).
+
+    `device_timer` stands for SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (`fwd occupancy`), `mfu` for
+    --enable-mfu-metrics; a DSPARK spec prints `cap len`/`block accept len` and its estimate.
+    The simulator's values: occupancy = decode forward time / interval (fwd+idle: any forward),
+    cap len = the static verify window, the uncapped estimate = accept len with a +-5 % bracket,
+    MFU from a 70B bf16 model's FLOPs and weight bytes per pass.
+    """
+    if isinstance(record, AdaptiveRecord):
+        return formats.line(version, record.t, formats.adaptive_message(
+            record.old_steps, record.new_steps, record.ema_accept_len), tag, log_ms=log_ms)
     if isinstance(record, DecodeRecord):
+        spec = record.spec or spec
+        tele = _telemetry(record, version, spec, device_timer, mfu, tp_size)
         rate = None
         if record.accept_len is not None and spec is not None:
             rate = formats.accept_rate(
@@ -442,6 +552,7 @@ def render(
             cuda_graph=record.cuda_graph,
             forward_ct=record.forward_ct,
             log_forward_iters=log_forward_iters,
+            **tele,
         )
     else:
         msg = formats.prefill_message(
@@ -462,6 +573,32 @@ def render(
     return formats.line(version, record.t, msg, tag, log_ms=log_ms)
 
 
+MODEL_PARAMS = 70e9  # the simulated ~70B model
+
+
+def _telemetry(rec: DecodeRecord, version: str, spec: SpecConfig | None, device_timer: bool,
+               mfu: bool, tp_size: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if spec is not None and spec.algorithm.upper() == "DSPARK" and rec.accept_len is not None:
+        out["cap_len"] = float(spec.num_draft_tokens)
+        out["block_accept_len"] = rec.accept_len
+        out["uncap"] = (rec.accept_len, rec.accept_len * 0.95, rec.accept_len * 1.05)
+    if device_timer:
+        gap = rec.interval_s
+        out["fwd_occupancy"] = 100.0 * rec.fwd_busy_s / gap if gap > 0 else float("nan")
+        out["fwd_idle_occupancy"] = (min(100.0, 100.0 * rec.all_busy_s / gap) if gap > 0
+                                     else float("nan"))
+    if mfu and rec.interval_s > 0:
+        per_gpu = 1.0 / max(1, tp_size)
+        flops = 2.0 * MODEL_PARAMS * rec.decode_tokens * per_gpu
+        read = 2.0 * MODEL_PARAMS * rec.decode_passes * per_gpu + 327_680 * rec.num_tokens * (
+            rec.decode_passes) * per_gpu
+        write = 327_680 * rec.decode_tokens * per_gpu
+        g = rec.interval_s
+        out["mfu"] = (flops / g / 1e12, read / g / 1e9, write / g / 1e9)
+    return out
+
+
 @dataclass
 class SimLine:
     t: float
@@ -477,6 +614,8 @@ def simulate(
     version: str = formats.NEWEST,
     ranks: Sequence[RankSpeed] | None = None,
     env: dict[str, str] | None = None,
+    device_timer: bool = False,
+    mfu: bool = False,
 ) -> Iterator[SimLine]:
     """Time-compressed run: the decode/prefill lines of `duration_s` simulated seconds.
 
@@ -499,4 +638,6 @@ def simulate(
             continue
         now = res.end
         for rec in res.records:
-            yield SimLine(rec.t, render(rec, version, tag, spec=cfg.spec), rec)
+            yield SimLine(rec.t, render(rec, version, tag, spec=cfg.spec,
+                                        device_timer=device_timer, mfu=mfu,
+                                        tp_size=cfg.tp_size), rec)

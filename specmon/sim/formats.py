@@ -146,8 +146,20 @@ def decode_message(
     forward_ct: int = 0,
     device: str = "cuda",
     log_forward_iters: bool = False,
+    cap_len: float | None = None,
+    block_accept_len: float | None = None,
+    uncap: tuple[float, float, float] | None = None,
+    fwd_occupancy: float | None = None,
+    fwd_idle_occupancy: float | None = None,
+    mfu: tuple[float, float, float] | None = None,
 ) -> str:
-    """The message of a 'Decode batch' line, templates D1-D10 (section 2)."""
+    """The message of a 'Decode batch' line, templates D1-D10 (section 2).
+
+    Optional 0.5.1x-0.5.2x parts, each only in the versions that print it: `cap len` and
+    `block accept len` (0.5.18+, when > 0) and DSPARK's `est uncap acc len: mid [lo, hi]`;
+    the --enable-mfu-metrics suffix (0.5.10+); `fwd occupancy` (0.5.11+) and
+    `fwd+idle occupancy` (0.5.23) with the device timer. A NaN occupancy prints `nan%`.
+    """
     spec = accept_len is not None and has_spec_fields(version)
     if ge(version, "0.5.4.post1"):
         head = f"Decode batch [{forward_ct}], " if log_forward_iters else "Decode batch, "
@@ -161,6 +173,13 @@ def decode_message(
         msg += f"accept len: {accept_len:.2f}, "
         if ge(version, "0.5.4"):
             msg += f"accept rate: {accept_rate if accept_rate is not None else 0.0:.2f}, "
+        if ge(version, "0.5.18"):
+            if cap_len:
+                msg += f"cap len: {cap_len:.2f}, "
+            if block_accept_len:
+                msg += f"block accept len: {block_accept_len:.2f}, "
+            if uncap is not None:
+                msg += f"est uncap acc len: {uncap[0]:.2f} [{uncap[1]:.2f}, {uncap[2]:.2f}], "
     if ge(version, "0.4.6.post1"):
         msg += f"{graph_label(version, device)}: {cuda_graph}, "
     msg += f"gen throughput (token/s): {gen_throughput:.2f}, "
@@ -169,6 +188,14 @@ def decode_message(
     msg += f"#queue-req: {queue_req}"
     if _decode_trailing_comma(version):
         msg += ", "
+    if mfu is not None and ge(version, "0.5.10"):
+        msg += (f", est. decode TFLOPS/s (per GPU): {mfu[0]:.2f}, "
+                f"est. read BW (GB/s per GPU): {mfu[1]:.2f}, "
+                f"est. write BW (GB/s per GPU): {mfu[2]:.2f}")
+    if fwd_occupancy is not None and ge(version, "0.5.11"):
+        msg += f", fwd occupancy: {fwd_occupancy:.2f}%"
+        if ge(version, "0.5.23") and fwd_idle_occupancy is not None:
+            msg += f", fwd+idle occupancy: {fwd_idle_occupancy:.2f}%"
     return msg
 
 
@@ -301,3 +328,61 @@ def access_message(client: str, method: str, path: str, status: int, reason: str
 def nccl_env_line(host: str, pid: int, tid: int, dev: int, var: str, value: str) -> str:
     """What NCCL_DEBUG=INFO prints when it reads a variable from the environment."""
     return f"{host}:{pid}:{tid} [{dev}] NCCL INFO {var} set by environment to {value}"
+
+
+# ---------------------------------------------------------------------------- /generate meta_info
+
+
+def spec_meta_info(
+    version: str,
+    *,
+    verify_ct: int,
+    correct_drafts: int,
+    histogram: Sequence[int],
+    completion_tokens: int,
+    num_steps: int,
+    num_draft_tokens: int,
+) -> dict[str, Any]:
+    """The speculative keys of a finished request's `meta_info` (sglang-observables.md 4.3).
+
+    Three generations of names: 0.5.6-0.5.10 `spec_accept_token_num`/`spec_draft_token_num`;
+    0.5.9-0.5.20 `spec_accept_histogram`; 0.5.11-0.5.20 `spec_accepted_drafts`/
+    `spec_proposed_drafts`; 0.5.12+ `spec_num_correct_drafts`/`spec_num_proposed_drafts`/
+    `spec_correct_drafts_histogram`. SGLang (0.5.23 tokenizer_manager) adds them only to the
+    finished chunk of a stream, so the caller does too.
+    """
+    if not ge(version, "0.4.3"):
+        return {}
+    out: dict[str, Any] = {"spec_verify_ct": verify_ct}
+    proposed = verify_ct * max(1, num_draft_tokens - 1)
+    if ge(version, "0.5.4") and verify_ct:
+        acc_len = completion_tokens / verify_ct
+        out["spec_accept_length"] = acc_len
+        if ge(version, "0.5.11"):
+            out["spec_accept_rate"] = correct_drafts / proposed if proposed else 0.0
+        else:
+            out["spec_accept_rate"] = accept_rate(version, acc_len, num_steps, num_draft_tokens)
+    if ge(version, "0.5.6") and not ge(version, "0.5.11"):
+        out["spec_accept_token_num"] = correct_drafts
+        out["spec_draft_token_num"] = proposed
+    if ge(version, "0.5.9") and not ge(version, "0.5.23"):
+        out["spec_accept_histogram"] = list(histogram)
+    if ge(version, "0.5.11") and not ge(version, "0.5.23"):
+        out["spec_accepted_drafts"] = correct_drafts
+        out["spec_proposed_drafts"] = proposed
+    if ge(version, "0.5.12"):
+        out["spec_num_correct_drafts"] = correct_drafts
+        out["spec_num_proposed_drafts"] = proposed
+        out["spec_correct_drafts_histogram"] = list(histogram)
+    return out
+
+
+def adaptive_message(old_steps: int, new_steps: int, ema_accept_len: float) -> str:
+    """AdaptiveSpeculativeParams._recompute_params' line (--speculative-adaptive)."""
+    return (f"Adaptive spec params updated: steps {old_steps} -> {new_steps} "
+            f"(ema_accept_len={ema_accept_len:.2f})")
+
+
+def adaptive_init_message(steps: int, candidates: Sequence[int]) -> str:
+    return (f"AdaptiveSpeculativeParams initialized: steps={steps}, "
+            f"candidate_steps={sorted(set(candidates))}")

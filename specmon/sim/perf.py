@@ -79,8 +79,12 @@ class SpecConfig:
 
 @dataclass(frozen=True)
 class PerfModel:
+    """Step costs; the speculative ones are parameters so tests can place the true optimum."""
+
     tp_size: int = 8
     patch_overhead: float = 0.0
+    draft_weight_frac: float = DRAFT_WEIGHT_FRAC
+    verify_token_cost: float = VERIFY_TOKEN_COST
 
     @property
     def _shard(self) -> float:
@@ -109,10 +113,10 @@ class PerfModel:
         worst = 0.0
         for r in ranks:
             verify = (self._gpu_ms(bs, kv_tokens, r) + r.comm_ms) * (
-                1.0 + VERIFY_TOKEN_COST * (ndt - 1)
+                1.0 + self.verify_token_cost * (ndt - 1)
             ) + PER_REQ_MS_TP8 * self._shard * bs * (ndt - 1) / max(0.05, r.clock_ratio)
             draft = (
-                DRAFT_WEIGHT_FRAC * WEIGHTS_MS_TP8 * self._shard
+                self.draft_weight_frac * WEIGHTS_MS_TP8 * self._shard
                 + DRAFT_COMM_FRAC * r.comm_ms
                 + DRAFT_FIXED_MS
             )

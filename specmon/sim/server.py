@@ -104,6 +104,9 @@ class SimServer:
             )
         self.log_ms = os.environ.get("SGLANG_LOG_MS", "") in ("1", "true", "True")
         self.log_iters = os.environ.get("SGLANG_LOG_FORWARD_ITERS", "") in ("1", "true", "True")
+        self.device_timer = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "") in (
+            "1", "true", "True")
+        self.mfu = bool(getattr(opts, "enable_mfu_metrics", False)) and opts.enable_metrics
         self.info_on = opts.log_level in ("debug", "info")
         self.tag0 = formats.rank_tag(self.version, tp_size=self.tp, tp_rank=0)
         # memory plan (cosmetic but self-consistent): a ~70B bf16 model sharded over tp GPUs
@@ -122,6 +125,7 @@ class SimServer:
             cuda_graph_max_bs=self.cuda_graph_max_bs,
             disable_cuda_graph=opts.disable_cuda_graph,
             spec=self.spec,
+            adaptive_steps=self._adaptive(opts),
             patch_overhead=max(0.0, float(opts.patch_overhead)),
             load_concurrency=max(0, opts.load_concurrency),
             load_input_len=max(1, opts.load_input_len),
@@ -165,6 +169,8 @@ class SimServer:
             )
         if algo == "EAGLE3" and not formats.ge(self.version, "0.4.5"):
             raise SimError(f"EAGLE3 needs --format-version >= 0.4.5 (got {self.version})")
+        if algo == "DSPARK" and not formats.ge(self.version, "0.5.18"):
+            raise SimError(f"DSPARK needs --format-version >= 0.5.18 (got {self.version})")
         steps = opts.speculative_num_steps or 3
         topk = opts.speculative_eagle_topk or 1
         ndt = opts.speculative_num_draft_tokens or (steps + 1)
@@ -173,6 +179,17 @@ class SimServer:
         if not 0.0 <= opts.accept_prob < 1.0:
             raise SimError("--accept-prob must be in [0, 1)")
         return SpecConfig(algo, steps, topk, ndt, opts.accept_prob)
+
+    def _adaptive(self, opts: argparse.Namespace) -> tuple[int, ...] | None:
+        if not getattr(opts, "speculative_adaptive", False):
+            return None
+        if self.spec is None or self.spec.algorithm not in ("EAGLE", "EAGLE3") or (
+                self.spec.eagle_topk != 1):
+            raise SimError("--speculative-adaptive needs EAGLE/EAGLE3 with topk 1")
+        if not formats.ge(self.version, "0.5.23"):
+            raise SimError(f"--speculative-adaptive is modelled from --format-version 0.5.23 "
+                           f"(got {self.version})")
+        return (1, 3, 7)
 
     def server_args(self) -> dict[str, Any]:
         o = self.opts
@@ -432,6 +449,9 @@ class SimServer:
 
     def _startup_lines(self) -> None:
         v = self.version
+        if self.engine.adaptive is not None:
+            self.sched_log(formats.adaptive_init_message(self.engine.adaptive.current,
+                                                         self.engine.adaptive.candidates))
         total = max(0.0, float(self.opts.startup_s))
         self.sched_log(f"Load weight begin. avail mem={self.avail0:.2f} GB")
         if not self._sleep(total * 0.45):
@@ -520,7 +540,9 @@ class SimServer:
                 for rec in res.records:
                     self.log.write(
                         render(rec, self.version, self.tag0, spec=self.spec, log_ms=self.log_ms,
-                               log_forward_iters=self.log_iters)  # fmt: skip
+                               log_forward_iters=self.log_iters,
+                               device_timer=self.device_timer, mfu=self.mfu,
+                               tp_size=self.tp)  # fmt: skip
                     )
             for req, n, fin in res.tokens:
                 if req.sink is not None:
@@ -698,6 +720,19 @@ class SimServer:
                     v, e.last_accept_len or 1.0, self.spec.num_steps, self.spec.num_draft_tokens
                 )
                 gauges.append(("spec_accept_rate", "The acceptance rate.", rate))
+            if formats.ge(v, "0.5.15"):  # the active speculative configuration
+                now_spec = e.spec_now
+                gauges.append(("spec_num_steps", "Active speculative num steps.",
+                               now_spec.num_steps if now_spec else 0))
+                gauges.append(("spec_num_draft_tokens", "Active speculative draft tokens.",
+                               now_spec.num_draft_tokens if now_spec else 0))
+            if formats.ge(v, "0.5.18"):
+                dspark = self.spec is not None and self.spec.algorithm == "DSPARK"
+                gauges.append(("spec_cap_length", "Mean verify cap length (DSPARK).",
+                               float(self.spec.num_draft_tokens) if dspark and self.spec
+                               else 0.0))
+                gauges.append(("spec_block_accept_length", "Block accept length (DSPARK).",
+                               (e.last_accept_len or 0.0) if dspark else 0.0))
             if formats.ge(v, "0.5.4"):
                 cg = (not self.opts.disable_cuda_graph) and len(e.running) <= self.cuda_graph_max_bs
                 gauges.append(("is_cuda_graph", "Whether the batch used a cuda graph.", float(cg)))
@@ -774,6 +809,10 @@ class SimServer:
             if not isinstance(text, str):
                 raise ValueError("text must be a string (batched requests are not simulated)")
             input_len = max(1, int(len(text.split()) * 1.3))
+        ctx = self.engine_cfg.context_len
+        if input_len >= ctx:  # TokenizerManager._validate_one_request's wording
+            raise ValueError(f"The input ({input_len} tokens) is longer than the model's context "
+                             f"length ({ctx} tokens).")
         q: Queue[tuple[int, bool]] = Queue()
         with self.lock:
             req = self.engine.submit(
@@ -790,10 +829,11 @@ class SimServer:
             "completion_tokens": completion,
             "cached_tokens": 0,
         }
-        if self.spec is not None and formats.ge(self.version, "0.4.3"):
-            meta["spec_verify_ct"] = req.verify_ct
-            if formats.ge(self.version, "0.5.4") and req.verify_ct:
-                meta["spec_accept_length"] = completion / req.verify_ct
+        if self.spec is not None and done:  # spec_* only in the finished chunk, as 0.5.23
+            meta.update(formats.spec_meta_info(
+                self.version, verify_ct=req.verify_ct, correct_drafts=req.correct_drafts,
+                histogram=req.spec_hist, completion_tokens=completion,
+                num_steps=self.spec.num_steps, num_draft_tokens=self.spec.num_draft_tokens))
         if done and req.finish_time is not None:
             meta["e2e_latency"] = req.finish_time - req.arrival
         return meta
@@ -926,17 +966,25 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("body must be a JSON object")
-                req, q = srv.generate(body)
             except (ValueError, TypeError) as exc:
                 self._json(400, {"error": {"message": str(exc)}})
                 return
             stream = bool(body.get("stream"))
+            try:
+                req, q = srv.generate(body)
+            except (ValueError, TypeError) as exc:
+                if not stream:  # http_server.generate_request: _create_error_response -> 400
+                    self._json(400, {"error": {"message": str(exc)}})
+                    return
+                # streaming: the response has started (200); the error is a data chunk
+                self._start_stream()
+                err = {"error": {"message": str(exc)}}
+                self._chunk(f"data: {json.dumps(err)}\n\n".encode())
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+                return
             if stream:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                self._access(200)
+                self._start_stream()
             done_tokens = 0
             while True:
                 try:
@@ -958,6 +1006,13 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._json(200, {"text": token_text(req.rid, 0, done_tokens),
                              "meta_info": srv.meta_info(req, True, done_tokens)})  # fmt: skip
+
+        def _start_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            self._access(200)
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

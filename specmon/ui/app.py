@@ -25,15 +25,16 @@ from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPan
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
-from specmon.analysis.window import DEFAULT_WINDOW_S, speedup
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu import GpuSample
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
-from specmon.session.drift import NotEnoughSamples, alert_lines
+from specmon.session.drift import NotEnoughSamples, alert_lines, session_speedup_view
 from specmon.session.events import Feed, LineItem, ServerInfo
 from specmon.session.fleet import FleetSession
 from specmon.session.state import Session
+from specmon.session.window import DEFAULT_WINDOW_S, speedup
+from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.messages import (
     BaselineRequest,
@@ -45,6 +46,7 @@ from specmon.ui.messages import (
     ServerLines,
     ServerNotice,
     ServerPids,
+    ServerProbe,
     TailMissing,
 )
 from specmon.ui.safe import plain
@@ -130,6 +132,9 @@ class _Sink:
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.app.post_message(ServerPids(host, server, pids))
 
+    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
+        self.app.post_message(ServerProbe(host, server, probe))
+
     def request_baseline(self, host: str, server: str) -> None:
         self.app.post_message(BaselineRequest(host, server))
 
@@ -137,7 +142,7 @@ class _Sink:
 ServerKey = tuple[str, str]
 
 
-class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
+class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     """The one app of every path (connect 1..N hosts, demo, replay): built on the session
     model (`FleetSession`; a plain `Session` is a fleet of one), fed by one `Feed`."""
 
@@ -154,6 +159,7 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         Binding("h", "next_host", "Next host", id="host.next"),
         *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
         *ServerControlMixin.CONTROL_BINDINGS,
+        *AdvisorKeysMixin.ADVISOR_BINDINGS,
         Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
     ]
 
@@ -337,6 +343,10 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
     def _tail_missing(self, msg: TailMissing) -> None:
         self.fleet.tail_missing(msg.host, msg.server, msg.path, msg.reason)
 
+    @on(ServerProbe)
+    def _probe(self, msg: ServerProbe) -> None:
+        self.fleet.server_probe(msg.host, msg.server, msg.probe)
+
     @on(ServerPids)
     def _pids(self, msg: ServerPids) -> None:
         self.fleet.server_pids(msg.host, msg.server, msg.pids)
@@ -396,8 +406,11 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         base = hs.by_role("baseline")  # like with like: the same host's servers
         spec = hs.by_role("speculative")
         sp = speedup(base, spec, now, self.window_s) if base and spec else None
-        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s)
-        decoding = any(st.last_line_t is not None and st.decode and now - st.decode[-1].t < 15
+        watch = self.fleet.watches.get((host, base.name)) if host and base else None
+        sp_view = session_speedup_view(hs, base, spec, watch, self.window_s, now)
+        self.query_one(SpeedupBar).show(sp, bool(base and spec), self.window_s, sp_view)
+        decoding = any(st.last_line_t is not None and st.decode
+                       and now - (st.decode[-1].received or st.decode[-1].t) < 15
                        for st in hs.servers.values())
         self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding,
                                       *((self._other_node_gpus(host),) if self._multi and host
@@ -437,10 +450,14 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
         return b
 
     def drift_tick(self) -> None:
-        self.fleet.tick(self.clock())  # changes come back through _alert_changed
+        now = self.clock()
+        self.fleet.tick(now)  # changes come back through _alert_changed
+        self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
         self._show_alerts()
 
     def _alert_changed(self, host: str, server: str, alert: Alert) -> None:
+        if not self.fleet.should_notify(host, server, alert):
+            return  # the same alert with refreshed causes: the banner shows it
         name = self.server_label((host, server))
         if alert.cleared:
             self.notify(f"{name}: cleared: {alert.text}", markup=False)
@@ -463,7 +480,8 @@ class SpecmonApp(ServerControlMixin, SnapshotKeysMixin, App[None]):
             if i:
                 t.append("\n")
             t.append(f"{alert.level.upper()} ", style="bold")
-            t.append(plain("\n".join(alert_lines(self.server_label((host, server)), alert))))
+            t.append("\n".join(plain(ln) for ln in alert_lines(self.server_label((host, server)),
+                                                              alert)))
         banner.update(t)
         banner.set_class(any(a.level == "critical" for _, _, a in active), "critical")
 

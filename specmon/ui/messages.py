@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from textual.message import Message
 
@@ -78,6 +79,15 @@ class ServerPids(Message):
     host: str
     server: str
     pids: Sequence[int]
+
+
+@dataclass
+class ServerProbe(Message):
+    """The fingerprint probe of a launch (SGLang version, files modified against RECORD)."""
+
+    host: str
+    server: str
+    probe: dict[str, Any]
 
 
 @dataclass

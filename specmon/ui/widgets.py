@@ -14,15 +14,18 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Input, Log, Sparkline, Static
 
-from specmon.analysis.window import (
+from specmon.parse.gpu import GpuSample, is_clock_limited
+from specmon.session.speedup import SpeedupView, format_speedup
+from specmon.session.state import ServerState
+from specmon.session.window import (
+    MIN_N,
     Speedup,
     WindowStats,
     current_stats,
     recomputed_accept_rate,
+    run_stats_text,
     window_points,
 )
-from specmon.parse.gpu import GpuSample, is_clock_limited
-from specmon.session.state import ServerState
 from specmon.ui.safe import plain
 
 NA = "N/A"
@@ -60,12 +63,15 @@ class ServerSummary(Static):
         t.add_row("decode tok/s, last interval", num(last.gen_throughput if last else None),
                   f"decode-only, bs {num(bs, '{}')}{stale}")
         w: WindowStats | None = current_stats(state, now, window_s)
-        if w is not None:
+        run_txt = plain(run_stats_text(state, w))  # "run 3 since 14:02:11, n 4"
+        if w is not None and w.n >= MIN_N:
             cv = f", CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
             t.add_row(f"median, last {window_s:.0f} s", num(w.median),
-                      f"bs {w.running_req}, n {w.n}, p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}")
+                      f"{run_txt}, bs {w.running_req}, p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}")
         else:
-            t.add_row(f"median, last {window_s:.0f} s", NA, "no decode lines in window")
+            t.add_row(f"median, last {window_s:.0f} s", NA,
+                      f"{run_txt}: too few decode lines" if w is not None else
+                      f"{run_txt}: no decode lines in window")
         if last is not None and last.running_req:
             t.add_row("ms/token per request", num(1000.0 * last.running_req / last.gen_throughput
                                                   if last.gen_throughput else None, "{:.1f}"),
@@ -341,9 +347,20 @@ def _startup_text(state: ServerState) -> Text:
 class SpeedupBar(Static):
     """spec ÷ baseline at the same #running-req, with its uncertainty and what it implies."""
 
-    def show(self, sp: Speedup | None, have_both: bool, window_s: float) -> None:
+    def show(self, sp: Speedup | None, have_both: bool, window_s: float,
+             view: SpeedupView | None = None) -> None:
         t = Text()
-        if not have_both:
+        if view is not None:  # the honest line: current runs, drift, fingerprint differences
+            sp = view.detail
+            if view.value is None:
+                t.append(plain(format_speedup(view)))
+            else:
+                assert sp is not None
+                t.append("speedup  ", style="bold")
+                t.append(plain(format_speedup(view)), style="bold")
+                t.append(f"  (95% {sp.low:.2f}–{sp.high:.2f}, at bs {sp.running_req}, decode-only medians of "
+                         f"the last {window_s:.0f} s of each run, n {sp.spec.n}/{sp.base.n})")
+        elif not have_both:
             t.append("speedup N/A: needs one baseline and one speculative server")
         elif sp is None:
             t.append(f"speedup N/A: no batch size with ≥3 decode samples on both servers "
@@ -355,6 +372,7 @@ class SpeedupBar(Static):
             t.append(f"  at bs {sp.running_req}: spec {sp.spec.median:.1f} / base "
                      f"{sp.base.median:.1f} tok/s, medians, decode-only, last {window_s:.0f} s, "
                      f"n {sp.spec.n}/{sp.base.n}")
+        if sp is not None:
             t.append(f"\nms/token {sp.spec_ms_per_token:.1f} spec vs {sp.base_ms_per_token:.1f} "
                      f"base")
             cyc = sp.verify_cycle_ms

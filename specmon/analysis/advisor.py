@@ -1,0 +1,727 @@
+"""Acceptance profile, speculative cost model, candidate settings, "speculation no longer pays".
+
+Pure functions over parsed records: no I/O, no clock. Every number comes from one server run
+(a launch: from one `server_args=` line to the next) and, inside a run, from one segment of
+constant speculative settings (`Adaptive spec params updated` lines start a new segment), at one
+batch size (#running-req). The model is the engineering form of Leviathan et al.:
+
+    tokens per round   tau(s) = 1 + sum_{k=1..s} P(draft position k accepted)
+    cycle time         t_cycle(s, d) = a + b*s + c*(d - 1 - s)      (fitted, ms)
+    tok/s              running_req * tau / t_cycle;  speedup = tau * t_b / t_cycle
+
+with `t_b` the baseline's ms per token at the same batch size. What the logs cannot identify is
+assumed and said so (`assumptions`): one step count -> draft cost per step 0; no tree run -> no
+extra cost per tree draft token; positions beyond the longest measured chain -> the last
+measured conditional acceptance. Bands are ~95 %: acceptance from the profile's n (rounds, or
+autocorrelation-corrected decode lines), cycle time from the spread of the per-line cycle times.
+
+Runs are split here by `server_args` lines (a pure helper); the session's own notion of runs
+can replace `split_runs` when it exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specmon.analysis.drift import DriftParams, SampleFilter, lag1, neff
+from specmon.parse.sglang import BatchRecord, EventRecord, Record
+
+MIN_LINES = 3  # decode lines a segment needs at the chosen batch size
+STEPS = range(1, 7)
+DRAFT_TOKENS = range(2, 9)
+Z = 1.96
+
+
+# --------------------------------------------------------------------------------------------
+# Runs and segments
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """Decode lines of one run with constant speculative settings."""
+
+    run: str
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+    algorithm: str | None = None
+    records: list[BatchRecord] = field(default_factory=list)  # decode and prefill lines
+    histogram: list[int] | None = None  # rounds by correct drafts (benchmark meta_info)
+    started_by: str = "server_args"  # or "adaptive": an `Adaptive spec params updated` line
+    start_ts: str | None = None  # the log time where it began (chart marker)
+    launch: str = ""  # the run (launch) this segment belongs to; `run` adds `.N` inside it
+
+    def __post_init__(self) -> None:
+        if not self.launch:
+            self.launch = self.run
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.algorithm) or any(r.accept_len is not None for r in self.records)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def split_runs(records: Iterable[Record | None], label: str) -> list[Segment]:
+    """Segments of a log: a new run at every `server_args` line, a new segment inside a run at
+    every adaptive step change (topk 1: draft tokens follow as steps + 1)."""
+    out: list[Segment] = []
+    cur: Segment | None = None
+    run_no = 0
+    for rec in records:
+        if isinstance(rec, EventRecord):
+            if rec.kind == "server_args":
+                run_no += 1
+                d = rec.data
+                cur = Segment(f"{label}#{run_no}", _int(d.get("speculative_num_steps")),
+                              _int(d.get("speculative_eagle_topk")),
+                              _int(d.get("speculative_num_draft_tokens")),
+                              d.get("speculative_algorithm") or None, start_ts=rec.timestamp)
+                out.append(cur)
+            elif rec.kind == "spec_params" and cur is not None:
+                new = _int(rec.data.get("new_steps"))
+                sub = sum(1 for s in out if s.launch == cur.launch)
+                dt = cur.draft_tokens
+                if new is not None and cur.topk == 1:
+                    dt = new + 1
+                cur = replace(cur, run=f"{cur.launch}.{sub + 1}", steps=new,
+                              draft_tokens=dt, records=[], histogram=None,
+                              started_by="adaptive", start_ts=rec.timestamp)
+                out.append(cur)
+        elif isinstance(rec, BatchRecord):
+            if cur is None:  # a log cut before its server_args line: settings unknown
+                run_no += 1
+                cur = Segment(f"{label}#{run_no}")
+                out.append(cur)
+            cur.records.append(rec)  # prefill lines too: they mark the decode lines after them
+    return [s for s in out if any(r.kind == "decode" for r in s.records)]
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One segment at one batch size, from its clean decode lines."""
+
+    run: str
+    steps: int | None
+    topk: int | None
+    draft_tokens: int | None
+    running_req: int
+    accept_len: float | None
+    t_cycle_ms: float | None
+    tok_s: float
+    n: int
+    n_eff: float
+    se_log_tok_s: float
+    se_accept: float | None = None
+    se_log_cycle: float | None = None
+    histogram: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "steps": self.steps, "topk": self.topk,
+                "draft_tokens": self.draft_tokens, "running_req": self.running_req,
+                "accept_len": _round(self.accept_len), "t_cycle_ms": _round(self.t_cycle_ms),
+                "tok_s": _round(self.tok_s), "n": self.n}
+
+
+def _round(v: float | None, nd: int = 4) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, nd)
+
+
+def clean_lines(records: Sequence[BatchRecord]) -> list[BatchRecord]:
+    """Lines the drift detector would keep: no warm-up, queue, prefill in the interval,
+    batch-size change or idle gap (whose gen throughput counts idle time)."""
+    f = SampleFilter(DriftParams())
+    out = []
+    for r in records:
+        if r.kind == "prefill":
+            f.prefill()
+        elif f.decode(r, None) is not None:
+            out.append(r)
+    return out
+
+
+def _se_log(xs: Sequence[float]) -> tuple[float, float]:
+    """(SE of the log-mean, n_eff) with lag-1 autocorrelation taken into account."""
+    logs = [math.log(x) for x in xs if x > 0]
+    n = len(logs)
+    if n < 2:
+        return float("inf"), float(n)
+    m = sum(logs) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
+    ne = neff(n, max(0.0, min(0.95, lag1(logs))))
+    return sd / math.sqrt(ne), ne
+
+
+def measure(seg: Segment, running_req: int) -> Measured | None:
+    """Mean accept len, cycle time and tok/s of a segment's clean lines at one batch size."""
+    lines = [r for r in clean_lines(seg.records) if r.running_req == running_req
+             and r.gen_throughput is not None and r.gen_throughput > 0]
+    if len(lines) < MIN_LINES:
+        return None
+    thr = [r.gen_throughput for r in lines if r.gen_throughput]
+    se_thr, ne = _se_log(thr)
+    tok_s = math.exp(sum(math.log(x) for x in thr) / len(thr))
+    acc = [r.accept_len for r in lines if r.accept_len is not None and r.accept_len > 0]
+    if len(acc) < len(lines):
+        acc_mean = se_acc = cycle = se_cyc = None
+    else:
+        acc_mean = sum(acc) / len(acc)
+        sd = math.sqrt(sum((a - acc_mean) ** 2 for a in acc) / max(1, len(acc) - 1))
+        se_acc = sd / math.sqrt(neff(len(acc), max(0.0, min(0.95, lag1(acc)))))
+        cycles = [1000.0 * running_req * (r.accept_len or 0) / (r.gen_throughput or 1)
+                  for r in lines]
+        se_cyc, _ = _se_log(cycles)
+        cycle = math.exp(sum(math.log(c) for c in cycles) / len(cycles))
+    return Measured(seg.run, seg.steps, seg.topk, seg.draft_tokens, running_req, acc_mean, cycle,
+                    tok_s, len(lines), ne, se_thr, se_acc, se_cyc,
+                    tuple(seg.histogram) if seg.histogram else None)
+
+
+def batch_sizes(segs: Sequence[Segment]) -> Counter[int]:
+    c: Counter[int] = Counter()
+    for s in segs:
+        for r in clean_lines(s.records):
+            if r.running_req:
+                c[r.running_req] += 1
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# Acceptance profile
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    """P(draft position k accepted) for k = 1..len(survival); beyond it, `tail` per position."""
+
+    survival: tuple[float, ...]  # S(k) = P(at least k drafts accepted), k = 1..m
+    tail: float  # conditional acceptance assumed for positions > m
+    n: float  # rounds (histogram) or effective decode lines (log only)
+    se_tail: float
+    source: str  # "histogram" | "accept len"
+
+    def tau(self, max_drafts: int, tail: float | None = None) -> float:
+        """Expected tokens per round when at most `max_drafts` drafts can be accepted."""
+        t = self.tail if tail is None else tail
+        total, s = 1.0, 1.0
+        for k in range(1, max_drafts + 1):
+            s = self.survival[k - 1] if k <= len(self.survival) else s * t
+            total += s
+        return total
+
+    def per_position(self) -> list[float]:
+        """Conditional acceptance of position k given k-1 were accepted."""
+        out, prev = [], 1.0
+        for s in self.survival:
+            out.append(s / prev if prev > 0 else 0.0)
+            prev = s
+        return out
+
+
+def geometric_alpha(tau: float, m: int) -> float:
+    """alpha with sum_{k=0..m} alpha^k = tau (bisection; tau clamped to [1, m+1])."""
+    if m <= 0:
+        return 0.0
+    tau = min(max(tau, 1.0), m + 1.0 - 1e-9)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**k for k in range(m + 1)) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _max_drafts(steps: int | None, draft_tokens: int | None) -> int | None:
+    if steps is None:
+        return None
+    return min(steps, (draft_tokens - 1) if draft_tokens else steps)
+
+
+def profile_from_histogram(hist: Sequence[int]) -> Profile | None:
+    n = sum(hist)
+    if n <= 0 or len(hist) < 2:
+        return None
+    surv = []
+    for k in range(1, len(hist)):
+        surv.append(sum(hist[k:]) / n)
+    prev = surv[-2] if len(surv) > 1 else 1.0
+    tail = surv[-1] / prev if prev > 0 else 0.0
+    # binomial SE of the last conditional rate, over the rounds that reached that position
+    reach = n * prev
+    se = math.sqrt(max(tail * (1 - tail), 1e-6) / max(reach, 1.0))
+    return Profile(tuple(surv), tail, float(n), se, "histogram")
+
+
+def profile_from_log(m: Measured) -> Profile | None:
+    """Geometric profile from the mean accept len (the log holds no per-position data)."""
+    k = _max_drafts(m.steps, m.draft_tokens)
+    if m.accept_len is None or not k:
+        return None
+    a = geometric_alpha(m.accept_len, k)
+    se_tau = m.se_accept or 0.0
+    lo = geometric_alpha(m.accept_len - se_tau, k)
+    hi = geometric_alpha(m.accept_len + se_tau, k)
+    return Profile(tuple(a**i for i in range(1, k + 1)), a, m.n_eff, max(hi - lo, 1e-6) / 2,
+                   "accept len")
+
+
+def best_profile(ms: Sequence[Measured]) -> Profile | None:
+    """The profile reaching the furthest draft position (histograms preferred at equal reach)."""
+    best: tuple[tuple[int, int, float], Profile] | None = None
+    for m in ms:
+        p = profile_from_histogram(m.histogram) if m.histogram else None
+        p = p or profile_from_log(m)
+        if p is None:
+            continue
+        key = (len(p.survival), p.source == "histogram", p.n)
+        if best is None or key > best[0]:
+            best = (key, p)
+    return best[1] if best else None
+
+
+# --------------------------------------------------------------------------------------------
+# Cost model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """t_cycle = a + b*steps + c*(draft_tokens - 1 - steps), fitted by weighted least squares."""
+
+    coef: tuple[float, float, float]
+    cov: tuple[tuple[float, ...], ...]  # covariance of the fitted coefficients (3x3, zeros out)
+    fitted: tuple[bool, bool, bool]
+    assumptions: tuple[str, ...]
+
+    @staticmethod
+    def features(steps: int, draft_tokens: int) -> tuple[float, float, float]:
+        return (1.0, float(steps), float(max(0, draft_tokens - 1 - steps)))
+
+    def predict(self, steps: int, draft_tokens: int) -> tuple[float, float]:
+        """(t_cycle ms, its standard error)."""
+        g = self.features(steps, draft_tokens)
+        t = sum(c * x for c, x in zip(self.coef, g, strict=True))
+        var = sum(g[i] * self.cov[i][j] * g[j] for i in range(3) for j in range(3))
+        return t, math.sqrt(max(var, 0.0))
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for c in range(col, n + 1):
+                    m[r][c] -= f * m[col][c]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+    n = len(a)
+    cols = []
+    for i in range(n):
+        e = [1.0 if j == i else 0.0 for j in range(n)]
+        x = _solve(a, e)
+        if x is None:
+            return None
+        cols.append(x)
+    return [[cols[j][i] for j in range(n)] for i in range(n)]
+
+
+def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
+    pts = [m for m in ms if m.t_cycle_ms is not None and m.steps is not None]
+    if not pts:
+        return None
+    dts = [m.draft_tokens or (m.steps or 0) + 1 for m in pts]
+    feats = [CostModel.features(m.steps or 0, d) for m, d in zip(pts, dts, strict=True)]
+    use = [True, len({f[1] for f in feats}) >= 2, False]
+    assumptions: list[str] = []
+    if not use[1]:
+        assumptions.append(
+            f"one step count measured ({pts[0].steps}): draft cost per step assumed negligible "
+            "(0 ms); run a second step count to measure it")
+    extra = {f[2] for f in feats}
+    if len({(f[1], f[2]) for f in feats}) > 1 + int(use[1]) and len(extra) >= 2:
+        use[2] = True
+    else:
+        assumptions.append("no tree run with extra draft tokens measured: extra verify cost per "
+                           "draft token beyond steps + 1 assumed 0 ms")
+    idx = [i for i in range(3) if use[i]]
+    w = []
+    for m in pts:
+        se = (m.se_log_cycle or 0.05) * (m.t_cycle_ms or 0.0)
+        w.append(1.0 / max(se * se, 1e-6))
+    ata = [[sum(w[k] * feats[k][i] * feats[k][j] for k in range(len(pts))) for j in idx]
+           for i in idx]
+    atb = [sum(w[k] * feats[k][i] * (pts[k].t_cycle_ms or 0.0) for k in range(len(pts)))
+           for i in idx]
+    sol = _solve(ata, atb)
+    inv = _inverse(ata)
+    if sol is None or inv is None:
+        return None
+    # residual scatter beyond the stated SEs widens the covariance (never narrows it)
+    dof = len(pts) - len(idx)
+    if dof > 0:
+        resid = sum(w[k] * (pts[k].t_cycle_ms - sum(sol[a] * feats[k][i]  # type: ignore[operator]
+                    for a, i in enumerate(idx))) ** 2 for k in range(len(pts)))
+        scale = max(1.0, resid / dof)
+        inv = [[x * scale for x in row] for row in inv]
+    coef = [0.0, 0.0, 0.0]
+    cov = [[0.0] * 3 for _ in range(3)]
+    for a, i in enumerate(idx):
+        coef[i] = sol[a]
+        for b_, j in enumerate(idx):
+            cov[i][j] = inv[a][b_]
+    return CostModel(tuple(coef), tuple(tuple(r) for r in cov), tuple(use),  # type: ignore[arg-type]
+                     tuple(assumptions))
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates and the advice
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    steps: int
+    topk: int
+    draft_tokens: int
+    predicted_tok_s: float
+    band: tuple[float, float]
+    predicted_speedup: float | None
+    tau: float
+    t_cycle_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens,
+                "predicted_tok_s": _round(self.predicted_tok_s, 2),
+                "band": [_round(self.band[0], 2), _round(self.band[1], 2)],
+                "predicted_speedup": _round(self.predicted_speedup)}
+
+    def matches(self, steps: int | None, topk: int | None, draft_tokens: int | None) -> bool:
+        return (steps, topk or 1, draft_tokens or (steps or 0) + 1) == (
+            self.steps, self.topk, self.draft_tokens)
+
+
+def flags_for(c: Candidate) -> str:
+    return (f"--speculative-num-steps {c.steps} --speculative-eagle-topk {c.topk} "
+            f"--speculative-num-draft-tokens {c.draft_tokens}")
+
+
+@dataclass(frozen=True)
+class Advice:
+    running_req: int
+    measured: tuple[Measured, ...]
+    baseline: Measured | None
+    profile: Profile
+    cost: CostModel
+    candidates: tuple[Candidate, ...]
+    best: Candidate
+    assumptions: tuple[str, ...]
+
+    @property
+    def baseline_ms_per_token(self) -> float | None:
+        if self.baseline is None:
+            return None
+        return 1000.0 * self.running_req / self.baseline.tok_s
+
+    @property
+    def current(self) -> Measured:
+        return self.measured[-1]
+
+    @property
+    def measured_speedup(self) -> tuple[float, float, float] | None:
+        """Latest speculative run vs the baseline at the same batch size: (ratio, lo, hi)."""
+        if self.baseline is None:
+            return None
+        cur = self.current
+        r = cur.tok_s / self.baseline.tok_s
+        se = math.hypot(cur.se_log_tok_s, self.baseline.se_log_tok_s)
+        return r, r * math.exp(-Z * se), r * math.exp(Z * se)
+
+    @property
+    def break_even_accept_len(self) -> float | None:
+        """Accept len at which the latest run's cycle would only match the baseline."""
+        tb = self.baseline_ms_per_token
+        cyc = self.current.t_cycle_ms
+        return None if tb is None or cyc is None else cyc / tb
+
+    @property
+    def flags(self) -> str:
+        return flags_for(self.best)
+
+    def cost_text(self) -> str:
+        """t_cycle = a + b*steps (+ c*extra tree tokens), SEs where fitted, and t_b."""
+        c, cov, fitted = self.cost.coef, self.cost.cov, self.cost.fitted
+
+        def term(i: int, unit: str) -> str:
+            se = math.sqrt(max(cov[i][i], 0.0))
+            return f"{c[i]:.2f} {unit}" + (f" (+-{se:.2f})" if fitted[i] else " (assumed)")
+
+        tb = self.baseline_ms_per_token
+        return (f"t_cycle = {term(0, 'ms')} + steps x {term(1, 'ms/step')} + extra tree tokens "
+                f"x {term(2, 'ms/token')}; t_b = {'N/A' if tb is None else f'{tb:.2f}'} "
+                "ms/token")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "measured": [m.to_json() for m in self.measured],
+            "baseline_ms_per_token": _round(self.baseline_ms_per_token),
+            "break_even_accept_len": _round(self.break_even_accept_len),
+            "assumptions": list(self.assumptions),
+            "candidates": [c.to_json() for c in self.candidates],
+            "best": self.best.to_json(),
+            "flags": self.flags,
+        }
+
+
+class CannotAdvise(Exception):
+    """The logs hold too little to fit the model; the message says what is missing."""
+
+
+def _candidate_grid(topks: set[int]) -> list[tuple[int, int, int]]:
+    out = []
+    for k in sorted(topks):
+        for s in STEPS:
+            if k == 1:
+                out.append((s, 1, s + 1))  # SGLang forces draft tokens = steps + 1 for topk 1
+                continue
+            for d in DRAFT_TOKENS:
+                if s + 1 <= d <= 1 + k * s:
+                    out.append((s, k, d))
+    return out
+
+
+def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
+           running_req: int | None = None) -> Advice:
+    """The advice for the speculative segments `spec` (oldest first), optionally against a
+    baseline server's segments. Raises CannotAdvise saying what is missing."""
+    spec = [s for s in spec if s.speculative]
+    if not spec:
+        raise CannotAdvise("no speculative decode lines (no 'accept len' field) in the logs")
+    sizes = batch_sizes(spec)
+    if not sizes:
+        raise CannotAdvise("no clean speculative decode lines (all warm-up, queue, prefill or "
+                           "idle gaps)")
+    bsizes = batch_sizes(baseline) if baseline else Counter()
+    if running_req is None:
+        common = [b for b in sizes if b in bsizes] if baseline else list(sizes)
+        pool = common or list(sizes)
+        running_req = max(pool, key=lambda b: (sizes[b] + bsizes.get(b, 0), -b))
+    measured = [m for m in (measure(s, running_req) for s in spec) if m is not None]
+    if not measured:
+        raise CannotAdvise(f"fewer than {MIN_LINES} clean speculative decode lines at "
+                           f"#running-req {running_req}")
+    missing = [m.run for m in measured if m.steps is None]
+    if missing:
+        raise CannotAdvise(f"{', '.join(missing)}: no server_args line with "
+                           "speculative_num_steps (the log starts after the launch)")
+    base: Measured | None = None
+    if baseline:
+        bms = [m for m in (measure(s, running_req) for s in baseline if not s.speculative)
+               if m is not None]
+        if not bms:
+            raise CannotAdvise(f"baseline log: fewer than {MIN_LINES} clean decode lines at "
+                               f"#running-req {running_req}")
+        base = bms[-1]
+    profile = best_profile(measured)
+    cost = fit_cost(measured)
+    if profile is None or cost is None:
+        raise CannotAdvise("speculative lines without accept len or cycle time")
+    assumptions = list(cost.assumptions)
+    if profile.source == "accept len":
+        assumptions.append("acceptance profile from the windowed accept len only (no benchmark "
+                           "histograms): constant per-position acceptance "
+                           f"{profile.tail:.3f} assumed")
+    assumptions.append(f"positions beyond {len(profile.survival)} drafts: conditional "
+                       f"acceptance {profile.tail:.3f} per position assumed (the last measured)")
+    tb = 1000.0 * running_req / base.tok_s if base else None
+    topks = {1} | {m.topk for m in measured if m.topk and m.topk > 1}
+    cands: list[Candidate] = []
+    for s, k, d in _candidate_grid(topks):
+        mx = min(s, d - 1)
+        tau = profile.tau(mx)
+        lo_t = profile.tau(mx, max(0.0, profile.tail - profile.se_tail))
+        hi_t = profile.tau(mx, min(1.0, profile.tail + profile.se_tail))
+        se_tau = max(hi_t - lo_t, 0.0) / 2 + _tau_se_measured(profile, mx)
+        cyc, se_cyc = cost.predict(s, d)
+        if cyc <= 0:
+            continue
+        tok = 1000.0 * running_req * tau / cyc
+        se = math.sqrt((se_tau / tau) ** 2 + (se_cyc / cyc) ** 2)
+        speed = tau * tb / cyc if tb else None
+        cands.append(Candidate(s, k, d, tok, (tok * math.exp(-Z * se), tok * math.exp(Z * se)),
+                               speed, tau, cyc))
+    if not cands:
+        raise CannotAdvise("the cost model predicts no positive cycle time")
+    best = max(cands, key=lambda c: c.predicted_tok_s)
+    return Advice(running_req, tuple(measured), base, profile, cost, tuple(cands), best,
+                  tuple(assumptions))
+
+
+def _tau_se_measured(p: Profile, mx: int) -> float:
+    """SE of tau from the measured positions: binomial over the profile's n rounds."""
+    var = 0.0
+    for k in range(1, min(mx, len(p.survival)) + 1):
+        s = p.survival[k - 1]
+        var += s * (1 - s) / max(p.n, 1.0)
+    return math.sqrt(var)
+
+
+# --------------------------------------------------------------------------------------------
+# After a restart: predicted vs measured
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """A run measured at settings the advice predicted: the model's error, visible."""
+
+    run: str
+    predicted_tok_s: float
+    band: tuple[float, float]
+    measured_tok_s: float
+    measured_band: tuple[float, float]
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.measured_tok_s / self.predicted_tok_s - 1.0)
+
+    @property
+    def within(self) -> bool:
+        return self.band[0] <= self.measured_tok_s <= self.band[1]
+
+
+def check_prediction(advice: Advice, m: Measured) -> Check | None:
+    """Compare a (later) run `m` with the advice's prediction for its settings."""
+    if m.running_req != advice.running_req:
+        return None
+    for c in advice.candidates:
+        if c.matches(m.steps, m.topk, m.draft_tokens):
+            se = m.se_log_tok_s
+            return Check(m.run, c.predicted_tok_s, c.band, m.tok_s,
+                         (m.tok_s * math.exp(-Z * se), m.tok_s * math.exp(Z * se)))
+    return None
+
+
+def holdout_checks(spec: Sequence[Segment], baseline: Sequence[Segment] = ()) -> list[Check]:
+    """For each run after the first two: predicted from the runs before it vs measured."""
+    spec = [s for s in spec if s.speculative]
+    out: list[Check] = []
+    for i in range(2, len(spec)):
+        try:
+            adv = advise(spec[:i], baseline)
+        except CannotAdvise:
+            continue
+        m = measure(spec[i], adv.running_req)
+        if m is not None:
+            c = check_prediction(adv, m)
+            if c is not None:
+                out.append(c)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# "Speculation no longer pays"
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PaysState:
+    """What the rule compares: speedup at one batch size and its three ingredients."""
+
+    speedup: float
+    low: float
+    high: float
+    accept_len: float | None
+    base_ms_per_token: float
+    t_cycle_ms: float | None
+
+
+@dataclass(frozen=True)
+class NoLongerPays:
+    reason: str  # "slower" (interval wholly below 1) | "no acceptance" (accept len ~ 1)
+    moved: str | None  # "baseline faster" | "acceptance fell" | "cycle slower" | None
+    text: str
+
+
+ACCEPT_NEAR_ONE = 0.05
+
+
+def speculation_no_longer_pays(now: PaysState, ref: PaysState | None = None) -> NoLongerPays | None:
+    """The alert rule: the speculative server's speedup over the current baseline run at the
+    same batch size is below 1.0 with its interval wholly below, or its accept len is within 5 %
+    of 1.0 (drafts no longer accepted). `ref` (when speculation last paid) names which side
+    moved: the baseline got faster, acceptance fell, or the verify cycle got slower."""
+    slower = now.high < 1.0
+    no_accept = now.accept_len is not None and now.accept_len <= 1.0 + ACCEPT_NEAR_ONE
+    if not (slower or no_accept):
+        return None
+    moved = None
+    if ref is not None:
+        changes: list[tuple[float, str]] = []
+        if ref.base_ms_per_token > 0:  # ms/token down = baseline faster
+            changes.append((math.log(ref.base_ms_per_token / now.base_ms_per_token),
+                            "baseline faster"))
+        if ref.accept_len and now.accept_len:
+            changes.append((math.log(ref.accept_len / now.accept_len), "acceptance fell"))
+        if ref.t_cycle_ms and now.t_cycle_ms:
+            changes.append((math.log(now.t_cycle_ms / ref.t_cycle_ms), "cycle slower"))
+        changes = [c for c in changes if c[0] > 0.01]
+        if changes:
+            moved = max(changes)[1]
+    reason = "no acceptance" if no_accept else "slower"
+    if no_accept:
+        text = (f"speculation no longer pays: accept len {now.accept_len:.2f} is within 5 % of "
+                f"1.0 (drafts are not accepted); speedup {now.speedup:.2f}x")
+    else:
+        text = (f"speculation no longer pays: speedup {now.speedup:.2f}x "
+                f"(95 % {now.low:.2f}-{now.high:.2f}) vs the current baseline")
+    if moved:
+        text += f"; {moved}"
+    return NoLongerPays(reason, moved, text)
+
+
+# --------------------------------------------------------------------------------------------
+# Live sessions
+# --------------------------------------------------------------------------------------------
+
+
+def segments_from_log(lines: Iterable[str], label: str,
+                      histogram: Sequence[int] | None = None) -> list[Segment]:
+    """Segments from a server's received log lines (the session keeps the last few thousand);
+    a benchmark's histogram, if given, belongs to the latest segment."""
+    from specmon.parse.sglang import parse_line
+
+    segs = split_runs((parse_line(x) for x in lines), label)
+    if segs and histogram:
+        segs[-1].histogram = list(histogram)
+    return segs
+
+
+def pays_state(sp: Any) -> PaysState | None:
+    """The rule's inputs from an analysis.window.Speedup."""
+    if sp is None:
+        return None
+    return PaysState(sp.ratio, sp.low, sp.high, sp.spec.accept_len, sp.base_ms_per_token,
+                     sp.verify_cycle_ms)

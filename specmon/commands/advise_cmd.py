@@ -1,0 +1,158 @@
+"""`specmon advise SPEC_LOG... [--baseline-log LOG] [--json]`: what to try next, with numbers.
+
+Reads one or more speculative server logs (runs at different settings sharpen the cost model)
+and optionally a baseline server's log, and prints the measured speedup, the break-even accept
+length, the best predicted settings with their band, and the launch flags to try. Runs after the
+first two are also predicted from the runs before them, so the model's error is visible.
+
+Exit status: 0 advice given, 3 the logs hold too little to fit the model (what is missing is
+said), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specmon.analysis.advisor import Advice, Check, Segment
+    from specmon.parse.sglang import Record
+
+MAX_DECODE_LINES = 2_000_000  # per file: records are kept in memory
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="recommend speculative settings from logs (exit 0, 3 too little data, 2 usage)",
+        description="Fit the acceptance profile and speculative cost model to the runs in the "
+        "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
+        "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.",
+    )
+    p.add_argument("spec_logs", nargs="+", metavar="SPEC_LOG",
+                   help="speculative server log(s); several runs at different settings help")
+    p.add_argument("--baseline-log", metavar="LOG", help="the baseline (non-speculative) log")
+    p.add_argument("--running-req", type=int, metavar="N",
+                   help="batch size to advise for (default: the most common one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def read_segments(name: str) -> list[Segment]:
+    from specmon.analysis.advisor import split_runs
+    from specmon.analysis.logfile import open_input
+    from specmon.errors import CliError
+    from specmon.parse.sglang import BatchRecord, parse_line
+
+    fh = open_input(name)
+    label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
+    n_decode = 0
+
+    def records() -> Iterator[Record | None]:
+        nonlocal n_decode
+        line_no = 0
+        try:
+            for raw in fh:
+                line_no += 1
+                if b"batch" not in raw and b"server_args=" not in raw and b"Adaptive" not in raw:
+                    continue
+                rec = parse_line(raw)
+                if isinstance(rec, BatchRecord) and rec.kind == "decode":
+                    n_decode += 1
+                    if n_decode > MAX_DECODE_LINES:
+                        raise CliError(f"{name}: more than {MAX_DECODE_LINES:,} decode lines; "
+                                       "cut the log to the runs to compare")
+                yield rec
+        except OSError as exc:
+            raise CliError(f"{name}: read error after line {line_no} ({exc})") from None
+
+    try:
+        return split_runs(records(), label)
+    finally:
+        if fh is not sys.stdin.buffer:
+            fh.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from specmon.analysis.advisor import CannotAdvise, advise, holdout_checks
+    from specmon.errors import CliError
+
+    if args.running_req is not None and args.running_req < 1:
+        raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
+    if sum(1 for x in [*args.spec_logs, args.baseline_log] if x == "-") > 1:
+        raise CliError("only one input can be '-' (stdin)")
+    spec: list[Segment] = []
+    for name in args.spec_logs:
+        spec.extend(read_segments(name))
+    base = read_segments(args.baseline_log) if args.baseline_log else []
+    if args.baseline_log and any(s.speculative for s in base):
+        raise CliError(f"{args.baseline_log}: has speculative decode lines; --baseline-log is "
+                       "the non-speculative server's log")
+    try:
+        adv = advise(spec, base, args.running_req)
+    except CannotAdvise as exc:
+        if args.json:
+            print(json.dumps({"error": str(exc)}))
+        print(f"specmon advise: too little data: {exc}", file=sys.stderr)
+        return 3
+    if args.json:
+        print(json.dumps(adv.to_json(), allow_nan=False))
+    else:
+        print(render(adv, holdout_checks(spec, base)))
+    return 0
+
+
+def _f(v: float | None, fmt: str = ".2f") -> str:
+    return "N/A" if v is None else format(v, fmt)
+
+
+def render(adv: Advice, checks: list[Check]) -> str:
+    from specmon.ui.safe import plain
+
+    out = [f"speculative advice at #running-req {adv.running_req}", "", "measured runs:"]
+    out.append(f"  {'run':<28} {'steps':>5} {'topk':>4} {'draft':>5} {'accept':>7} "
+               f"{'cycle ms':>9} {'tok/s':>8} {'n':>5}")
+    for m in adv.measured:
+        out.append(f"  {plain(m.run)[:28]:<28} {_f(m.steps, 'd') if m.steps else 'N/A':>5} "
+                   f"{m.topk or 'N/A':>4} {m.draft_tokens or 'N/A':>5} {_f(m.accept_len):>7} "
+                   f"{_f(m.t_cycle_ms):>9} {m.tok_s:>8.2f} {m.n:>5}")
+    sp = adv.measured_speedup
+    if sp is None:
+        out.append("baseline: N/A (no --baseline-log): no speedup, break-even or predicted "
+                   "speedup")
+    else:
+        out.append(f"baseline: {adv.baseline_ms_per_token:.2f} ms/token "
+                   f"({adv.baseline.tok_s:.2f} tok/s, n={adv.baseline.n})")  # type: ignore[union-attr]
+        out.append(f"measured speedup ({plain(adv.current.run)}): {sp[0]:.3f}x "
+                   f"(95 % {sp[1]:.3f}-{sp[2]:.3f}); break-even accept len "
+                   f"{_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
+    out += ["", "assumptions:"] + [f"  - {a}" for a in adv.assumptions]
+    out += ["", f"acceptance profile (from {adv.profile.source}, n={adv.profile.n:.0f}): "
+            "P(draft position k accepted) = "
+            + ", ".join(f"{p:.2f}" for p in adv.profile.survival)
+            + "; per position given the previous: "
+            + ", ".join(f"{p:.2f}" for p in adv.profile.per_position())
+            + f", then {adv.profile.tail:.2f}"]
+    out.append("cost model: " + adv.cost_text())
+    out += ["", "candidates:"]
+    out.append(f"  {'steps':>5} {'topk':>4} {'draft':>5} {'tok/s':>8} {'95 % band':>17} "
+               f"{'speedup':>8}")
+    for c in sorted(adv.candidates, key=lambda c: -c.predicted_tok_s)[:12]:
+        mark = " <- best" if c is adv.best else ""
+        out.append(f"  {c.steps:>5} {c.topk:>4} {c.draft_tokens:>5} {c.predicted_tok_s:>8.2f} "
+                   f"{c.band[0]:>8.2f}-{c.band[1]:<8.2f} {_f(c.predicted_speedup, '.3f'):>8}"
+                   f"{mark}")
+    b = adv.best
+    out += ["", f"try: {adv.flags}",
+            f"     predicted {b.predicted_tok_s:.2f} tok/s (95 % {b.band[0]:.2f}-{b.band[1]:.2f})"
+            + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else "")]
+    if checks:
+        out += ["", "predicted (from the runs before) vs measured:"]
+        for c in checks:
+            out.append(f"  {plain(c.run)}: predicted {c.predicted_tok_s:.2f} "
+                       f"({c.band[0]:.2f}-{c.band[1]:.2f}), measured {c.measured_tok_s:.2f} tok/s "
+                       f"({c.error_pct:+.1f} %, {'inside' if c.within else 'OUTSIDE'} the band)")
+    return "\n".join(out)

@@ -1,0 +1,190 @@
+"""A server log as runs, and two runs compared per batch size (headless `specmon compare`).
+
+The log goes through the same `ServerState.apply` the live session uses, so runs, log times
+and DP groups are split exactly as in the UI, and the comparison uses the UI's window code
+over the whole run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from specmon.analysis.stats import median
+from specmon.parse.sglang import parse_line
+from specmon.session.state import Run, ServerState
+from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
+
+WHOLE_RUN = math.inf
+
+
+def read_runs(lines: Iterable[bytes | str], name: str = "log") -> ServerState:
+    """Every line of a log through the session model; its `runs` are the log's runs."""
+    state = ServerState(name)
+    for raw in lines:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        text = text.rstrip("\r\n")
+        state.apply(text, parse_line(text), 0.0)  # offline: no receive time
+    return state
+
+
+def stamp(t: float | None) -> str | None:
+    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def clock(t: float | None) -> str:
+    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def args_summary(args: dict[str, Any]) -> str:
+    """`model m, tp 8, dp 4, EAGLE3 steps 2 topk 1 draft 3` (what tells runs apart)."""
+    parts = []
+    if args.get("model_path"):
+        parts.append(f"model {args['model_path']}")
+    for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
+        if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
+            parts.append(f"{label} {args[key]}")
+    if args.get("speculative_algorithm"):
+        parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
+                     f"topk {args.get('speculative_eagle_topk')} "
+                     f"draft {args.get('speculative_num_draft_tokens')}")
+    return ", ".join(parts) if parts else "no server_args line"
+
+
+def run_row(run: Run) -> dict[str, Any]:
+    """One line of `specmon parse --runs`."""
+    return {"run": run.index, "start": stamp(run.start_t), "end": stamp(run.last_t),
+            "start_reason": run.start_reason, "end_reason": run.end_reason,
+            "args": args_summary(run.args), "decode_lines": run.lines_total,
+            "dp_groups": len([k for k in run.groups if k is not None]),
+            "untimed_lines": run.untimed}
+
+
+def _mode_rr(run: Run) -> int | None:
+    c = Counter(p.rec.running_req for p in run.decode if p.rec.running_req is not None)
+    return c.most_common(1)[0][0] if c else None
+
+
+def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
+    pts = run_window(run, WHOLE_RUN)
+    st: WindowStats | None = stats_for(pts, rr, WHOLE_RUN) if rr is not None else None
+    out: dict[str, Any] = {
+        "run": run.index, "runs": runs, "start": stamp(run.start_t),
+        "median_tok_s": _r(st.median) if st else None, "n": st.n if st else 0,
+        "p10": _r(st.p10) if st else None, "p90": _r(st.p90) if st else None,
+    }
+    if spec:
+        acc = median([p.rec.accept_len for p in pts
+                      if p.rec.accept_len is not None and p.rec.running_req == rr])
+        out["accept_len_median"] = _r(acc) if acc is not None else None
+    return out
+
+
+def _r(x: float) -> float:
+    return round(x, 4)
+
+
+@dataclass
+class Comparison:
+    result: dict[str, Any]
+    enough: bool  # a batch size with >= MIN_N samples on both runs
+    why: str | None  # what was missing, when not enough
+
+
+def pick_run(state: ServerState, k: int | None, label: str) -> Run:
+    """Run k (1-based), default the last; ValueError naming the log when it has no such run."""
+    runs = list(state.runs)
+    if not runs:
+        raise ValueError(f"{label}: no lines SGLang printed (no run)")
+    if k is None:
+        return runs[-1]
+    for r in runs:
+        if r.index == k:
+            return r
+    raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
+
+
+def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None,
+            spec_run: int | None = None, running_req: int | None = None,
+            labels: tuple[str, str] = ("baseline", "speculative")) -> Comparison:
+    b = pick_run(base, base_run, f"{labels[0]} log")
+    s = pick_run(spec, spec_run, f"{labels[1]} log")
+    bp, sp = run_window(b, WHOLE_RUN), run_window(s, WHOLE_RUN)
+    rows: list[Speedup] = speedups_by_rr(bp, sp, WHOLE_RUN)
+    if running_req is not None:
+        rows = [x for x in rows if x.running_req == running_req]
+    usable = [x for x in rows if x.base.n >= MIN_N and x.spec.n >= MIN_N]
+    head = max(usable, key=lambda x: (min(x.base.n, x.spec.n), -x.running_req), default=None)
+    rr = head.running_req if head else running_req if running_req is not None else _mode_rr(s)
+    notes: list[str] = []
+    for st, run, label in ((base, b, labels[0]), (spec, s, labels[1])):
+        n_runs = len(st.runs)
+        if n_runs > 1 or run.index != 1:
+            notes.append(f"{label} log holds {n_runs} run{'s' if n_runs != 1 else ''}; compared run "
+                         f"{run.index} (from {clock(run.start_t)})")
+        groups = [k for k in run.groups if k is not None]
+        if groups:
+            notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
+        silent = [k for k in run.silent_groups() if k is not None]
+        if silent:
+            notes.append(f"{label} run {run.index}: DP group(s) {', '.join(map(str, silent))} stopped "
+                         "logging before the end")
+        if run.untimed:
+            notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+    why = None
+    if head is None:
+        def counts(pts: list[Any]) -> str:
+            c = Counter(p.rec.running_req for p in pts if p.rec.running_req is not None
+                        and p.rec.gen_throughput is not None and p.rec.gen_throughput > 0)
+            if running_req is not None:
+                c = Counter({running_req: c.get(running_req, 0)})
+            return ", ".join(f"bs {k}: n {v}" for k, v in sorted(c.items())) or "no decode lines"
+        why = (f"no batch size has >= {MIN_N} decode samples on both runs "
+               f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")
+        notes.append(why)
+    elif rr is not None:
+        notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+    result = {
+        "baseline": side(b, len(base.runs), rr, False),
+        "speculative": side(s, len(spec.runs), rr, True),
+        "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
+                            "ci95": [_r(x.low), _r(x.high)], "n_base": x.base.n, "n_spec": x.spec.n}
+                           for x in rows],
+        "speedup": None if head is None else {"running_req": head.running_req,
+                                              "value": _r(head.ratio),
+                                              "ci95": [_r(head.low), _r(head.high)]},
+        "notes": notes,
+    }
+    return Comparison(result, head is not None, why)
+
+
+def render(res: dict[str, Any]) -> str:
+    b, s, sp = res["baseline"], res["speculative"], res["speedup"]
+
+    def num(v: Any, fmt: str = "{:.2f}") -> str:
+        return "N/A" if v is None else fmt.format(v)
+
+    lines = []
+    if sp is None:
+        lines.append("speedup: N/A")
+    else:
+        lines.append(f"speedup {sp['value']:.3f}x (95% CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f}) "
+                     f"at #running-req {sp['running_req']}")
+    for label, d in (("baseline", b), ("speculative", s)):
+        extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
+        lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
+                     f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 {num(d['p10'])}-"
+                     f"{num(d['p90'])}{extra}")
+    if res["by_running_req"]:
+        lines.append(f"{'#running-req':>12}  {'speedup':>8}  {'95% CI':>15}  {'n base':>7}  {'n spec':>7}")
+        for row in res["by_running_req"]:
+            lines.append(f"{row['running_req']:>12}  {row['speedup']:>8.3f}  "
+                         f"{row['ci95'][0]:>7.3f}-{row['ci95'][1]:<7.3f}  {row['n_base']:>7}  "
+                         f"{row['n_spec']:>7}")
+    for n in res["notes"]:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""The speedup as the UI shows it: a pure, typed view model and its one-line text.
+
+It compares the *current runs* of the baseline and the speculative server at the same batch
+size, each over the last W seconds of its own log time. It says when the live baseline has
+drifted from its recorded value (and what the speedup is against that recorded value), which
+fingerprint differences between the two runs matter, and how old a run that ended is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from specmon.analysis.drift import BaselineStats, rr_bucket
+from specmon.analysis.fingerprint import Fingerprint
+from specmon.session.state import Run, ServerState
+from specmon.session.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
+
+
+@dataclass(frozen=True)
+class SpeedupView:
+    value: float | None  # spec median / live baseline median (None: N/A, see `reason`)
+    ci95: tuple[float, float] | None
+    running_req: int | None
+    window_s: float
+    base_run: int | None  # the live baseline's run number
+    base_median: float | None
+    spec_run: int | None
+    spec_median: float | None
+    n_base: int = 0
+    n_spec: int = 0
+    recorded_base: float | None = None  # the recorded baseline's median at this batch size
+    drift_pct: float | None = None  # live baseline vs recorded, % (shown while drift is alerted)
+    drift_active: bool = False
+    vs_recorded: float | None = None  # spec median / recorded baseline
+    fingerprint_diffs: tuple[str, ...] = ()
+    base_ended_age_s: float | None = None  # seconds since the baseline's run ended (None: running)
+    spec_ended_age_s: float | None = None
+    reason: str | None = None  # why there is no value
+    detail: Speedup | None = None  # medians, spreads, derived per-token times
+
+
+def recorded_median(stats: BaselineStats | None, running_req: int) -> float | None:
+    """The recorded baseline's median tok/s at this batch size (its largest stratum there)."""
+    if stats is None:
+        return None
+    best = None
+    for b in stats.strata.values():
+        if b.stratum.spec:
+            continue
+        if not stats.fixed and b.stratum.rr != rr_bucket(running_req):
+            continue
+        if best is None or b.n > best.n:
+            best = b
+    return best.median_thr if best is not None else None
+
+
+def _age(run: Run, now: float | None) -> float | None:
+    if not run.ended or now is None or run.last_received is None:
+        return None
+    return max(0.0, now - run.last_received)
+
+
+def speedup_view(base: ServerState | None, spec: ServerState | None, *,
+                 window_s: float = DEFAULT_WINDOW_S, now: float | None = None,
+                 recorded: BaselineStats | None = None, drift_active: bool = False,
+                 fingerprint_diffs: Sequence[str] = ()) -> SpeedupView:
+    """Everything the speedup line says, computed from the two servers' current runs."""
+    if base is None or spec is None or not base.runs or not spec.runs:
+        why = "needs one baseline and one speculative server" if base is None or spec is None \
+            else "no decode lines yet"
+        return SpeedupView(None, None, None, window_s, None, None, None, None, reason=why)
+    br, sr = base.runs[-1], spec.runs[-1]
+    sp = run_speedup(br, sr, window_s)
+    view = SpeedupView(None, None, None, window_s, br.index, None, sr.index, None,
+                       fingerprint_diffs=tuple(fingerprint_diffs), base_ended_age_s=_age(br, now),
+                       spec_ended_age_s=_age(sr, now), drift_active=drift_active)
+    if sp is None:
+        return replace(view, reason=f"no batch size with >= {MIN_N} decode samples in both current "
+                                    f"runs (baseline run {br.index}, speculative run {sr.index}) "
+                                    f"in their last {window_s:.0f} s")
+    rec = recorded_median(recorded, sp.running_req)
+    return replace(
+        view, value=sp.ratio, ci95=(sp.low, sp.high), running_req=sp.running_req,
+        base_median=sp.base.median, spec_median=sp.spec.median, n_base=sp.base.n,
+        n_spec=sp.spec.n, recorded_base=rec,
+        drift_pct=100.0 * (sp.base.median / rec - 1.0) if rec else None,
+        vs_recorded=sp.spec.median / rec if rec else None, detail=sp)
+
+
+def _age_text(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def format_speedup(v: SpeedupView) -> str:
+    """`1.50x vs live baseline 62.9 (run 2) · baseline DRIFT -29% vs recorded 88.8 · 1.07x vs
+    recorded` (plus the fingerprint differences and the age of an ended run)."""
+    if v.value is None:
+        return f"speedup N/A: {v.reason}"
+    parts = [f"{v.value:.2f}x vs live baseline {v.base_median:.1f} (run {v.base_run})"]
+    if v.base_ended_age_s is not None:
+        parts[0] += f", ended {_age_text(v.base_ended_age_s)} ago"
+    if v.spec_ended_age_s is not None:
+        parts.append(f"speculative run {v.spec_run} ended {_age_text(v.spec_ended_age_s)} ago")
+    if v.drift_active and v.drift_pct is not None and v.recorded_base is not None \
+            and v.vs_recorded is not None:
+        parts.append(f"baseline DRIFT {v.drift_pct:+.0f}% vs recorded {v.recorded_base:.1f}")
+        parts.append(f"{v.vs_recorded:.2f}x vs recorded")
+    if v.fingerprint_diffs:
+        parts.append("runs differ: " + "; ".join(v.fingerprint_diffs))
+    return " · ".join(parts)
+
+
+def _nccl_vars(fp: Fingerprint) -> dict[str, str] | None:
+    env = fp.nccl_debug or {}
+    if not env:
+        return None
+    merged: dict[str, str] = {}
+    for rank_vars in env.values():
+        merged.update(rank_vars)
+    return merged
+
+
+def fingerprint_differences(base: Fingerprint, spec: Fingerprint) -> list[str]:
+    """Differences between the two runs that change decode speed on their own: TP size, the
+    NCCL env the workers saw, GPU power limits and max clocks, modified SGLang files."""
+    out: list[str] = []
+    if base.tp_size and spec.tp_size and base.tp_size != spec.tp_size:
+        out.append(f"tp {base.tp_size} vs {spec.tp_size}")
+    bn, sn = _nccl_vars(base), _nccl_vars(spec)
+    if bn is not None and sn is not None and bn != sn:
+        keys = sorted(k for k in set(bn) | set(sn) if bn.get(k) != sn.get(k))
+        out.append("NCCL env seen by workers: " + ", ".join(
+            f"{k} {bn.get(k, 'unset')} vs {sn.get(k, 'unset')}" for k in keys[:4]))
+
+    def limits(fp: Fingerprint) -> set[float]:
+        return {g.power_limit_w for g in fp.gpus if g.power_limit_w is not None}
+
+    def maxclk(fp: Fingerprint) -> set[int]:
+        return {g.max_clock_sm for g in fp.gpus if g.max_clock_sm is not None}
+
+    bl, sl = limits(base), limits(spec)
+    if bl and sl and bl != sl:
+        out.append(f"GPU power limit {_set(bl)} W vs {_set(sl)} W")
+    bc, sc = maxclk(base), maxclk(spec)
+    if bc and sc and bc != sc:
+        out.append(f"GPU max SM clock {_set(bc)} vs {_set(sc)} MHz")
+    if base.modified_files is not None and spec.modified_files is not None and \
+            set(base.modified_files) != set(spec.modified_files):
+        only_b = sorted(set(base.modified_files) - set(spec.modified_files))
+        only_s = sorted(set(spec.modified_files) - set(base.modified_files))
+        what = [f"baseline: {', '.join(only_b[:2])}" if only_b else "",
+                f"speculative: {', '.join(only_s[:2])}" if only_s else ""]
+        out.append("modified SGLang files (" + "; ".join(w for w in what if w) + ")")
+    return out
+
+
+def _set(xs: set[float] | set[int]) -> str:
+    vals = sorted(xs)
+    return "/".join(f"{v:.0f}" if isinstance(v, float) and math.isfinite(v) else str(v) for v in vals)
+

@@ -1,0 +1,232 @@
+"""Windowed, condition-matched decode statistics and the speedup between two servers.
+
+Every number carries what it is: decode-only SGLang gen throughput, the window, the batch size
+(#running-req) it was measured at, n, and its spread. Throughputs at different batch sizes are
+never mixed, and the speedup is only computed from samples at the same #running-req.
+
+A window is "the last W seconds of the current run's log time": it ends at the newest line the
+run printed, never spans two runs, and no receive time (or host/laptop clock skew) enters it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from specmon.analysis.stats import mad, median, quantile_sorted
+from specmon.session.state import DecodePoint, Run, ServerState
+
+DEFAULT_WINDOW_S = 60.0
+MIN_N = 3
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    running_req: int
+    n: int
+    median: float
+    p10: float
+    p90: float
+    robust_cv: float | None
+    window_s: float
+    accept_len: float | None  # median over the same samples (speculative only)
+
+    @property
+    def se_log(self) -> float | None:
+        """Standard error of log(median): 1.2533 * robust sd / sqrt(n), in log space."""
+        if self.robust_cv is None or self.n < 2:
+            return None
+        return 1.2533 * self.robust_cv / math.sqrt(self.n)
+
+
+def run_window(run: Run, window_s: float) -> list[DecodePoint]:
+    """Server-level points of the last `window_s` seconds of the run's log time."""
+    if not run.decode:
+        return []
+    return list(run.points_since(run.decode[-1].t - window_s))
+
+
+def window_points(state: ServerState, now: float | None, window_s: float) -> list[DecodePoint]:
+    """The current run's window (`now` is not used: windows follow the run's own log time)."""
+    if not state.runs:
+        return []
+    return run_window(state.runs[-1], window_s)
+
+
+def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) -> WindowStats | None:
+    vals = [p.rec.gen_throughput for p in points
+            if p.rec.running_req == running_req and p.rec.gen_throughput is not None
+            and p.rec.gen_throughput > 0]
+    if not vals:
+        return None
+    accepts = [p.rec.accept_len for p in points
+               if p.rec.running_req == running_req and p.rec.accept_len is not None]
+    s = sorted(vals)
+    med = quantile_sorted(s, 0.5)
+    assert med is not None
+    d = mad(s)
+    cv = 1.4826 * d / med if d is not None and med > 0 and len(s) >= 3 else None
+    return WindowStats(
+        running_req=running_req, n=len(s), median=med,
+        p10=quantile_sorted(s, 0.1) or med, p90=quantile_sorted(s, 0.9) or med,
+        robust_cv=cv, window_s=window_s, accept_len=median(accepts) if accepts else None,
+    )
+
+
+def current_stats(state: ServerState, now: float | None = None,
+                  window_s: float = DEFAULT_WINDOW_S) -> WindowStats | None:
+    """Stats at the current run's current #running-req over the window (None before any)."""
+    if not state.runs:
+        return None
+    run = state.runs[-1]
+    if run.last is None or run.last.running_req is None:
+        return None
+    return stats_for(run_window(run, window_s), run.last.running_req, window_s)
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One DP group of the current run, for the panel's per-group breakdown."""
+
+    dp_rank: int | None
+    lines: int  # decode lines of this group in the run
+    stats: WindowStats | None  # at the group's own current #running-req, last window_s of log time
+    last_t: float | None  # record time of its newest line
+    silent: bool  # stopped logging while the other groups go on
+
+
+def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[GroupRow]:
+    """Per-DP-group breakdown of the current run (one row for a server without DP)."""
+    if not state.runs:
+        return []
+    run = state.runs[-1]
+    end = run.decode[-1].t if run.decode else None
+    rows = []
+    for k in sorted(run.groups, key=lambda x: -1 if x is None else x):
+        g = run.groups[k]
+        last = g.last
+        st = None
+        if last is not None and last.rec.running_req is not None and end is not None:
+            pts = [p for p in g.points if p.t >= end - window_s]
+            st = stats_for(pts, last.rec.running_req, window_s)
+        rows.append(GroupRow(k, g.total, st, last.t if last else None, g.silent))
+    return rows
+
+
+def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
+    """`run 3 since 14:02:11, n 4` (what the panel says next to the window median)."""
+    if not state.runs:
+        return "no run yet"
+    run = state.runs[-1]
+    n = w.n if w is not None else 0
+    text = f"{run.since_text()}, n {n}"
+    if run.ended:
+        text += ", ended"
+    silent = run.silent_groups()
+    if silent:
+        text += ", silent DP group " + ",".join(str(k) for k in silent)
+    return text
+
+
+@dataclass(frozen=True)
+class Speedup:
+    ratio: float
+    low: float  # ~95% interval from both medians' standard errors
+    high: float
+    running_req: int
+    base: WindowStats
+    spec: WindowStats
+
+    @property
+    def base_ms_per_token(self) -> float:
+        """Per-request inter-token time of the baseline at this batch size."""
+        return 1000.0 * self.running_req / self.base.median
+
+    @property
+    def spec_ms_per_token(self) -> float:
+        return 1000.0 * self.running_req / self.spec.median
+
+    @property
+    def verify_cycle_ms(self) -> float | None:
+        """Implied draft+verify round time: accept_len tokens per round per request."""
+        if self.spec.accept_len is None:
+            return None
+        return self.spec.accept_len * self.spec_ms_per_token
+
+    @property
+    def break_even_accept_len(self) -> float | None:
+        """Accept length at which the speculative server would only match the baseline."""
+        cycle = self.verify_cycle_ms
+        return None if cycle is None else cycle / self.base_ms_per_token
+
+
+def speedup(base: ServerState, spec: ServerState, now: float,
+            window_s: float = DEFAULT_WINDOW_S) -> Speedup | None:
+    """spec ÷ baseline at the same #running-req; None when no batch size has enough samples."""
+    if not base.runs or not spec.runs:
+        return None
+    return run_speedup(base.runs[-1], spec.runs[-1], window_s)
+
+
+def run_speedup(base: Run, spec: Run, window_s: float = DEFAULT_WINDOW_S,
+                running_req: int | None = None) -> Speedup | None:
+    """spec run ÷ baseline run at the same #running-req, each over its own last `window_s`
+    seconds of log time (math.inf: the whole run)."""
+    return best_speedup(run_window(base, window_s), run_window(spec, window_s), window_s,
+                        spec.last.running_req if spec.last else None, running_req)
+
+
+def speedups_by_rr(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float,
+                   min_n: int = 1) -> list[Speedup]:
+    """One Speedup per #running-req present on both sides with >= min_n samples each."""
+    out = []
+    common = {p.rec.running_req for p in bp} & {p.rec.running_req for p in sp}
+    for rr in sorted(r for r in common if r is not None):
+        b = stats_for(bp, rr, window_s)
+        s = stats_for(sp, rr, window_s)
+        if b is None or s is None or b.n < min_n or s.n < min_n:
+            continue
+        out.append(_ratio(b, s))
+    return out
+
+
+def _ratio(b: WindowStats, s: WindowStats) -> Speedup:
+    ratio = s.median / b.median
+    se = math.sqrt((b.se_log or 0.0) ** 2 + (s.se_log or 0.0) ** 2)
+    return Speedup(ratio=ratio, low=ratio * math.exp(-1.96 * se), high=ratio * math.exp(1.96 * se),
+                   running_req=b.running_req, base=b, spec=s)
+
+
+def best_speedup(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float,
+                 prefer: int | None = None, running_req: int | None = None) -> Speedup | None:
+    """The current batch size first, else the one with most samples on both (>= MIN_N each)."""
+    if not bp or not sp:
+        return None
+    common = {p.rec.running_req for p in bp} & {p.rec.running_req for p in sp}
+    if running_req is not None:
+        common &= {running_req}
+    best: tuple[tuple[int, int], WindowStats, WindowStats] | None = None
+    for rr in sorted(r for r in common if r is not None):
+        b = stats_for(bp, rr, window_s)
+        s = stats_for(sp, rr, window_s)
+        if b is None or s is None or b.n < MIN_N or s.n < MIN_N:
+            continue
+        score = (1 if rr == prefer else 0, min(b.n, s.n))  # the current batch size first
+        if best is None or score > best[0]:
+            best = (score, b, s)
+    if best is None:
+        return None
+    _, b, s = best
+    return _ratio(b, s)
+
+
+def recomputed_accept_rate(accept_len: float | None, num_draft_tokens: int | None) -> float | None:
+    """(accept_len - 1) / (draft tokens - 1): correct drafts per proposed draft.
+
+    SGLang changed the printed rate's denominator twice (0.5.4, 0.5.6, 0.5.11), so specmon
+    recomputes it from accept len and the server's own draft-token count.
+    """
+    if accept_len is None or num_draft_tokens is None or num_draft_tokens < 2:
+        return None
+    return max(0.0, min(1.0, (accept_len - 1.0) / (num_draft_tokens - 1)))
