@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from specmon.parse.gpu import SMI_DEFAULT_FIELDS  # noqa: E402
 
-AGENT = ROOT / "specmon" / "sources" / "gpu_agent.py"
+AGENT = ROOT / "specmon" / "hostside" / "agent.py"
 
 LOAD = """
 import time, torch, sys
@@ -64,7 +64,7 @@ def main() -> int:
     total = args.idle + args.load
     fa = open(out / "gpu_agent_1hz.jsonl", "w")
     fs = open(out / "nvidia_smi_1hz.csv", "w")
-    agent = subprocess.Popen([sys.executable, str(AGENT), "--interval", "1.0",
+    agent = subprocess.Popen([sys.executable, str(AGENT), "gpu", "--interval", "1.0",
                               "--count", str(int(total) + 20), "--watch-stdin", "no"],
                              stdout=fa, stdin=subprocess.DEVNULL)
     ref = subprocess.Popen([smi, f"--query-gpu={','.join(SMI_DEFAULT_FIELDS)}",

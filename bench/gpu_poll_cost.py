@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specmon.hostside.agent import NvmlCollector  # noqa: E402
 from specmon.parse.gpu import SMI_DEFAULT_FIELDS, choose_smi_fields  # noqa: E402
-from specmon.sources.gpu_agent import NvmlCollector  # noqa: E402
 
-AGENT = ROOT / "specmon" / "sources" / "gpu_agent.py"
+AGENT = ROOT / "specmon" / "hostside" / "agent.py"
 
 
 def _real_nvml():
@@ -116,7 +116,7 @@ def _subprocess_compare(n_gpus: int, k1: int, k2: int) -> tuple[float, float | N
     speed = 1000 / ms  # the 1 Hz tier ratios, compressed into 50 ms samples
 
     def agent_argv(k: int) -> list[str]:
-        return [sys.executable, str(AGENT), "--interval", str(ms / 1000), "--count", str(k),
+        return [sys.executable, str(AGENT), "gpu", "--interval", str(ms / 1000), "--count", str(k),
                 "--slow-interval", str(30 / speed), "--proc-interval", str(5 / speed),
                 "--watch-stdin", "no"]
 

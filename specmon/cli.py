@@ -421,9 +421,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser,
+                    args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command given, e.g. `parse` for `specmon parse --frobnicate`."""
+    p = parser
+    while True:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs and subs[0].dest else None
+        if not subs or name not in subs[0].choices:
+            return p
+        p = subs[0].choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported with the command's own usage, not the top-level one
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -52,7 +52,10 @@ def alive(pid: int) -> bool:
 
 
 def kill_group(pgid: int) -> None:
-    """Cleanup of a group THIS test started (recorded pgid), never by name."""
+    """Cleanup of a group THIS test started (recorded pgid), never by name. pgid 0 would be
+    the caller's own group and 1 init's: a forged pidfile must not make cleanup kill those."""
+    if pgid <= 1:
+        return
     if group_alive(pgid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)

@@ -65,6 +65,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def descendant_cmdlines(pid: int) -> dict[int, bytes]:
+    """{pid: raw /proc cmdline} of every live descendant of `pid`."""
+    out = {}
+    for child in descendants(pid):
+        try:
+            out[child] = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return out
+
+
 class Sshd:
     """One sshd instance; `start()` returns once it accepts TCP connections."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specmon.hosts import agent
+from specmon.hostside import agent
 
 
 def frame(chunks: list[bytes], max_line: int) -> tuple[list, agent.Tail]:

@@ -162,3 +162,28 @@ async def test_discovery_of_fake_servers_locally(fakes, tmp_path):
     host = LocalHost()
     await host.connect()
     await run_discovery(host, fakes, tmp_path)
+
+
+async def test_log_file_argument_wins_over_redirected_stderr(fakes, tmp_path):
+    """`... --log-file base.log > base.out 2>&1` (issue 16): tail base.log, relative to the
+    server's working directory, not the stderr file; a --log-file that is not there is a
+    problem that names it, not a silent fall back to stderr."""
+    (tmp_path / "base.log").write_text("Decode batch, #running-req: 1\n")
+    out = open(tmp_path / "base.out", "ab")
+    procs = []
+    for port, log in ((30011, "base.log"), (30012, "gone.log")):
+        p = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, "hello", "sglang.launch_server",
+                              "--port", str(port), f"--log-file={log}" if port == 30012 else
+                              "--log-file", *([] if port == 30012 else [log])],
+                             stdout=out, stderr=out, cwd=tmp_path, start_new_session=True)
+        fakes.procs.append(p)
+        procs.append(p.pid)
+    await wait_log(tmp_path / "base.out", b"ready")
+    async with AgentClient(LocalHost()) as agent:
+        servers = {s.pid: s for s in await discover(agent)}
+    base, gone = servers[procs[0]], servers[procs[1]]
+    assert base.log_path == str(tmp_path / "base.log") and base.log_problem is None
+    assert base.log_target == str(tmp_path / "base.out")  # where stderr goes, for the record
+    assert gone.log_path is None
+    assert gone.log_problem == (f"--log-file {tmp_path / 'gone.log'}: not a readable file; "
+                                "pass --log NAME=PATH")

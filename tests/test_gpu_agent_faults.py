@@ -12,10 +12,10 @@ import pynvml  # the real nvidia-ml-py: its exception classes (no driver needed)
 import pytest
 from nvml_shim.fake_nvml import FakeNvml
 
+from specmon.hosts.local import LocalHost
+from specmon.hostside.agent import NvmlCollector
 from specmon.parse.gpu import GpuSample
 from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
-from specmon.sources.gpu import SubprocessStreamHost as StreamHost
-from specmon.sources.gpu_agent import NvmlCollector
 
 SHIM = Path(__file__).resolve().parent / "nvml_shim"
 
@@ -122,7 +122,7 @@ async def _collect(src: RemoteAgentSource, n: int) -> list[list[GpuSample]]:
 async def test_agent_stream_goes_on_when_a_gpu_is_lost_and_fields_unsupported(shim_env):
     shim_env(gpus=2, lose_gpu=1, lose_after=3,
              not_supported=["nvmlDeviceGetPowerUsage", "nvmlDeviceGetFieldValues"])
-    src = RemoteAgentSource(StreamHost(), interval=0.02, python=sys.executable)
+    src = RemoteAgentSource(LocalHost(), interval=0.02, python=sys.executable)
     batches = await _collect(src, 10)
     assert src.kind == "nvml-agent"
     assert all([s.index for s in b] == [0, 1] for b in batches)
@@ -150,7 +150,7 @@ async def test_agent_stream_goes_on_when_a_gpu_is_lost_and_fields_unsupported(sh
 )
 async def test_agent_init_failure_is_one_clear_status(shim_env, cfg, reason):
     shim_env(**cfg)
-    src = RemoteAgentSource(StreamHost(), interval=0.02, python=sys.executable)
+    src = RemoteAgentSource(LocalHost(), interval=0.02, python=sys.executable)
     with pytest.raises(GpuSourceError) as info:
         await _collect(src, 1)
     # NVML failed, nvidia-smi (the fallback) was tried and is absent: say why, in one line

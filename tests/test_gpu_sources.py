@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from nvml_shim.fake_nvml import FakeNvml
 
+from specmon.hosts.local import LocalHost
+from specmon.hostside.agent import NvmlCollector
 from specmon.parse.gpu import GpuSample
 from specmon.sources.gpu import (
     NVML_UNAVAILABLE,
@@ -24,11 +25,11 @@ from specmon.sources.gpu import (
     SimGpuSource,
     SubprocessStreamHost,
 )
-from specmon.sources.gpu_agent import NvmlCollector
 
 REPO = Path(__file__).resolve().parents[1]
-AGENT = REPO / "specmon" / "sources" / "gpu_agent.py"
+AGENT = REPO / "specmon" / "hostside" / "agent.py"
 DATA = Path(__file__).resolve().parent / "data"
+SHIM = Path(__file__).resolve().parent / "nvml_shim"
 
 # Makes any Python started by the test host use the fake NVML (the agent does `import pynvml`).
 INJECT = (
@@ -59,17 +60,6 @@ async def _wait_gone(pid: int, deadline: float = 10.0) -> bool:
     return False
 
 
-class FakeNvmlHost(SubprocessStreamHost):
-    """Local host whose Pythons see a fake pynvml (the bootstrap's `-c` code is prefixed)."""
-
-    async def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncIterator[str]:
-        if len(argv) > 2 and argv[1] == "-c":
-            argv = [sys.executable if argv[0] == "python3" else argv[0], "-c", INJECT + argv[2],
-                    *argv[3:]]
-        async for line in super().stream(argv, stdin):
-            yield line
-
-
 # -- the agent program, run for real -----------------------------------------------------------
 
 
@@ -82,7 +72,7 @@ class FakeNvmlHost(SubprocessStreamHost):
 )
 def test_agent_without_nvml_prints_one_error_line(python: str, code: str):
     argv = [sys.executable, "-S", str(AGENT)] if python == "-S" else [python, str(AGENT)]
-    r = subprocess.run(argv + ["--interval", "0.1"], capture_output=True, text=True,
+    r = subprocess.run(argv + ["gpu", "--interval", "0.1"], capture_output=True, text=True,
                        timeout=60, stdin=subprocess.DEVNULL)
     if code == "nvml-init" and r.stdout.startswith('{"type":"hello"'):
         pytest.fail("this test expects a machine without NVML")
@@ -96,7 +86,7 @@ def test_agent_without_nvml_prints_one_error_line(python: str, code: str):
 
 
 def test_agent_loop_exits_when_stdin_closes():
-    code = INJECT + f"import runpy,sys;sys.argv=['gpu_agent','--interval','0.05'];" \
+    code = INJECT + f"import runpy,sys;sys.argv=['agent.py','gpu','--interval','0.05'];" \
         f"runpy.run_path({str(AGENT)!r},run_name='__main__')"
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -160,8 +150,16 @@ def test_collector_reports_lost_gpu_but_keeps_other_fields():
 # -- remote agent source over a stream host ------------------------------------------------------
 
 
-async def test_remote_agent_source_end_to_end_and_cleanup():
-    src = RemoteAgentSource(FakeNvmlHost(), interval=0.05, python="/nonexistent/python3")
+@pytest.fixture
+def shim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pythons started from here import tests/nvml_shim/pynvml.py: 2 GPUs under load."""
+    monkeypatch.setenv("PYTHONPATH", str(SHIM))
+    monkeypatch.setenv("SPECMON_FAKE_NVML", json.dumps({"gpus": 2, "state": "load"}))
+
+
+async def test_remote_agent_source_end_to_end_and_cleanup(shim):
+    host = LocalHost()
+    src = RemoteAgentSource(host, interval=0.05, python="/nonexistent/python3")
     polls = []
     it = src.__aiter__()
     try:
@@ -172,7 +170,7 @@ async def test_remote_agent_source_end_to_end_and_cleanup():
     finally:
         await it.aclose()
     assert src.kind == "nvml-agent"
-    assert src.attempts and src.attempts[0].startswith("/nonexistent/python3")
+    assert src.attempts == []  # the agent's own interpreter has pynvml: `python` not needed
     assert src.hello is not None and src.hello.gpu_count == 2
     assert all(len(b) == 2 and b[0].reasons == ("SwPowerCap",) for b in polls)
     assert [s.index for s in polls[0]] == [0, 1]
@@ -187,14 +185,17 @@ def _script(path: Path, body: str) -> None:
 
 @pytest.fixture
 def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A PATH holding only our fakes: `python3` without pynvml, optionally `nvidia-smi`."""
+    """A PATH holding only our fakes: `python3` without pynvml (no site-packages),
+    optionally `nvidia-smi`."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _script(bindir / "python3",
-            'echo \'{"type":"error","code":"no-pynvml","error":"pynvml not importable"}\'\n'
-            "exit 1\n")
+    _script(bindir / "python3", f'exec {sys.executable} -S "$@"\n')
     monkeypatch.setenv("PATH", str(bindir))
     return bindir
+
+
+def nopynvml_host(bindir: Path) -> LocalHost:
+    return LocalHost(python=str(bindir / "python3"))
 
 
 def _fake_smi(bindir: Path, stream_lines: list[str]) -> None:
@@ -212,7 +213,7 @@ async def test_falls_back_to_nvidia_smi(fake_bin: Path):
     line = (DATA / "nvidia_smi_stream_h200.csv").read_text().splitlines()[0]
     second = line.replace("0, 580.159.04", "1, 580.159.04", 1)
     _fake_smi(fake_bin, [line, second])
-    src = RemoteAgentSource(SubprocessStreamHost(term_grace=1.0), interval=0.05)
+    src = RemoteAgentSource(nopynvml_host(fake_bin), interval=0.05)
     polls = []
     it = src.__aiter__()
     try:
@@ -238,16 +239,17 @@ async def _first_error(src: object) -> str:
 
 
 async def test_no_pynvml_and_no_nvidia_smi(fake_bin: Path):
-    msg = await _first_error(RemoteAgentSource(SubprocessStreamHost(), interval=0.05))
+    src = RemoteAgentSource(nopynvml_host(fake_bin), interval=0.05)
+    msg = await _first_error(src)
     assert msg == "no Python with pynvml (nvidia-ml-py) on the host and nvidia-smi not found"
+    assert src.attempts[0].startswith(f"{fake_bin / 'python3'}: pynvml not importable")
 
 
-async def test_nvml_init_failure_is_reported_as_nvml_unavailable(fake_bin: Path):
-    _script(fake_bin / "python3",
-            'echo \'{"type":"error","code":"nvml-init",'
-            '"error":"NVML not available: Driver Not Loaded"}\'\nexit 1\n')
-    msg = await _first_error(RemoteAgentSource(SubprocessStreamHost(), interval=0.05))
-    assert msg == f"{NVML_UNAVAILABLE}: Driver Not Loaded"
+async def test_nvml_init_failure_is_reported_as_nvml_unavailable(fake_bin: Path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(SHIM))
+    monkeypatch.setenv("SPECMON_FAKE_NVML", json.dumps({"init_error": 12}))
+    msg = await _first_error(RemoteAgentSource(LocalHost(), interval=0.05))
+    assert msg == f"{NVML_UNAVAILABLE}: NVML Shared Library Not Found"
 
 
 async def test_nvidia_smi_driver_failure(fake_bin: Path):

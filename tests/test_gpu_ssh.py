@@ -24,11 +24,8 @@ SHIM = Path(__file__).resolve().parent / "nvml_shim"
 def remote_leftovers(server: sshd.Sshd) -> list[str]:
     """Command lines of everything under the test sshd that is not an sshd process."""
     out = []
-    for pid in sshd.descendants(server.proc.pid):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+    for pid, raw in sshd.descendant_cmdlines(server.proc.pid).items():
+        cmd = raw.replace(b"\0", b" ").decode()
         if cmd and not cmd.startswith("sshd"):
             out.append(f"{pid}: {cmd[:120]}")
     return out
@@ -96,11 +93,11 @@ async def test_agent_over_ssh_leaves_no_process_after_close_or_disconnect(sshd_s
         tmp_path / "fakepy",
         f"export PYTHONPATH={SHIM} SPECMON_FAKE_NVML='{cfg}'\nexec {sys.executable} \"$@\"\n",
     )
-    host = make_host(sshd_server, tmp_path, reconnect_base=0.05)
+    host = make_host(sshd_server, tmp_path, reconnect_base=0.05, python=fakepy)
     await host.connect()
     try:
         # 1. the consumer stops: the channel closes and the agent exits
-        src = RemoteAgentSource(host, interval=0.05, python=fakepy)
+        src = RemoteAgentSource(host, interval=0.05)
         it = src.__aiter__()
         batch = await it.__anext__()
         assert [s.index for s in batch] == [0, 1] and isinstance(batch[0], GpuSample)
@@ -112,7 +109,7 @@ async def test_agent_over_ssh_leaves_no_process_after_close_or_disconnect(sshd_s
         await until(lambda: not alive(pid), what="agent exit after close")
 
         # 2. the connection dies under it: the source ends with a clear error, agent gone
-        src = RemoteAgentSource(host, interval=0.05, python=fakepy)
+        src = RemoteAgentSource(host, interval=0.05)
         it = src.__aiter__()
         await it.__anext__()
         assert src.hello is not None

@@ -91,7 +91,9 @@ def test_markdown_report_has_the_key_figures(tmp_path, capsys):
     assert "base (baseline) bs 8" in svg
     assert not re.search(r"<script[^>]+src=", svg)  # no external JavaScript
     gpu_svg = (tmp_path / "s.report-gpu.svg").read_text()
-    assert "GPU 0 SM MHz" in gpu_svg
+    assert "GPUs (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg
+    power_svg = (tmp_path / "s.report-gpu-power.svg").read_text()
+    assert "power W" in power_svg
     capsys.readouterr()
 
 
@@ -100,7 +102,7 @@ def test_html_report_is_one_self_contained_file(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(path), "--format", "html", "-o", str(out)]) == 0
     html = out.read_text()
-    assert html.startswith("<!DOCTYPE html>") and html.count("<svg") == 2
+    assert html.startswith("<!DOCTYPE html>") and html.count("<svg") == 3
     assert "<td>89.00</td>" in html and "<b>Speedup 1.056×</b>" in html
     assert "NCCL_ALGO unset (was Ring)" in html
     assert not list(tmp_path.glob("r-*.svg"))

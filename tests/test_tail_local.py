@@ -46,14 +46,22 @@ def test_agent_is_stdlib_only_and_never_imports_specmon():
             mods.add((node.module or "").split(".")[0])
     assert mods, "agent imports nothing?"
     assert "specmon" not in mods
-    assert mods <= set(sys.stdlib_module_names), mods - set(sys.stdlib_module_names)
+    # the standard library, plus pynvml when the host has it (imported inside a try)
+    assert mods <= set(sys.stdlib_module_names) | {"pynvml"}, mods - set(sys.stdlib_module_names)
+    # one folder, and nothing in it imports specmon
+    for f in AGENT_PATH.parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                assert all(not a.name.startswith("specmon") for a in node.names), f
+            elif isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("specmon"), f
 
 
 async def test_agent_requests_and_errors(host, tmp_path):
     agent = AgentClient(host)
     await agent.start()
     try:
-        assert agent.hello["v"] == 1
+        assert agent.hello["v"] == 2
         procs = await agent.request("procs")
         assert any(p[0] == os.getpid() for p in procs)
         (tmp_path / "f").write_bytes(b"0123456789")
@@ -253,3 +261,15 @@ def test_headless_modules_do_not_import_textual():
     import subprocess
 
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_agent_is_python36_syntax_and_avoids_37_only_calls():
+    """The agent runs on the host's python3 (3.6+): no newer syntax, and 3.7+ methods only
+    behind a fallback (bytes.isascii crashed the 3.6 agent on the first line read)."""
+    from specmon.hostside import agent
+
+    src = AGENT_PATH.read_text()
+    ast.parse(src, feature_version=(3, 6))
+    assert ".isascii()" not in src and "capture_output" not in src and "text=True" not in src
+    for data in (b"", b"abc\n", b"\xc3\xa9", b"\x7f", b"\x80"):
+        assert agent._isascii_36(data) == data.isascii()

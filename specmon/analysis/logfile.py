@@ -13,6 +13,7 @@ import io
 import os
 import re
 import sys
+import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
@@ -24,7 +25,38 @@ from specmon.parse.sglang import BatchRecord, parse_line
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
 PARALLEL_MIN = 32 * 1024 * 1024  # below this, starting workers costs more than it saves
+MAX_LINE = 1 << 20  # longer lines are cut with a marker, as the live path (hosts/agent.py) does
+NO_LINES = 3  # exit status when no input held a single SGLang line
 _MARK = re.compile(rb"(?:Decode|Prefill) batch")
+# what reading a damaged file can raise: OSError (BadGzipFile, CRC), EOFError (truncated gzip),
+# zlib.error (corrupt deflate data)
+READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def cut_marker(kept: int, full: int | None) -> bytes:
+    """The marker a cut line ends with (the live agent's words; full None: length unknown)."""
+    of = f"of {full}" if full is not None else "of more"
+    return f" \u2026[specmon: line cut at {kept} {of} bytes]".encode()
+
+
+def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
+    """Lines of a binary stream, each at most MAX_LINE bytes (a longer one is cut with a marker
+    and the rest of it skipped), so one 100 MB line costs 1 MiB, not 600 MB."""
+    while True:
+        line = fh.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE or line.endswith(b"\n"):
+            yield line
+            continue
+        full = len(line)
+        while True:  # skip to the end of this line
+            rest = fh.readline(MAX_LINE)
+            full += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield line[:MAX_LINE] + cut_marker(MAX_LINE, full - (1 if rest.endswith(b"\n") else 0)) \
+            + b"\n"
 
 
 class PartialRead(CliError):
@@ -72,10 +104,22 @@ def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
 
 
 def read_lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
+    n = 0
     try:
-        yield from fh
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise CliError(f"{name}: read error ({exc})") from None
+        for line in capped_lines(fh):
+            n += 1
+            yield line
+    except READ_ERRORS as exc:
+        raise CliError(f"{name}: read error after {n:,} lines ({_why(exc)})") from None
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, EOFError):
+        return f"truncated: {text}"
+    if isinstance(exc, zlib.error):
+        return f"corrupt compressed data: {text}"
+    return text
 
 
 # --- summary ------------------------------------------------------------------------------------
@@ -97,11 +141,15 @@ def summarise(name: str) -> LogSummary:
 
 
 def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
-    """Sequential summary in bounded memory; small reads so a damaged stream loses nothing."""
+    """Sequential summary in bounded memory; one raw read per block (`read1`), so the data a
+    damaged gzip stream yielded before its error (CRC, truncation) is summarised, not lost.
+    A line longer than MAX_LINE keeps its first MAX_LINE bytes and a marker."""
     total = LogSummary()
     pending: list[bytes] = []
     size = 0
-    carry = b""
+    carry = b""  # the start of the open (unterminated) line after a flush
+    open_len = 0  # bytes of the open line read so far
+    skipping = 0  # > 0: inside a cut line; its length so far
 
     def flush(final: bool) -> None:
         nonlocal carry, size
@@ -114,19 +162,39 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
             whole = buf[:cut]
             total.merge(summarise_buffer(whole if whole.endswith(b"\n") else whole + b"\n"))
 
+    read = getattr(fh, "read1", fh.read)
     while True:
         try:
-            block = fh.read(READ)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            block = read(READ)
+        except READ_ERRORS as exc:
+            if skipping:
+                carry += cut_marker(MAX_LINE, None)
             flush(final=True)
-            raise PartialRead(f"{name}: read error after {total.lines:,} lines ({exc})",
+            raise PartialRead(f"{name}: read error after {total.lines:,} lines ({_why(exc)})",
                               total) from None
         if not block:
             break
+        if skipping:
+            nl = block.find(b"\n")
+            if nl < 0:
+                skipping += len(block)
+                continue
+            carry += cut_marker(MAX_LINE, skipping + nl)
+            skipping = 0
+            block = block[nl:]  # from the newline that ends the cut line
         pending.append(block)
         size += len(block)
+        last_nl = block.rfind(b"\n")
+        open_len = len(block) - last_nl - 1 if last_nl >= 0 else open_len + len(block)
         if size >= CHUNK:
             flush(final=False)
+        if open_len > MAX_LINE:
+            flush(final=False)  # carry is now the open line: keep its start, skip the rest
+            skipping = len(carry)
+            carry = carry[:MAX_LINE]
+            open_len = 0
+    if skipping:
+        carry += cut_marker(MAX_LINE, skipping)
     flush(final=True)
     return total
 
@@ -137,11 +205,39 @@ def summarise_buffer(buf: bytes) -> LogSummary:
     fast = scan_buffer(buf)
     if fast is not None:
         s.add_fast(fast, _edge_time(buf, forward=True), _edge_time(buf, forward=False))
-        return s
-    for line in buf.split(b"\n"):
-        if b"batch" in line:
+    else:
+        for line in _batch_lines(buf):
             s.add_record(parse_line(line))
+    if not s.recognised:  # only needed to tell an SGLang log without batches from garbage
+        s.events = _count_events(buf)
     return s
+
+
+def _batch_lines(buf: bytes) -> Iterator[bytes]:
+    """The lines of `buf` that hold "batch", each cut at MAX_LINE, without copying the others
+    (a buffer with one 100 MB line must not cost another 100 MB)."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        hit = buf.find(b"batch", pos)
+        if hit < 0:
+            return
+        start = buf.rfind(b"\n", pos, hit) + 1 if hit > pos else pos
+        if start == 0 and pos > 0:
+            start = pos
+        end = buf.find(b"\n", hit)
+        if end < 0:
+            end = n
+        yield buf[start:min(end, start + MAX_LINE)]
+        pos = end + 1
+
+
+_EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=")
+
+
+def _count_events(buf: bytes) -> int:
+    """SGLang start-up lines (no batch line yet is still an SGLang log, not garbage)."""
+    return len(_EVENT_MARKS.findall(buf))
 
 
 def summarise_general(buf: bytes) -> LogSummary:
@@ -180,15 +276,28 @@ def _reverse_marks(buf: bytes) -> Iterator[int]:
             return
 
 
+class _Range:
+    """A file's byte range [start, end) as a stream: `_summarise_stream` reads it in blocks,
+    so a piece costs its chunk and MAX_LINE of memory whatever its lines' lengths."""
+
+    def __init__(self, fh: BinaryIO, start: int, end: int) -> None:
+        fh.seek(start)
+        self._fh = fh
+        self._left = end - start
+
+    def read1(self, n: int) -> bytes:
+        data = self._fh.read(min(n, self._left)) if self._left > 0 else b""
+        self._left -= len(data)
+        return data
+
+    read = read1
+
+
 def _summarise_piece(args: tuple[str, int, int]) -> LogSummary:
-    """One line-aligned byte range, read in one go (no carry, no copies)."""
+    """One line-aligned byte range (the file's last line may lack its newline: still a line)."""
     name, start, end = args
     with open(name, "rb") as fh:
-        fh.seek(start)
-        buf = fh.read(end - start)
-    if buf and not buf.endswith(b"\n"):
-        buf += b"\n"  # the file's last line has no newline: it is still a line
-    return summarise_buffer(buf)
+        return _summarise_stream(_Range(fh, start, end), name)  # type: ignore[arg-type]
 
 
 def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
@@ -196,8 +305,12 @@ def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
     with open(name, "rb") as fh:
         for i in range(1, pieces):
             fh.seek(size * i // pieces)
-            fh.readline()  # move to the start of the next line
-            pos = fh.tell()
+            while True:  # move to the start of the next line (in blocks: lines can be huge)
+                block = fh.read(READ)
+                nl = block.find(b"\n")
+                if nl >= 0 or not block:
+                    break
+            pos = fh.tell() - (len(block) - nl - 1 if nl >= 0 else 0)
             if bounds[-1] < pos < size:
                 bounds.append(pos)
     bounds.append(size)

@@ -14,6 +14,9 @@ from specmon.analysis.stats import weighted_quantiles
 from specmon.parse.fastscan import FastCounts
 from specmon.parse.sglang import BatchRecord, EventRecord
 
+# The decode fields the summary shows; an invalid value among them is counted as a warning.
+SUMMARISED = frozenset({"running_req", "gen_throughput", "accept_len"})
+
 
 @dataclass
 class LogSummary:
@@ -25,11 +28,15 @@ class LogSummary:
     accept: Counter[float | None] = field(default_factory=Counter)
     first_time: str | None = None
     last_time: str | None = None
+    events: int = 0  # start-up lines (server_args, ready, ...): an SGLang log without batches yet
+    invalid: int = 0  # SUMMARISED values printed but impossible (non-finite, negative, absurd)
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
             return
         if rec.kind == "decode":
+            if rec.invalid:
+                self.invalid += sum(1 for f in rec.invalid if f in SUMMARISED)
             self.decode += 1
             self.throughput[(rec.accept_len is not None, rec.running_req, rec.gen_throughput)] += 1
             if rec.accept_len is not None:
@@ -42,11 +49,16 @@ class LogSummary:
                 self.first_time = t
             self.last_time = t
 
+    @property
+    def recognised(self) -> int:
+        return self.decode + self.prefill
+
     def add_fast(self, counts: FastCounts, first: str | None, last: str | None) -> None:
         self.decode += counts.decode
         self.prefill += counts.prefill
         self.throughput.update(counts.throughput)
         self.accept.update(counts.accept)
+        self.invalid += counts.invalid
         self._add_times(first, last)
 
     def merge(self, other: LogSummary) -> None:
@@ -55,6 +67,8 @@ class LogSummary:
         self.prefill += other.prefill
         self.throughput.update(other.throughput)
         self.accept.update(other.accept)
+        self.invalid += other.invalid
+        self.events += other.events
         self._add_times(other.first_time, other.last_time)
 
     def _add_times(self, first: str | None, last: str | None) -> None:
@@ -66,7 +80,7 @@ class LogSummary:
     def comparable(self) -> tuple[object, ...]:
         """Everything the report shows, for checking the fast path against the general one."""
         return (self.lines, self.decode, self.prefill, dict(self.throughput), dict(self.accept),
-                self.first_time, self.last_time)
+                self.first_time, self.last_time, self.invalid)
 
     def groups(self) -> dict[bool, dict[int | None, dict[str, float | int | None]]]:
         """Per server kind, per #running-req: n, median, p10, p90 of gen throughput."""
@@ -90,7 +104,7 @@ class LogSummary:
 
     def render(self) -> str:
         recognised = self.decode + self.prefill
-        lines = [
+        lines: list[str] = [
             f"lines read: {self.lines:,}   recognised: {recognised:,} "
             f"(decode {self.decode:,}, prefill {self.prefill:,})",
             f"time span: {_na(self.first_time)} -> {_na(self.last_time)}",
@@ -99,6 +113,9 @@ class LogSummary:
             "interval (default 40 decode steps; idle and prefill time inside an interval lower it).",
             "Not comparable with a benchmark's end-to-end tok/s, which includes prefill.",
         ]
+        if self.invalid:
+            lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
+                            "absurd numbers) read as N/A; their lines are kept")
         groups = self.groups()
         if not groups:
             lines.append("")

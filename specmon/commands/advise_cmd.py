@@ -12,10 +12,11 @@ said), 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
     from specmon.analysis.advisor import Advice, Check, Segment
@@ -95,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
         adv = advise(spec, base, args.running_req)
     except CannotAdvise as exc:
         if args.json:
-            print(json.dumps({"error": str(exc)}))
+            print(dumps({"error": str(exc)}))
         print(f"specmon advise: too little data: {exc}", file=sys.stderr)
         return 3
     if args.json:
-        print(json.dumps(adv.to_json(), allow_nan=False))
+        print(dumps(adv.to_json()))
     else:
         print(render(adv, holdout_checks(spec, base)))
     return 0

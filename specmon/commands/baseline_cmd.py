@@ -12,6 +12,8 @@ from typing import Any
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
 from specmon.errors import CliError
+from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
+from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 
@@ -24,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         rows = store.list(host=args.host, server=args.server)
         if args.json:
-            print(json.dumps(rows))
+            print(dumps(rows))
             return 0
         if not rows:
             print("no baselines recorded")
@@ -39,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
         b = store.get(args.name)
         if b is None:
             raise CliError(f"no baseline named {args.name!r}")
-        print(json.dumps(show_json(b)) if args.json else "\n".join(show_lines(b)))
+        # redacted again on the way out: a store written by an older specmon may hold secrets
+        print(dumps(redact_obj(show_json(b))) if args.json
+              else "\n".join(redact_text(x) for x in show_lines(b)))
         return 0
     if action == "delete":
         if not store.delete(args.name):
@@ -50,19 +54,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_log(name: str) -> list[tuple[Record, str]]:
-    from specmon.analysis.logfile import open_input
+    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []
     try:
-        for raw in fh:
+        for raw in capped_lines(fh):
             rec = parse_line(raw)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
                 out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
-    except OSError as exc:
-        raise CliError(f"{name}: read error ({exc})") from None
+    except READ_ERRORS as exc:
+        raise CliError(f"{name}: read error after {len(out):,} records "
+                       f"({exc or type(exc).__name__})") from None
     finally:
         if name != "-":
             fh.close()
@@ -118,16 +123,18 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
         raise CliError(f"{args.log}: not enough clean decode samples for a baseline "
                        f"(best stratum n={best.n if best else 0}, need {params.min_base}; "
                        f"excluded: {sum(stats.excluded.values())})")
-    info = _server_info(args.server_info)
+    info = redact_obj(_server_info(args.server_info))  # the store keeps no secret
     args_seen = dict(ev.args)
     args_seen.update({k: v for k, v in info.items() if not isinstance(v, (dict, list))})
     fp = fingerprint_from(server_args=args_seen, nccl_lines=ev.nccl_lines,
                           version=info.get("version") if isinstance(info.get("version"), str) else None,
                           collected_at=time.time())
     role = args.role or ("speculative" if any(b.stratum.spec for b in usable) else "baseline")
-    b = Baseline(args.name, stats, fp, host=args.host or "local", server=args.server or "", role=role,
-                 source={"log": str(args.log), "decode_lines": len(decodes), "last": args.last},
-                 note=args.note)
+    b = Baseline(args.name, stats, redact_fingerprint(fp), host=args.host or "local",
+                 server=args.server or "", role=role,
+                 source={"log": redact_text(str(args.log)), "decode_lines": len(decodes),
+                         "last": args.last},
+                 note=redact_text(args.note) if args.note else args.note)
     try:
         store.save(b, replace=args.replace)
     except BaselineExists:

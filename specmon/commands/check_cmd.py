@@ -6,13 +6,13 @@ Exit status: 0 ok/improved, 1 drift, 3 insufficient data, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
 from specmon.errors import CliError
+from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
@@ -51,13 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from specmon.analysis.fingerprint import LogEvidence
 
     evidence = LogEvidence()
-    from specmon.analysis.logfile import open_input
+    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(args.log)
     try:
         line_no = 0
         try:
-            for raw in fh:
+            for raw in capped_lines(fh):
                 line_no += 1
                 parsed = parse_line(raw)
                 if parsed is None:
@@ -67,14 +67,15 @@ def run(args: argparse.Namespace) -> int:
                 if isinstance(parsed, EventRecord):
                     evidence.add_event(parsed, raw.decode("utf-8", "replace"))
                 monitor.observe(parsed, None, line_no)
-        except OSError as exc:
-            raise CliError(f"{args.log}: read error after line {line_no} ({exc})") from None
+        except READ_ERRORS as exc:
+            raise CliError(f"{args.log}: read error after line {line_no} "
+                           f"({exc or type(exc).__name__})") from None
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
     out = result(monitor, fp_recorded, evidence)
     if args.json:
-        print(json.dumps(out))
+        print(dumps(out))
     else:
         print(render(out))
     return EXIT[out["verdict"]]

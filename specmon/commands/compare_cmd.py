@@ -6,12 +6,12 @@ Exit status: 0 compared, 3 no batch size with enough samples on both (which is s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 from specmon.errors import CliError
+from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
     from specmon.session.state import ServerState
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.json:
-        print(json.dumps(cmp.result, allow_nan=False))
+        print(dumps(cmp.result))
     else:
         print(render(cmp.result))
     if not cmp.enough:

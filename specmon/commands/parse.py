@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from specmon.analysis.logfile import PartialRead, iter_json, open_input, read_lines, summarise
+from specmon.analysis.logfile import (
+    NO_LINES,
+    PartialRead,
+    iter_json,
+    open_input,
+    read_lines,
+    summarise,
+)
 from specmon.analysis.logsummary import LogSummary
+from specmon.jsonout import dumps
 
 
 def run(args: argparse.Namespace) -> int:
@@ -15,10 +22,17 @@ def run(args: argparse.Namespace) -> int:
         return list_runs(args.files, args.json)
     if args.json:
         out = sys.stdout
+        found = 0
         for name in args.files:
-            for obj in iter_json(name, args.kind):
-                out.write(json.dumps(obj))
+            for obj in iter_json(name, "all"):
+                found += 1
+                if args.kind != "all" and obj["kind"] != args.kind:
+                    continue
+                out.write(dumps(obj))
                 out.write("\n")
+        if not found:
+            print("specmon parse: no SGLang lines found", file=sys.stderr)
+            return NO_LINES
         return 0
     total = LogSummary()
     for name in args.files:
@@ -28,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
             total.merge(exc.summary)
             print(total.render())  # what was read before the damage is still reported
             raise
+    if not total.recognised and not total.events:
+        print(total.render())
+        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        return NO_LINES
     print(total.render())
     return 0
 
@@ -46,7 +64,7 @@ def list_runs(files: list[str], as_json: bool) -> int:
         rows = [run_row(r) for r in state.runs]
         if as_json:
             for row in rows:
-                print(json.dumps({"file": name, **row}))
+                print(dumps({"file": name, **row}))
             continue
         print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
         for row in rows:

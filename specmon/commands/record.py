@@ -22,8 +22,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from specmon.commands.hostargs import HostPlan, default_baselines, listen_from_args, plans_from_args
 from specmon.errors import CliError
+from specmon.export.redact import redact_text
 from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
+from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.sources.tail import LogLine
@@ -46,14 +48,17 @@ def parse_record(text: str) -> dict[str, Any] | None:
 
 
 def line_json(ev: LogLine) -> str:
-    return json.dumps(
+    """One JSONL row; the line is redacted (a recording is a way out like any export) and the
+    record parsed from the redacted text, so no secret reaches the file by either field."""
+    text = redact_text(ev.text)
+    return dumps(
         {
             "server": ev.server,
             "path": ev.path,
             "offset": ev.offset,
-            "line": ev.text,
+            "line": text,
             "received_at": round(ev.received_at, 6),
-            "record": parse_record(ev.text),
+            "record": parse_record(text),
         },
         ensure_ascii=False,
     )
@@ -65,7 +70,7 @@ def _fleet_line_json(host: str, ev: LogLine, multi: bool) -> str:
     obj = json.loads(line_json(ev))
     obj["server"] = f"{host}/{ev.server}"
     obj["host"] = host
-    return json.dumps(obj, ensure_ascii=False)
+    return dumps(obj, ensure_ascii=False)
 
 
 def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
@@ -74,7 +79,7 @@ def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
     obj: dict[str, Any] = {"gpus": [g.to_json() for g in samples], "received_at": round(t, 6)}
     if multi:
         obj["host"] = host
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    return dumps(obj, ensure_ascii=False)
 
 
 class _LoggingSink:
@@ -207,8 +212,8 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise CliError(f"--duration must be positive, got {args.duration}")
+    if args.duration is not None and not 0 < args.duration < float("inf"):  # NaN fails too
+        raise CliError(f"--duration must be a positive number of seconds, got {args.duration}")
     if args.history < 0:
         raise CliError(f"--history must be >= 0, got {args.history}")
     listen = listen_from_args(args)

@@ -15,8 +15,8 @@ def run(args: argparse.Namespace) -> int:
         snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
-    if args.speed <= 0:
-        raise CliError(f"--speed must be positive, got {args.speed}")
+    if not 0 < args.speed < float("inf"):  # NaN fails this too
+        raise CliError(f"--speed must be a positive number, got {args.speed}")
     from specmon.commands.hostargs import config_from_args
     from specmon.ui.replay import ReplayApp  # Textual only here
 

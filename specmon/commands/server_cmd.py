@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -22,7 +21,9 @@ def _load(args: argparse.Namespace) -> Any:
     try:
         return load_config(args.config)
     except ConfigError as exc:
-        raise CliError(exc.one_line()) from None
+        raise CliError("; ".join(i.format() for i in exc.issues[:3])
+                       + (f" (+{len(exc.issues) - 3} more: run specmon config check)"
+                          if len(exc.issues) > 3 else "")) from None
 
 
 def run_config_check(args: argparse.Namespace) -> int:
@@ -68,18 +69,25 @@ def _progress(p: Any) -> None:
     print(f"  {p.describe()}", file=sys.stderr, flush=True)
 
 
+def _say(text: str, file: Any = None) -> None:
+    """Every line this command prints: secrets masked (HF_TOKEN=..., --api-key ...)."""
+    from specmon.export.redact import redact_text
+
+    print(redact_text(text), file=file or sys.stdout)
+
+
 def _print_audit(audit: Any) -> None:
     if audit is None:
         return
-    print("environment (NCCL_/CUDA_/SGLANG_/TORCH_ and profile variables):")
+    _say("environment (NCCL_/CUDA_/SGLANG_/TORCH_ and profile variables):")
     for p in audit.processes:
         if p.status != "ok":
-            print(f"  {p.title} (pid {p.pid}): unreadable ({p.reason})")
+            _say(f"  {p.title} (pid {p.pid}): unreadable ({p.reason})")
             continue
         env = " ".join(f"{k}={v}" for k, v in (p.env or {}).items()) or "(none)"
-        print(f"  {p.title} (pid {p.pid}): {env}")
+        _say(f"  {p.title} (pid {p.pid}): {env}")
     for line in audit.problems():
-        print(f"  ! {line}")
+        _say(f"  ! {line}")
 
 
 async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> int:
@@ -90,6 +98,7 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
         ServerController,
         StartFailed,
     )
+    from specmon.jsonout import dumps
 
     await host.connect()
     try:
@@ -98,9 +107,11 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                 if args.action == "status":
                     st = await ctl.status()
                     if args.json:
-                        print(json.dumps({"status": st.__dict__}, default=str))
+                        from specmon.export.redact import redact_obj
+
+                        print(dumps(redact_obj({"status": st.__dict__}), default=str))
                     else:
-                        print(st.describe())
+                        _say(st.describe())
                         if st.state in ("ready", "starting"):
                             _print_audit(await ctl.audit_env())
                     return 0
@@ -113,33 +124,33 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                         num_prompts=args.num_prompts, concurrency=args.concurrency,
                         output_len=args.output_len,
                         use_bench_serving=False if args.builtin else None))
-                    print(json.dumps(b.to_json()) if args.json else b.describe())
+                    print(dumps(b.to_json()) if args.json else b.describe())
                     return 0
                 if args.action == "restart":
                     _print_stop(await ctl.stop(grace=args.grace))
                 started = await ctl.start(None if args.quiet else _progress, timeout=args.timeout)
-                print(f"{profile.name}: ready in {started.elapsed_s:.1f}s (pid {started.pid}, "
-                      f"log {started.log})")
+                _say(f"{profile.name}: ready in {started.elapsed_s:.1f}s (pid {started.pid}, "
+                     f"log {started.log})")
                 if started.gpu_note:
-                    print(f"  note: {started.gpu_note}")
+                    _say(f"  note: {started.gpu_note}")
                 _print_audit(started.audit)
                 return 0
             except GpuBusy as exc:
                 print(f"specmon server {args.action}: {exc}", file=sys.stderr)
                 return 1
             except StartFailed as exc:
-                print(f"specmon server {args.action}: {exc}", file=sys.stderr)
+                _say(f"specmon server {args.action}: {exc}", file=sys.stderr)
                 if exc.last_lines:
-                    print("last log lines:", file=sys.stderr)
+                    _say("last log lines:", file=sys.stderr)
                     for ln in exc.last_lines[-20:]:
-                        print(f"  | {ln}", file=sys.stderr)
+                        _say(f"  | {ln}", file=sys.stderr)
                 if exc.traceback:
-                    print("traceback:", file=sys.stderr)
+                    _say("traceback:", file=sys.stderr)
                     for ln in exc.traceback:
-                        print(f"  | {ln}", file=sys.stderr)
+                        _say(f"  | {ln}", file=sys.stderr)
                 return 1
             except ControlError as exc:
-                print(f"specmon server {args.action}: {exc}", file=sys.stderr)
+                _say(f"specmon server {args.action}: {exc}", file=sys.stderr)
                 return 1
     finally:
         await host.close()

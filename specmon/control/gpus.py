@@ -21,7 +21,7 @@ class GpuProbe(Protocol):
 
 
 class NvmlGpuProbe:
-    """One sample from the NVML agent (specmon.sources.gpu_agent) on the host."""
+    """One sample (compute processes included) from the host agent's NVML stream."""
 
     def __init__(self, host: Host, python: str | None = None, timeout: float = 30.0) -> None:
         self.host = host
@@ -33,8 +33,7 @@ class NvmlGpuProbe:
         from specmon.sources.gpu import GpuSourceError, RemoteAgentSource
 
         src = RemoteAgentSource(self.host, interval=0.5, python=self.python, fallback_smi=False,
-                                startup_timeout=self.timeout,
-                                agent_args=("--proc-interval", "0", "--count", "1"))
+                                startup_timeout=self.timeout, proc_interval=0.0, count=1)
         it = src.__aiter__()
         try:
             batch = await it.__anext__()

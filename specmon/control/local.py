@@ -15,31 +15,22 @@ import os
 import signal
 from pathlib import Path
 
+from specmon.hostside.agent import proc_cmdline, proc_stat
+
 
 def cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    parts = raw.split(b"\0")
-    if parts and parts[-1] == b"":
-        parts.pop()
-    return [p.decode("utf-8", "replace") for p in parts]
+    """argv of a process (the host agent's reader: one parser of /proc for all of specmon)."""
+    return proc_cmdline(pid)
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
+    """Live (non-zombie) processes of a process group, read from /proc/PID/stat."""
     out = []
     for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(p.name))
+        if p.name.isdigit():
+            st = proc_stat(int(p.name))
+            if st is not None and st["pgid"] == pgid and st["state"] not in ("Z", "X"):
+                out.append(st["pid"])
     return out
 
 

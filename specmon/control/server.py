@@ -2,8 +2,9 @@
 
 Everything runs on the host through `hosts/`: the launch (`setsid env K=V ... ARGV`, output
 appended to the log, a 0600 pidfile in the run dir with pid, pgid, sid, start time and command
-line), the checks before any signal (specmon/control/hostops.py: the recorded group only, leader
-start time and command line verified in the same host process that sends the signal), the
+line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/agent.py:
+the recorded group only, leader start time and command line verified in the same host process
+that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port
 forward, httpx), the GPU check (NVML compute processes) and the worker-environment audit
 (`/proc/PID/environ` of the launcher and every `sglang::scheduler*` worker, via the agent).
@@ -21,7 +22,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -39,7 +39,6 @@ from specmon.control.progress import ProgressTracker, StartProgress
 from specmon.hosts.agent_client import AgentClient, AgentError
 from specmon.hosts.base import Host, HostError, PortForward
 
-HOSTOPS_SOURCE = Path(__file__).with_name("hostops.py")
 AUDIT_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_")
 WORKER_PREFIX = "sglang::scheduler"
 LOG_TAIL_LINES = 40
@@ -261,20 +260,21 @@ class ServerController:
 
     async def agent(self) -> AgentClient:
         if self._agent is None or self._agent.closed.is_set():
+            if self._agent is not None:
+                await self._agent.close()
             self._agent = AgentClient(self.host)
             await self._agent.start()
         return self._agent
 
     async def hostops(self, req: dict[str, Any], timeout: float = 60.0) -> Any:
-        src = HOSTOPS_SOURCE.read_text()
-        res = await self.host.run([self.python, "-c", src, json.dumps(req)], timeout=timeout)
-        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        """One control op (owners, inspect, signal, write, remove, launch) in the host's agent."""
+        args = dict(req)
+        op = args.pop("op")
         try:
-            out = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            err = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
-            raise ControlError(f"{self.host.name}: control helper failed with {self.python}: "
-                               f"{err}") from None
+            agent = await self.agent()
+            out = await agent.request(op, timeout=timeout, **args)
+        except (HostError, asyncio.TimeoutError) as exc:
+            raise ControlError(f"{self.host.name}: {op} failed: {exc}") from None
         if isinstance(out, dict) and set(out) == {"error"}:
             raise ControlError(f"{self.host.name}: {out['error']}")
         return out
@@ -299,6 +299,9 @@ class ServerController:
         return rec if isinstance(rec, dict) and isinstance(rec.get("pid"), int) else None
 
     async def _inspect(self, rec: dict[str, Any]) -> dict[str, Any]:
+        problem = record_problem(rec)
+        if problem is not None:  # never even asked about on the host: it proves nothing
+            return {"ours": False, "reason": problem, "leader": None, "members": []}
         return await self.hostops({"op": "inspect", **_ident(rec)})
 
     async def health(self, timeout: float = 2.0) -> bool:
@@ -471,12 +474,11 @@ class ServerController:
 
     async def _leader_alive(self, agent: AgentClient, pid: int) -> bool:
         try:
-            res = await agent.request("read", path=f"/proc/{pid}/stat", offset=0, size=4096)
+            res = await agent.request("proc_info", pid=pid, fds=[], stat=True)
         except AgentError:
             return False
-        stat = base64.b64decode(res["b64"]).decode("ascii", "replace")
-        fields = stat[stat.rfind(")") + 2:].split()
-        return bool(fields) and fields[0] not in ("Z", "X")
+        st = res.get("stat") if isinstance(res, dict) else None
+        return isinstance(st, dict) and st.get("state") not in ("Z", "X", None)
 
     async def _log_tail(self, path: str, offset: int) -> list[str]:
         try:
@@ -542,6 +544,9 @@ class ServerController:
         rec = await self.read_record()
         if rec is None:
             return StopResult(self.name, False, detail="not running (no pidfile)")
+        problem = record_problem(rec)
+        if problem is not None:
+            raise NotOurs(f"{self.name}: not stopping pid {rec['pid']}: {problem}")
         ident = _ident(rec)
         res = await self.hostops({"op": "signal", "signal": "SIGTERM", **ident})
         if res.get("refused"):
@@ -570,6 +575,30 @@ class ServerController:
             if not ins["members"] or time.monotonic() > deadline:
                 return list(ins["members"])
             await asyncio.sleep(0.2)
+
+    async def check_can_start(self, freed_by: ServerController | None = None) -> None:
+        """Every precondition of `start`, checked without changing anything: not running, the
+        profile builds a command line, and its GPUs are free or held only by `freed_by`'s
+        group (the server a swap will stop). Raises AlreadyRunning, ControlError or GpuBusy."""
+        rec = await self.read_record()
+        if rec is not None:
+            ins = await self._inspect(rec)
+            if ins["ours"] and ins["members"]:
+                raise AlreadyRunning(f"{self.name} is already running (pid {rec['pid']})")
+        try:
+            self.profile.launch_argv(self.python)
+            self.profile.launch_env()
+        except Exception as exc:  # noqa: BLE001 - any config problem is one line
+            raise ControlError(f"{self.name}: its profile cannot be launched: {exc}") from None
+        if not self.profile.gpus:
+            return
+        holders = await self.gpu_holders()
+        if not holders:
+            return
+        owners = await self.owners(holders)
+        others = [o for o in owners if freed_by is None or o.server != freed_by.name]
+        if others:
+            raise GpuBusy(self.name, others)
 
     async def restart(self, progress: ProgressCb | None = None,
                       timeout: float | None = None) -> StartResult:
@@ -604,8 +633,17 @@ class SwapResult:
 
 async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
                progress: ProgressCb | None = None, gpu_timeout: float = 120.0) -> SwapResult:
-    """Stop one server, wait until the other's GPUs are free, start the other."""
+    """Check that the other server can start, stop one server, wait until the other's GPUs are
+    free, start the other. Nothing is stopped when a precondition fails (already running, a
+    profile that cannot launch, GPUs held by anything but the server being stopped, a pidfile
+    that does not prove its group)."""
     emit = progress or (lambda p: None)
+    emit(StartProgress("swap", f"checking that {start_ctrl.name} can start", 0.0))
+    await start_ctrl.check_can_start(freed_by=stop_ctrl)
+    rec = await stop_ctrl.read_record()
+    if rec is not None and (problem := record_problem(rec)) is not None:
+        raise NotOurs(f"{stop_ctrl.name}: not stopping pid {rec['pid']}: {problem}; "
+                      f"{start_ctrl.name} not started")
     emit(StartProgress("swap", f"stopping {stop_ctrl.name}", 0.0))
     stopped = await stop_ctrl.stop()
     if stopped.remaining:
@@ -617,6 +655,34 @@ async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
         raise GpuBusy(start_ctrl.name, await start_ctrl.owners(holders))
     started = await start_ctrl.start(progress)
     return SwapResult(stopped, started)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why a pidfile record cannot prove a group specmon started (None: it can be checked).
+
+    specmon launches every server with setsid, so its leader's pid is also its process group
+    and session id, always > 1, and the record carries the leader's start time and command.
+    A record without those (a forged `starttime: null`, pgid 0 or 1, which would make killpg
+    hit specmon's own group or init's) is refused before anything is asked of the host."""
+    pid, pgid, sid = _int(rec.get("pid")), _int(rec.get("pgid")), _int(rec.get("sid"))
+    if pid is None or pgid is None or sid is None:
+        return "the record has no integer pid, pgid and sid"
+    if pid <= 1 or pgid <= 1 or sid <= 1:
+        return f"refusing pid {pid} / process group {pgid} / session {sid} (<= 1)"
+    if not pid == pgid == sid:
+        return (f"pid {pid}, process group {pgid} and session {sid} differ: specmon's servers "
+                "lead their own session")
+    start = _int(rec.get("starttime"))
+    if start is None or start <= 0:
+        return "the record has no start time, so its process cannot be proven"
+    argvs = [rec.get("cmdline"), rec.get("chain")]
+    if not any(isinstance(a, list) and a and all(isinstance(x, str) for x in a) for a in argvs):
+        return "the record has no command line to check"
+    return None
 
 
 def _ident(rec: dict[str, Any]) -> dict[str, Any]:

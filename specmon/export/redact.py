@@ -1,4 +1,5 @@
-"""Secret redaction for anything specmon writes out (snapshots, reports).
+"""Secret redaction for everything specmon writes out: snapshots, reports, record JSONL, the
+baseline store and `baseline show`, SVG screenshots, `server start`'s env audit.
 
 Snapshots get pasted into team threads, so every string in them passes through here: values of
 env vars and arguments whose *names* look secret (HF_TOKEN, *_API_KEY, --api-key, *PASSWORD*),
@@ -47,6 +48,31 @@ _RE_TOKEN_SHAPES = re.compile(
     r"|glpat-[A-Za-z0-9_\-]{16,})"
 )
 _RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
+# Authorization / Proxy-Authorization header values whatever the scheme ("Token abc", "Digest")
+_RE_AUTH_HEADER = re.compile(
+    r"(?i)\b(?P<name>(?:proxy-)?authorization|x-api-key|api-key)(?P<q>['\"]?)(?P<sep>\s*[:=]\s*)"
+    r"(?P<scheme>(?:bearer|basic|token|digest|apikey|key|hmac|negotiate)\s+)?"
+    r"(?P<val>[^\s,;'\"]+)"
+)
+# a JSON Web Token anywhere: header.payload.signature, base64url, header starting {"
+_RE_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*")
+# URL query parameters with a secret name (?access_token=..., &api_key=..., &sig=...)
+_RE_QUERY = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=)(?P<val>[^&#\s'\"<>]+)")
+_AUTH_NAMES = {"authorization", "proxy-authorization"}
+_AUTH_SCHEMES = {"bearer", "basic", "token", "digest", "apikey", "key", "hmac", "negotiate"}
+_QUERY_SECRET = {"sig", "signature", "key", "code", "x-amz-signature", "x-amz-credential",
+                 "x-amz-security-token"}
+# "password hunter2", "passwd: x", "token is abc123", "api key is ..." in prose
+_RE_PROSE = re.compile(
+    r"(?i)\b(?P<word>password|passwd|passphrase|secret|token|api[ _-]?key)"
+    r"(?P<sep>\s+is\s+|\s+was\s+|\s+(?=[^\s:=]*[0-9!@#$%^&*][^\s]*)|\s*[:=]\s+)"
+    r"(?P<val>[^\s,;'\"]{3,})"
+)
+# PEM private keys, whole blocks, or a BEGIN with no END in this text (a cut log line)
+_RE_PEM = re.compile(
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?"
+    r"(?:-----END (?P=kind)PRIVATE KEY-----|\Z)"
+)
 
 
 @lru_cache(maxsize=8192)
@@ -87,6 +113,9 @@ def redact_text(text: str) -> str:
     def pair(m: re.Match[str]) -> str:
         if not is_secret_name(m.group("name")):
             return m.group(0)
+        if m.group("val") == MASK or (m.group("name").lower() in _AUTH_NAMES
+                                      and m.group("val").lower() in _AUTH_SCHEMES):
+            return m.group(0)  # "Authorization: Token ***": the scheme is no secret
         q = m.group("q1")
         return f"{q}{m.group('name')}{q}{m.group('sep')}{_mask_value(m.group('val'))}"
 
@@ -95,12 +124,62 @@ def redact_text(text: str) -> str:
             return m.group(0)
         return f"{m.group('flag')}{m.group('sep')}{_mask_value(m.group('val'))}"
 
-    out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    def query(m: re.Match[str]) -> str:
+        name = m.group("name").lower()
+        if is_secret_name(name) or name in _QUERY_SECRET:
+            return f"{m.group('lead')}{_mask_value(m.group('val'))}"
+        return m.group(0)
+
+    def auth(m: re.Match[str]) -> str:
+        return (f"{m.group('name')}{m.group('q')}{m.group('sep')}{m.group('scheme') or ''}"
+                f"{MASK}")
+
+    def prose(m: re.Match[str]) -> str:
+        val = m.group("val")
+        if _RE_PLAIN_NUMBER.match(val) or val in _KEEP or val == MASK:
+            return m.group(0)  # "token usage: 0.04", "#token: 900" are counts
+        return f"{m.group('word')}{m.group('sep')}{MASK}"
+
+    out = text
+    if "PRIVATE KEY-----" in out:
+        out = _RE_PEM.sub(lambda m: f"-----BEGIN {m.group('kind')}PRIVATE KEY----- {MASK}", out)
+    out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
+    out = _RE_AUTH_HEADER.sub(auth, out)
     out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
+    out = _RE_JWT.sub(MASK, out)
     out = _RE_TOKEN_SHAPES.sub(MASK, out)
+    if "=" in out:
+        out = _RE_QUERY.sub(query, out)
+    out = _RE_PROSE.sub(prose, out)
     out = _RE_PAIR.sub(pair, out)
     out = _RE_FLAG.sub(flag, out)
     return out
+
+
+_RE_SVG_TEXT = re.compile(r"(<text\b[^>]*>)([^<]*)(</text>)")
+
+
+def redact_svg(svg: str) -> str:
+    """An SVG screenshot (Rich's export: one <text> per styled run, spaces as &#160;) with
+    every run's text redacted. Secrets split across two differently styled runs of one row
+    are caught by redacting each row's joined text too and masking the runs that hold it."""
+    import html
+
+    def one(m: re.Match[str]) -> str:
+        raw = html.unescape(m.group(2)).replace("\xa0", " ")
+        red = redact_text(raw)
+        if red == raw:
+            return m.group(0)
+        return m.group(1) + html.escape(red, quote=False).replace(" ", "&#160;") + m.group(3)
+
+    return _RE_SVG_TEXT.sub(one, svg)
+
+
+def redact_fingerprint(fp: Any) -> Any:
+    """A fingerprint object (to_json/from_json) with every secret in it masked."""
+    if fp is None:
+        return None
+    return type(fp).from_json(redact_obj(fp.to_json()))
 
 
 def redact_obj(obj: Any, *, key: str | None = None) -> Any:

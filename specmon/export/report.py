@@ -28,6 +28,7 @@ from specmon.session.window import (
     recomputed_accept_rate,
     stats_for,
 )
+from specmon.textsafe import visible
 
 NA = "N/A"
 MAX_CHART_POINTS = 600
@@ -173,48 +174,145 @@ def throughput_chart(snap: Snapshot, *, max_series_per_server: int = 3) -> str |
                      truncate_legend=-1, dynamic_print_values=False)
     any_series = False
     notes = []
-    for s in snap.servers:
+    per_server = max(1, min(max_series_per_server, MAX_LEGEND // max(1, len(snap.servers))))
+    for s in snap.servers[:MAX_LEGEND]:
         pts = decode_points(s)
         counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
-        for rr, _ in counts.most_common(max_series_per_server):
+        for rr, _ in counts.most_common(per_server):
             series = [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
                       if p.rec.running_req == rr and p.rec.gen_throughput is not None]
             series, width = _bucketed(series, MAX_CHART_POINTS)
             if width is not None:
-                notes.append(f"{s.name} bs {rr}: median per {width * 60:.1f} s")
-            chart.add(f"{s.name} ({s.role or 'role?'}) bs {rr}", series)
+                notes.append(f"median per {width * 60:.1f} s")
+            chart.add(_chart_text(f"{s.name} ({s.role or 'role?'}) bs {rr}"), series)
             any_series = True
     if not any_series:
         return None
     if notes:
-        chart.title = "Decode throughput over time (" + "; ".join(notes) + ")"
+        chart.title = "Decode throughput over time (" + ", ".join(sorted(set(notes))[:2]) + ")"
+    return chart.render(disable_xml_declaration=True)
+
+
+MAX_GPU_GROUPS = 4  # GPU groups drawn (each a median line and a min/max band: 3 entries)
+MAX_LEGEND = 12  # legend entries of any chart; more squeeze the plot away (pygal then hangs)
+
+
+def _gpu_indices(s: ServerSnap) -> list[int] | None:
+    """The GPU indices a server ran on, when its args say so (`gpus`, or base_gpu_id+tp_size)."""
+    a = s.args
+    gl = a.get("gpus")
+    if isinstance(gl, list) and gl and all(isinstance(g, int) and not isinstance(g, bool)
+                                           for g in gl):
+        return sorted(set(gl))
+    base, tp = a.get("base_gpu_id"), a.get("tp_size")
+    if isinstance(base, int) and isinstance(tp, int) and not isinstance(base, bool) \
+            and 0 <= base < 4096 and 0 < tp <= 4096:
+        return list(range(base, base + tp))
+    return None
+
+
+def gpu_groups(snap: Snapshot) -> list[tuple[str, set[int | None]]]:
+    """GPUs grouped by the server that ran on them (when the snapshot says which), the rest as
+    one group; at most MAX_GPU_GROUPS (the smallest ones merged into "other GPUs")."""
+    present = {g.index for g in snap.gpu_samples}
+    groups: list[tuple[str, set[int | None]]] = []
+    taken: set[int | None] = set()
+    for s in snap.servers:
+        idx = _gpu_indices(s)
+        if idx is None:
+            continue
+        mine = (set(idx) & present) - taken
+        if mine:
+            groups.append((s.name, set(mine)))
+            taken |= mine
+    rest = present - taken
+    if rest:
+        groups.append(("GPUs" if not groups else "other GPUs", rest))
+    if len(groups) > MAX_GPU_GROUPS:
+        keep = groups[:MAX_GPU_GROUPS - 1]
+        merged: set[int | None] = set().union(*(g for _, g in groups[MAX_GPU_GROUPS - 1:]))
+        groups = keep + [("other GPUs", merged)]
+    return groups
+
+
+def _band(samples: list[GpuSample], value: Any, t0: float, max_points: int
+          ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[tuple[float, float]]]:
+    """Median, min and max of `value(sample)` over all GPUs of a group, per time bucket."""
+    pts = sorted(((g.ts - t0) / 60.0, float(v)) for g in samples
+                 if g.ts is not None and (v := value(g)) is not None and math.isfinite(float(v)))
+    if not pts:
+        return [], [], []
+    lo, hi = pts[0][0], pts[-1][0]
+    width = (hi - lo) / max_points or 1.0
+    buckets: dict[int, list[tuple[float, float]]] = {}
+    for x, y in pts:
+        buckets.setdefault(min(int((x - lo) / width), max_points - 1), []).append((x, y))
+    med, low, high = [], [], []
+    for b in sorted(buckets):
+        xs = buckets[b]
+        x = xs[len(xs) // 2][0]
+        ys = sorted(y for _, y in xs)
+        med.append((x, quantile_sorted(ys, 0.5) or 0.0))
+        low.append((x, ys[0]))
+        high.append((x, ys[-1]))
+    return med, low, high
+
+
+def _gpu_metric_chart(snap: Snapshot, title: str, y_title: str, value: Any) -> str | None:
+    import pygal
+
+    t0 = snap.time_range[0] if snap.time_range else 0.0
+    by = {g.index: g for g in snap.gpu_samples}
+    groups = gpu_groups(snap)
+    chart = pygal.XY(width=960, height=380 + 22 * len(groups), js=[], show_dots=False,
+                     stroke_style={"width": 1.5}, x_title="minutes since start", y_title=y_title,
+                     title=title, legend_at_bottom=True, legend_at_bottom_columns=3,
+                     truncate_legend=40, dynamic_print_values=False)
+    drawn = 0
+    for label, members in groups:
+        samples = [g for g in snap.gpu_samples if g.index in members]
+        med, low, high = _band(samples, value, t0, MAX_CHART_POINTS)
+        if not med:
+            continue
+        name = _chart_text(f"{label} ({len(members)} GPU{'s' if len(members) != 1 else ''})")
+        chart.add(f"{name} median", med, stroke_style={"width": 2.5})
+        if len(members) > 1:
+            chart.add(f"{name} min", low, stroke_style={"width": 0.8, "dasharray": "3, 3"})
+            chart.add(f"{name} max", high, stroke_style={"width": 0.8, "dasharray": "3, 3"})
+        drawn += 1
+    del by
+    if not drawn:
+        return None
     return chart.render(disable_xml_declaration=True)
 
 
 def gpu_chart(snap: Snapshot) -> str | None:
-    """SVG: SM clock per GPU over time (power on the secondary axis)."""
+    """SVG: SM clock over time, GPUs grouped by server (median line, min and max as dashes)."""
     try:
-        import pygal
+        import pygal  # noqa: F401
     except ImportError:
         return None
     if not snap.gpu_samples:
         return None
-    t0 = snap.time_range[0] if snap.time_range else 0.0
-    chart = pygal.XY(width=960, height=360, js=[], show_dots=False, stroke_style={"width": 1.5},
-                     x_title="minutes since start", y_title="SM clock MHz", title="GPU SM clock "
-                     "and power", legend_at_bottom=True, truncate_legend=-1)
-    by: dict[int | None, list[GpuSample]] = {}
-    for g in snap.gpu_samples:
-        by.setdefault(g.index, []).append(g)
-    for idx in sorted(by, key=lambda i: (i is None, i)):
-        gs = [g for g in by[idx] if g.ts is not None]
-        clk = [((g.ts - t0) / 60.0, float(g.clock_sm)) for g in gs if g.clock_sm is not None]
-        pw = [((g.ts - t0) / 60.0, g.power_w) for g in gs if g.power_w is not None]
-        if clk:
-            chart.add(f"GPU {idx} SM MHz", _bucketed(clk, MAX_CHART_POINTS)[0])
-        if pw:
-            chart.add(f"GPU {idx} power W", _bucketed(pw, MAX_CHART_POINTS)[0], secondary=True)
-    return chart.render(disable_xml_declaration=True)
+    return _gpu_metric_chart(snap, "GPU SM clock (median, min and max over each group's GPUs)",
+                             "SM clock MHz", lambda g: g.clock_sm)
+
+
+def gpu_power_chart(snap: Snapshot) -> str | None:
+    """SVG: board power over time on its own axis (a secondary axis misread it before)."""
+    try:
+        import pygal  # noqa: F401
+    except ImportError:
+        return None
+    if not snap.gpu_samples:
+        return None
+    return _gpu_metric_chart(snap, "GPU power (median, min and max over each group's GPUs)",
+                             "power W", lambda g: g.power_w)
+
+
+def _chart_text(text: str) -> str:
+    """A label from the snapshot as chart text: redacted, controls visible (legal XML)."""
+    return visible(redact_text(str(text)))[:120]
 
 
 # --- document model -----------------------------------------------------------------------------
@@ -228,14 +326,18 @@ def build_blocks(snap: Snapshot) -> list[Block]:
     return [_redact_block(blk) for blk in _build_blocks(snap)]
 
 
+def _clean(text: str) -> str:
+    """Snapshot text for a report: secrets masked, control characters (ESC...) made visible."""
+    return visible(redact_text(str(text)))
+
+
 def _redact_block(blk: Block) -> Block:
     if blk[0] == "h":
-        return ("h", blk[1], redact_text(blk[2]))
+        return ("h", blk[1], _clean(blk[2]))
     if blk[0] == "p":
-        return ("p", redact_text(blk[1]))
+        return ("p", _clean(blk[1]))
     if blk[0] == "table":
-        return ("table", [redact_text(str(h)) for h in blk[1]],
-                [[redact_text(str(c)) for c in row] for row in blk[2]])
+        return ("table", [_clean(h) for h in blk[1]], [[_clean(c) for c in row] for row in blk[2]])
     return blk
 
 
@@ -383,7 +485,10 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         b.append(("svg", "throughput", tp, "decode throughput over time"))
     gc = gpu_chart(snap)
     if gc is not None:
-        b.append(("svg", "gpu", gc, "GPU SM clock and power over time"))
+        b.append(("svg", "gpu", gc, "GPU SM clock over time, grouped by server"))
+    gp = gpu_power_chart(snap)
+    if gp is not None:
+        b.append(("svg", "gpu-power", gp, "GPU power over time, grouped by server"))
     return b
 
 
@@ -399,8 +504,13 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
 # --- renderers ----------------------------------------------------------------------------------
 
 
+def _md_text(text: str) -> str:
+    """Markdown passes raw HTML through: `<script>` from a snapshot must arrive as text."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _md_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(blocks: list[Block], chart_files: dict[str, str] | None = None) -> str:
@@ -408,9 +518,9 @@ def render_markdown(blocks: list[Block], chart_files: dict[str, str] | None = No
     out: list[str] = []
     for blk in blocks:
         if blk[0] == "h":
-            out.append("#" * blk[1] + " " + blk[2])
+            out.append("#" * blk[1] + " " + _md_text(blk[2]))
         elif blk[0] == "p":
-            out.append(blk[1])
+            out.append(_md_text(blk[1]))
         elif blk[0] == "table":
             headers, rows = blk[1], blk[2]
             out.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")

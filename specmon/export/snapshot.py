@@ -33,6 +33,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.export.redact import redact_obj
+from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
@@ -44,6 +45,19 @@ LINE_COLUMNS = ["t", "line", "record"]
 DEFAULT_GPU_MAX_PER_GPU = 2000
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
+
+# Bounds on what a file may make specmon hold: a 1 MB gzip can expand to gigabytes, a small JSON
+# can declare 20k servers. Past a bound, reading stops with an error that names it.
+MAX_SNAPSHOT_BYTES = 256 << 20  # decompressed snapshot JSON
+MAX_RECORD_BYTES = 512 << 20  # decompressed record JSONL (streamed, never held whole)
+MAX_RECORD_LINE = 16 << 20  # one record JSONL line (a 1 MiB log line JSON-escaped fits)
+MAX_SERVERS = 256  # servers per snapshot
+MAX_ROWS = 2_000_000  # line rows over all servers of a snapshot (and record lines exported)
+MAX_GPU_SAMPLES = 2_000_000
+MAX_ALERTS = 100_000
+MAX_TIME = 1e11  # Unix seconds (year 5138): a larger time is damage, not a date
+MAX_FLOAT = 1e15  # a record's float field past this is damage
+MAX_INT = 2 ** 63
 
 REDACTION_RULE = ("values of env vars, arguments and keys whose names contain a secret word "
                   "(token, secret, password, passwd, pwd, credential, auth, cookie, apikey) or end "
@@ -69,7 +83,7 @@ def record_to_json(rec: Record) -> dict[str, Any]:
             if name == "extra":
                 continue
             v = getattr(rec, name)
-            if v is not None:
+            if v is not None and v != []:
                 out[name] = v
         if rec.extra:
             out["extra"] = dict(rec.extra)
@@ -89,8 +103,13 @@ def _typed(name: str, type_text: str, v: Any, where: str) -> Any:
         ok = isinstance(v, bool)
     elif type_text.startswith("int"):
         ok = isinstance(v, int) and not isinstance(v, bool)
+        if ok and abs(v) >= MAX_INT:
+            raise SnapshotError(f"{where}: field {name!r} is an integer of {len(str(v))} digits")
     elif type_text.startswith("float"):
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        ok = (isinstance(v, int | float) and not isinstance(v, bool)
+              and abs(v) <= MAX_FLOAT)  # compares ints of any size without overflow; NaN fails
+        if not ok and isinstance(v, int | float) and not isinstance(v, bool):
+            raise SnapshotError(f"{where}: field {name!r} is out of range ({_short(v)})")
         v = float(v) if ok else v
     elif type_text.startswith("str"):
         ok = isinstance(v, str)
@@ -99,6 +118,22 @@ def _typed(name: str, type_text: str, v: Any, where: str) -> Any:
     if not ok:
         raise SnapshotError(f"{where}: field {name!r} has a {type(v).__name__}, expected {type_text}")
     return v
+
+
+def _short(v: Any) -> str:
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 200 else f"{v.bit_length()}-bit int"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _time(v: Any, where: str) -> float:
+    """A time field: a finite number of Unix seconds within MAX_TIME; else a SnapshotError."""
+    if v is None:
+        raise SnapshotError(f"{where} missing")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise SnapshotError(f"{where} is not a number")
+    if not abs(v) <= MAX_TIME:  # NaN fails this too
+        raise SnapshotError(f"{where} is out of range for Unix seconds ({_short(v)})")
+    return float(v)
 
 
 def record_from_json(d: Any, where: str = "record") -> Record:
@@ -111,6 +146,11 @@ def record_from_json(d: Any, where: str = "record") -> Record:
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'extra' must be an object")
                 kw["extra"] = dict(v)
+                continue
+            if name == "invalid":
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise SnapshotError(f"{where}: 'invalid' must be a list of field names")
+                kw["invalid"] = list(v)
                 continue
             t = _BATCH_FIELDS.get(name)
             if t is None:
@@ -283,7 +323,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
     snap = Snapshot(
         host=_want(doc, "host", str, where, "unknown"),
         hosts=[str(h) for h in _want(doc, "hosts", list, where, [])],
-        created_at=float(_want(doc, "created_at", num, where, 0.0)),
+        created_at=_time(_want(doc, "created_at", num, where, 0.0), f"{where}: created_at"),
         specmon_version=_want(doc, "specmon_version", str, where, "unknown"),
         source=_want(doc, "source", dict, where, {}),
         redaction=_want(doc, "redaction", dict, where, {}),
@@ -292,9 +332,16 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
     )
     tr = _want(doc, "time_range", dict, where, None)
     if tr is not None:
-        snap.time_range = (float(_want(tr, "start", num, f"{where}: time_range")),
-                           float(_want(tr, "end", num, f"{where}: time_range")))
+        start = _time(_want(tr, "start", num, f"{where}: time_range"), f"{where}: time_range.start")
+        end = _time(_want(tr, "end", num, f"{where}: time_range"), f"{where}: time_range.end")
+        if end < start:
+            raise SnapshotError(f"{where}: time_range ends before it starts")
+        snap.time_range = (start, end)
     servers = _want(doc, "servers", list, where)
+    if len(servers) > MAX_SERVERS:
+        raise SnapshotError(f"{where}: {len(servers):,} servers; a snapshot may hold at most "
+                            f"{MAX_SERVERS} (specmon.export.snapshot.MAX_SERVERS)")
+    n_rows = 0
     for i, sd in enumerate(servers):
         w = f"{where}: servers[{i}]"
         if not isinstance(sd, dict):
@@ -304,41 +351,68 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             role_source=_want(sd, "role_source", str, w, None),
             status=_want(sd, "status", str, w, "unknown"), path=_want(sd, "path", str, w, None),
             args=_want(sd, "args", dict, w, {}), fingerprint=_want(sd, "fingerprint", dict, w, None),
-            exit_code=_want(sd, "exit_code", int, w, None),
+            exit_code=_small(_want(sd, "exit_code", int, w, None), f"{w}: exit_code"),
             traceback=[str(x) for x in _want(sd, "traceback", list, w, [])],
             notices=[str(x) for x in _want(sd, "notices", list, w, [])],
             counts={str(k): int(v) for k, v in _want(sd, "counts", dict, w, {}).items()
-                    if isinstance(v, int)},
-            log_limit=_want(sd, "log_limit", int, w, MAX_LOG_LINES),
+                    if isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT},
+            log_limit=_small(_want(sd, "log_limit", int, w, MAX_LOG_LINES), f"{w}: log_limit"),
             line_times=_want(sd, "line_times", str, w, "exact"),
         )
         cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
         if cols != LINE_COLUMNS:
             raise SnapshotError(f"{w}: line_columns {cols} not supported (expected {LINE_COLUMNS})")
-        for j, row in enumerate(_want(sd, "lines", list, w, [])):
+        rows = _want(sd, "lines", list, w, [])
+        n_rows += len(rows)
+        if n_rows > MAX_ROWS:
+            raise SnapshotError(f"{w}: more than {MAX_ROWS:,} line rows in this snapshot "
+                                "(specmon.export.snapshot.MAX_ROWS)")
+        for j, row in enumerate(rows):
             wr = f"{w}.lines[{j}]"
             if not isinstance(row, list) or len(row) != 3:
                 raise SnapshotError(f"{wr}: expected [t, line, record]")
             t, line, rec = row
-            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-                raise SnapshotError(f"{wr}: time is not a number")
+            t = _time(t, f"{wr}: time")
             if line is not None and not isinstance(line, str):
                 raise SnapshotError(f"{wr}: line is not a string")
             s.entries.append(Entry(float(t), line,
                                    record_from_json(rec, wr) if rec is not None else None))
         snap.servers.append(s)
     gpu = _want(doc, "gpu", dict, where, {})
-    for j, g in enumerate(_want(gpu, "samples", list, f"{where}: gpu", [])):
+    samples = _want(gpu, "samples", list, f"{where}: gpu", [])
+    if len(samples) > MAX_GPU_SAMPLES:
+        raise SnapshotError(f"{where}: {len(samples):,} GPU samples; at most {MAX_GPU_SAMPLES:,} "
+                            "(specmon.export.snapshot.MAX_GPU_SAMPLES)")
+    for j, g in enumerate(samples):
         try:
-            snap.gpu_samples.append(GpuSample.from_agent_json(g))
-        except ValueError as exc:
+            sample = GpuSample.from_agent_json(g)
+            if sample.ts is not None:
+                _time(sample.ts, "ts")
+            for f in dataclasses.fields(sample):
+                v = getattr(sample, f.name)
+                if isinstance(v, int | float) and not isinstance(v, bool) and not abs(v) <= MAX_INT:
+                    raise ValueError(f"{f.name} out of range ({_short(v)})")
+        except (ValueError, TypeError, OverflowError, SnapshotError) as exc:
             raise SnapshotError(f"{where}: gpu.samples[{j}]: {exc}") from None
+        snap.gpu_samples.append(sample)
     snap.gpu_downsampling = _want(gpu, "downsampling", dict, f"{where}: gpu", {})
-    for j, a in enumerate(_want(doc, "alerts", list, where, [])):
+    alerts = _want(doc, "alerts", list, where, [])
+    if len(alerts) > MAX_ALERTS:
+        raise SnapshotError(f"{where}: {len(alerts):,} alerts; at most {MAX_ALERTS:,} "
+                            "(specmon.export.snapshot.MAX_ALERTS)")
+    for j, a in enumerate(alerts):
         if not isinstance(a, dict):
             raise SnapshotError(f"{where}: alerts[{j}]: not an object")
+        if a.get("t") is not None:
+            _time(a["t"], f"{where}: alerts[{j}].t")
         snap.alerts.append(a)
     return snap
+
+
+def _small(v: Any, where: str) -> Any:
+    if isinstance(v, int) and abs(v) >= MAX_INT:
+        raise SnapshotError(f"{where} is out of range ({_short(v)})")
+    return v
 
 
 # --- writing and reading files ------------------------------------------------------------------
@@ -351,7 +425,7 @@ def encode(snap: Snapshot, *, redact: bool = True, compress: bool = False) -> by
         doc["redaction"] = {"enabled": True, "rule": REDACTION_RULE}
     else:
         doc["redaction"] = {"enabled": False}
-    data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    data = dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
     if compress:
         data = gzip.compress(data, compresslevel=6, mtime=0)
     return data
@@ -363,10 +437,48 @@ def _write_chunks(f: Any, data: bytes) -> None:
         f.write(data[i:i + _CHUNK])
 
 
+_RE_TMP = re.compile(r"\.(.+\.(?:json|gz|md|html|svg|jsonl|txt))\.tmp-(\d+)\Z")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def clean_stale_temps(folder: Path) -> list[Path]:
+    """Remove `.NAME.tmp-PID` files that a killed writer (PID no longer alive) left in
+    `folder`; only names this module writes, never a live writer's file. Returns what went."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = _RE_TMP.match(name)
+        if m is None:
+            continue
+        pid = int(m.group(2))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        try:
+            (folder / name).unlink()
+            removed.append(folder / name)
+        except OSError:
+            pass
+    return removed
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Replace `path` with `data` so that readers see the old file or the new one, never a mix."""
+    """Replace `path` with `data` so that readers see the old file or the new one, never a mix.
+    Temp files of writers killed before their rename are removed first."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
+    clean_stale_temps(folder)
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -405,22 +517,59 @@ def write_snapshot(snap: Snapshot, path: str | Path, *, redact: bool = True,
 def read_snapshot(path: str | Path) -> Snapshot:
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_SNAPSHOT_BYTES + 1)
     except OSError as exc:
         raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"{p}: larger than {MAX_SNAPSHOT_BYTES >> 20} MiB, the limit for a "
+                            "snapshot (specmon.export.snapshot.MAX_SNAPSHOT_BYTES)")
     return decode(raw, str(p))
+
+
+def _gunzip_bounded(raw: bytes, limit: int, where: str) -> bytes:
+    """gzip.decompress that stops past `limit` output bytes (a bomb costs `limit`, no more)."""
+    out: list[bytes] = []
+    size = 0
+    data = raw
+    try:
+        while data:
+            d = zlib.decompressobj(wbits=31)
+            while True:
+                chunk = d.decompress(data, _CHUNK)
+                size += len(chunk)
+                if size > limit:
+                    raise SnapshotError(f"{where}: decompresses to more than {limit >> 20} MiB, "
+                                        "the limit for a snapshot "
+                                        "(specmon.export.snapshot.MAX_SNAPSHOT_BYTES)")
+                out.append(chunk)
+                data = d.unconsumed_tail
+                if d.eof or not data:
+                    break
+            if not d.eof:
+                raise EOFError("compressed file ended before the end-of-stream marker")
+            data = d.unused_data  # a next gzip member, as gzip.decompress reads it
+            if data and not data.startswith(GZIP_MAGIC):
+                break  # trailing garbage after the member: gzip ignores zero padding too
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SnapshotError(f"{where}: corrupt gzip data ({exc})") from None
+    return b"".join(out)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def decode(raw: bytes, where: str = "snapshot") -> Snapshot:
     if raw.startswith(GZIP_MAGIC):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SnapshotError(f"{where}: corrupt gzip data ({exc})") from None
+        raw = _gunzip_bounded(raw, MAX_SNAPSHOT_BYTES, where)
+    elif len(raw) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"{where}: larger than {MAX_SNAPSHOT_BYTES >> 20} MiB, the limit for "
+                            "a snapshot (specmon.export.snapshot.MAX_SNAPSHOT_BYTES)")
     if not raw.strip():
         raise SnapshotError(f"{where}: empty file, not a specmon snapshot")
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise SnapshotError(f"{where}: not a specmon snapshot (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
@@ -429,6 +578,8 @@ def decode(raw: bytes, where: str = "snapshot") -> Snapshot:
                             ) from None
     except RecursionError:
         raise SnapshotError(f"{where}: not a valid snapshot: nested too deeply") from None
+    except ValueError as exc:  # NaN/Infinity constants, ints past Python's 4300-digit limit
+        raise SnapshotError(f"{where}: not a valid snapshot: {str(exc).split(';')[0]}") from None
     return from_doc(doc, where)
 
 
@@ -613,39 +764,27 @@ def iter_record_file(path: str | Path) -> Iterator[RecordLine | tuple[float, lis
     skipped; any other bad line is an error naming the file and line number.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if raw.startswith(GZIP_MAGIC):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SnapshotError(f"{p}: corrupt gzip data ({exc})") from None
-    lines = raw.split(b"\n")
-    complete_last = raw.endswith(b"\n")
-    for n, bline in enumerate(lines, 1):
+    for n, bline, last in _record_lines(p):
         if not bline.strip():
             continue
         where = f"{p}:{n}"
         try:
-            obj = json.loads(bline)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if n == len(lines) and not complete_last:
+            obj = json.loads(bline, parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            if last and not bline.endswith(b"\n"):
                 return  # truncated tail of a killed recorder
-            raise SnapshotError(f"{where}: not a JSON record line ({exc})") from None
+            raise SnapshotError(f"{where}: not a JSON record line "
+                                f"({str(exc).split(';')[0]})") from None
         if not isinstance(obj, dict):
             raise SnapshotError(f"{where}: not a JSON object")
-        t = obj.get("received_at")
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-            raise SnapshotError(f"{where}: 'received_at' missing or not a number")
+        t = _time(obj.get("received_at"), f"{where}: 'received_at'")
         if "gpus" in obj:
             gs = obj["gpus"]
             if not isinstance(gs, list):
                 raise SnapshotError(f"{where}: 'gpus' must be a list")
             try:
                 yield float(t), [GpuSample.from_agent_json(g, ts=t) for g in gs]
-            except ValueError as exc:
+            except (ValueError, TypeError, OverflowError) as exc:
                 raise SnapshotError(f"{where}: {exc}") from None
             continue
         server, text = obj.get("server"), obj.get("line")
@@ -661,6 +800,43 @@ def iter_record_file(path: str | Path) -> Iterator[RecordLine | tuple[float, lis
         yield RecordLine(server, fpath, off, text, float(t))
 
 
+def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line, is it the last) of a record file, plain or gzip, streamed: memory
+    is one line, and a bomb stops at MAX_RECORD_BYTES decompressed or MAX_RECORD_LINE a line."""
+    try:
+        raw = open(p, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    with raw:
+        fh: Any = raw
+        try:
+            if raw.read(2) == GZIP_MAGIC:
+                raw.seek(0)
+                fh = gzip.GzipFile(fileobj=raw)
+            else:
+                raw.seek(0)
+            total = 0
+            n = 0
+            line = fh.readline(MAX_RECORD_LINE + 1)
+            while line:
+                n += 1
+                total += len(line)
+                if len(line) > MAX_RECORD_LINE:
+                    raise SnapshotError(f"{p}:{n}: line longer than {MAX_RECORD_LINE >> 20} MiB, "
+                                        "the limit for a record line "
+                                        "(specmon.export.snapshot.MAX_RECORD_LINE)")
+                if total > MAX_RECORD_BYTES:
+                    raise SnapshotError(f"{p}: more than {MAX_RECORD_BYTES >> 20} MiB of records "
+                                        "(decompressed), the limit for a record file "
+                                        "(specmon.export.snapshot.MAX_RECORD_BYTES)")
+                nxt = fh.readline(MAX_RECORD_LINE + 1)
+                yield n, line, not nxt
+                line = nxt
+        except (OSError, EOFError, zlib.error) as exc:
+            raise SnapshotError(f"{p}: read error after line {n} ({exc or type(exc).__name__})"
+                                ) from None
+
+
 def snapshot_from_record(path: str | Path, *, host: str | None = None,
                          log_lines: int = MAX_LOG_LINES,
                          gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU) -> Snapshot:
@@ -674,10 +850,22 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     seen: set[tuple[str, str | None, int, str]] = set()
     dups = 0
     gpus: list[GpuSample] = []
+    rows = 0
     for item in iter_record_file(path):
         if isinstance(item, tuple):
             gpus.extend(item[1])
+            if len(gpus) > MAX_GPU_SAMPLES * 4:
+                raise SnapshotError(f"{path}: more than {MAX_GPU_SAMPLES * 4:,} GPU samples, the "
+                                    "limit for a record file (specmon.export.snapshot."
+                                    "MAX_GPU_SAMPLES x 4, before downsampling)")
             continue
+        rows += 1
+        if rows > MAX_ROWS:
+            raise SnapshotError(f"{path}: more than {MAX_ROWS:,} record lines, the limit for one "
+                                "snapshot (specmon.export.snapshot.MAX_ROWS)")
+        if item.server not in per_server and len(per_server) >= MAX_SERVERS:
+            raise SnapshotError(f"{path}: more than {MAX_SERVERS} servers, the limit for one "
+                                "snapshot (specmon.export.snapshot.MAX_SERVERS)")
         if item.offset is not None:
             key = (item.server, item.path, item.offset, item.line)
             if key in seen:

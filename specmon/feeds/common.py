@@ -44,6 +44,8 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
     `tap` sees every raw LogLine (path and byte offset included) as it arrives: `specmon record`
     writes them out while the sink keeps the live state.
     """
+    # Bounded: when the sink falls behind, the reader waits, the tailer stops crediting the
+    # agent, and the agent stops reading the file (memory stays flat while catching up).
     queue: asyncio.Queue[LogLine | TailNotice | None] = asyncio.Queue(QUEUE_MAX)
 
     async def reader() -> None:

@@ -74,8 +74,10 @@ class LocalProcess(HostProcess):
 class LocalHost(Host):
     """This machine. Always 'connected'; the agent runs as a local subprocess."""
 
-    def __init__(self, name: str = "local") -> None:
+    def __init__(self, name: str = "local", python: str | None = None) -> None:
+        """python: the interpreter for the host agent (default: this one)."""
         super().__init__(name)
+        self._python = python
         self._forwards: list[PortForward] = []
 
     async def connect(self) -> None:
@@ -126,4 +128,4 @@ class LocalHost(Host):
 
     @property
     def python(self) -> str:
-        return sys.executable or "python3"
+        return self._python or sys.executable or "python3"

@@ -79,9 +79,16 @@ def _hostpat(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+LINE_LIMIT = 16 << 20  # like LocalHost's stream limit: a longer output line is an error
+READ_SIZE = 1 << 16
+
+
 class _SshProcess(HostProcess):
     def __init__(self, proc: asyncssh.SSHClientProcess) -> None:
         self.proc = proc
+        self._buf = b""  # read from stdout, not yet returned: self._buf[self._pos:]
+        self._pos = 0
+        self._eof = False
 
     def write(self, data: bytes) -> None:
         try:
@@ -96,10 +103,34 @@ class _SshProcess(HostProcess):
             raise HostError(f"channel closed: {exc}") from exc
 
     async def readline(self) -> bytes:
-        try:
-            return await self.proc.stdout.readline()
-        except (asyncssh.Error, BrokenPipeError, OSError):
-            return b""  # the connection went away: end of stream for the reader
+        """Next stdout line, read in chunks; a line over LINE_LIMIT raises HostError instead
+        of filling memory (asyncssh's own readline has no limit)."""
+        i = self._buf.find(b"\n", self._pos)
+        if i >= 0:
+            line = self._buf[self._pos:i + 1]
+            self._pos = i + 1
+            return line
+        parts = [self._buf[self._pos:]]
+        size = len(parts[0])
+        self._buf, self._pos = b"", 0
+        while not self._eof:
+            try:
+                chunk = await self.proc.stdout.read(READ_SIZE)
+            except (asyncssh.Error, BrokenPipeError, OSError):
+                return b""  # the connection went away: end of stream for the reader
+            if not chunk:
+                self._eof = True
+                break
+            j = chunk.find(b"\n")
+            if j >= 0:
+                parts.append(chunk[:j + 1])
+                self._buf, self._pos = chunk, j + 1
+                return b"".join(parts)
+            parts.append(chunk)
+            size += len(chunk)
+            if size > LINE_LIMIT:
+                raise HostError(f"output line over {LINE_LIMIT} bytes")
+        return b"".join(parts)
 
     def close_stdin(self) -> None:
         with contextlib.suppress(asyncssh.Error, OSError):
@@ -162,6 +193,8 @@ class SshHost(Host):
         self._changed = asyncio.Event()
         self._forwards: list[_Forward] = []
         self.added_host_key: str | None = None  # known_hosts line written by accept-new
+        self._session_keys: list[str] = []  # accepted, but known_hosts cannot keep them
+        self.notes: list[str] = []  # things the user should know (one line each)
 
     @classmethod
     def from_target(cls, text: str, **kwargs: Any) -> SshHost:
@@ -206,11 +239,20 @@ class SshHost(Host):
 
     def _kwargs(self) -> dict[str, Any]:
         """connect() arguments; known_hosts files that do not exist count as empty (like
-        OpenSSH) instead of failing, and no file at all means every key is unknown."""
+        OpenSSH) instead of failing, and no file at all means every key is unknown. Keys are
+        matched like OpenSSH: on a port other than 22 only `[host]:port` entries count."""
         kw = self._base_kwargs()
-        files = [f for f in self._known_hosts_files(self._options()) if f.is_file()]
-        kw["known_hosts"] = [str(f) for f in files] if files else asyncssh.SSHKnownHosts()
+        kw["known_hosts"] = _openssh_matcher(self._known_hosts(self._options()))
         return kw
+
+    def _known_hosts(self, opts: asyncssh.SSHClientConnectionOptions) -> asyncssh.SSHKnownHosts:
+        """The known_hosts files' entries plus the keys accepted for this session only."""
+        text = []
+        for f in self._known_hosts_files(opts):
+            if f.is_file():
+                text.append(f.read_text(errors="replace"))
+        text.extend(self._session_keys)
+        return asyncssh.import_known_hosts("\n".join(text))
 
     def _options(self) -> asyncssh.SSHClientConnectionOptions:
         kw = self._base_kwargs()
@@ -248,21 +290,30 @@ class SshHost(Host):
             raise HostError(f"{self._where()}: {exc.reason}") from exc
         except (OSError, asyncio.TimeoutError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            filename = getattr(exc, "filename", None)
+            if filename:  # e.g. a missing IdentityFile: name the file, not only the errno
+                what = "IdentityFile " if _is_identity(
+                    filename, self._base_kwargs().get("config")) else ""
+                reason = f"{what}{filename}: {reason}"
             raise HostError(f"{self._where()}: {reason}") from exc
         except ValueError as exc:  # bad config values (asyncssh raises ValueError)
             raise HostError(f"{self._where()}: {exc}") from exc
 
     async def _host_key_problem(self, exc: asyncssh.HostKeyNotVerifiable) -> HostError:
-        """Tell an unknown key (accept-new can add it) from a changed one (always refused)."""
+        """Tell an unknown key (accept-new can add it) from a changed or revoked one (always
+        refused), and a problem of the ProxyJump host from one of the target."""
         opts = self._options()
         host = opts.host_key_alias or opts.host
         port = int(opts.port)
         pat = _hostpat(host, port)
+        jump = getattr(opts, "tunnel", None)
         try:
             key = await asyncssh.get_server_host_key(
                 self.target.host, port, config=self._base_kwargs().get("config", ())
             )
         except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as exc2:
+            if isinstance(jump, str) and jump:
+                return await self._jump_key_problem(jump, exc)
             return HostKeyError(f"{self._where()}: host key not verifiable ({exc.reason}); "
                                 f"fetching it again failed: {exc2}")
         if key is None:
@@ -270,14 +321,12 @@ class SshHost(Host):
         fp = key.get_fingerprint("sha256")
         alg = key.get_algorithm()
         files = self._known_hosts_files(opts)
-        known: list[bytes] = []
-        for f in files:
-            if f.is_file():
-                try:
-                    trusted = asyncssh.match_known_hosts(str(f), host, "", port)[0]
-                except (ValueError, OSError):
-                    continue
-                known.extend(k.public_data for k in trusted)
+        trusted, _ca, revoked = _openssh_matcher(self._known_hosts(opts))(host, "", port)[:3]
+        if key.public_data in [k.public_data for k in revoked]:
+            return HostKeyError(
+                f"host key {alg} {fp} of {pat} is marked @revoked in {files[0]}; refusing to "
+                "connect (and not adding it)")
+        known = [k.public_data for k in trusted]
         if known and key.public_data not in known:
             return HostKeyChanged(
                 f"HOST KEY CHANGED for {pat}: the server offers {alg} {fp} but "
@@ -286,10 +335,17 @@ class SshHost(Host):
                 f"ssh-keygen -R '{pat}' -f {files[0]}"
             )
         if known:  # the key is known: the failure is elsewhere (e.g. the ProxyJump host)
+            if isinstance(jump, str) and jump:
+                return await self._jump_key_problem(jump, exc)
             return HostKeyError(f"{self._where()}: {exc.reason}")
         if self.accept_new:
             line = f"{pat} {key.export_public_key('openssh').decode().strip()}\n"
-            _append_known_host(files[0], line)
+            if _can_store(files[0]):
+                _append_known_host(files[0], line)
+            else:  # e.g. UserKnownHostsFile /dev/null: trust it for this session only
+                self._session_keys.append(line)
+                self.notes.append(f"accepted host key {alg} {fp} for {pat} for this session "
+                                  f"only: {files[0]} cannot keep it")
             self.added_host_key = line
             return _Retry()
         return HostKeyUnknown(
@@ -298,11 +354,52 @@ class SshHost(Host):
             fp,
         )
 
+    async def _jump_key_problem(self, jump: str, exc: asyncssh.HostKeyNotVerifiable
+                                ) -> HostError:
+        """The target's key could not be checked through the ProxyJump host: name the jump
+        host and say what is wrong with its key (never added automatically)."""
+        name = jump.rsplit("@", 1)[-1]
+        cfg = self._base_kwargs().get("config", ())
+        try:
+            jopts = asyncssh.SSHClientConnectionOptions(host=name.split(":")[0], config=cfg,
+                                                        client_keys=None)
+            jhost, jport = jopts.host_key_alias or jopts.host, int(jopts.port)
+            key = await asyncssh.get_server_host_key(jopts.host, jport)
+        except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as exc2:
+            return HostKeyError(f"{self._where()}: host key not verifiable through jump host "
+                                f"{jump} ({exc.reason}); reaching {jump} failed: {exc2}")
+        if key is None:
+            return HostKeyError(f"{self._where()}: jump host {jump}: {exc.reason}")
+        pat = _hostpat(jhost, jport)
+        fp = key.get_fingerprint("sha256")
+        files = self._known_hosts_files(jopts)
+        trusted, _ca, revoked = _openssh_matcher(self._known_hosts(jopts))(jhost, "", jport)[:3]
+        if key.public_data in [k.public_data for k in revoked]:
+            return HostKeyError(f"jump host {jump}: host key {fp} of {pat} is marked @revoked "
+                                f"in {files[0]}; refusing to connect")
+        if trusted and key.public_data not in [k.public_data for k in trusted]:
+            return HostKeyChanged(
+                f"HOST KEY CHANGED for jump host {jump} ({pat}): it offers {fp} but "
+                f"{files[0]} holds a different key (possible man-in-the-middle); refusing to "
+                f"connect")
+        if not trusted:
+            return HostKeyUnknown(
+                f"unknown host key for jump host {jump} ({pat}): {key.get_algorithm()} {fp} "
+                f"(not in {files[0]}); check the fingerprint and add it (specmon does not "
+                "add a jump host's key)", fp)
+        return HostKeyError(f"{self._where()}: through jump host {jump}: {exc.reason}")
+
     async def _establish(self) -> asyncssh.SSHClientConnection:
         try:
             return await self._connect_once()
         except _Retry:
+            pass
+        try:
             return await self._connect_once()
+        except _Retry:  # accepted, yet still not trusted: say why instead of "retry"
+            raise HostKeyError(f"{self._where()}: the host key was accepted but is still not "
+                               "trusted on the second attempt (check UserKnownHostsFile and "
+                               "HostKeyAlias in your ssh config)") from None
 
     async def connect(self) -> None:
         """First connection: one attempt (plus one after accept-new), raising HostError."""
@@ -459,3 +556,46 @@ def _append_known_host(path: Path, line: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(fd, "a") as f:
         f.write(prefix + line)
+
+
+def _openssh_matcher(kh: asyncssh.SSHKnownHosts) -> Any:
+    """A known_hosts matcher with OpenSSH's rule: on a port other than 22 only `[host]:port`
+    entries match (asyncssh falls back to the bare host name, which would trust another
+    port's key and hide an `@revoked` entry of this port)."""
+
+    def match(host: str, addr: str, port: int | None) -> Any:
+        names = [n for n in (host, addr) if n]
+        if port and port != 22:
+            names = [f"[{n}]:{port}" for n in names]
+        out: list[list[Any]] = [[] for _ in range(7)]
+        for n in dict.fromkeys(names):
+            for acc, got in zip(out, kh.match(n, "", None), strict=True):
+                acc.extend(x for x in got if x not in acc)
+        return tuple(out)
+
+    return match
+
+
+def _can_store(path: Path) -> bool:
+    """Can accept-new append to this known_hosts file? (not /dev/null, a folder, ...)"""
+    try:
+        if path.exists():
+            return path.is_file() and os.access(path, os.W_OK)
+    except OSError:
+        return False
+    return True  # created by _append_known_host
+
+
+def _is_identity(filename: str, config: Any) -> bool:
+    """Is `filename` an IdentityFile of the ssh config files? (for the error message)"""
+    for cfg in config or ():
+        try:
+            text = Path(cfg).expanduser().read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.strip().split(None, 1)
+            if len(parts) == 2 and parts[0].lower() == "identityfile":
+                if os.path.expanduser(parts[1].strip().strip('"')) == filename:
+                    return True
+    return False

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 
-from specmon.parse.sglang import convert_value
+from specmon.parse.sglang import INVALID, canon_value, read_number
 
 # Decode line in the common layouts (D1-D10 and forks that keep the body intact): running-req
 # first, the KV usage part, an optional accept len right after it, gen throughput anywhere later.
@@ -33,11 +33,12 @@ ThroughputKey = tuple[bool, "int | None", "float | None"]
 class FastCounts:
     """Mergeable counts for one buffer, in the same shape the general path produces."""
 
-    __slots__ = ("decode", "prefill", "throughput", "accept")
+    __slots__ = ("decode", "prefill", "throughput", "accept", "invalid")
 
     def __init__(self) -> None:
         self.decode = 0
         self.prefill = 0
+        self.invalid = 0  # values the general parser would turn into None + a warning
         self.throughput: Counter[tuple[bool, int | None, float | None]] = Counter()
         self.accept: Counter[float | None] = Counter()
 
@@ -63,15 +64,21 @@ def scan_buffer(buf: bytes) -> FastCounts | None:
             return None  # "Prefill batch" inside some other text
     tp = out.throughput
     for (rr, acc, gt), c in raw.items():
-        tp[(bool(acc), int(rr), _as_float(gt))] += c
+        rr_v, bad_rr = _canon("running_req", rr)
+        gt_v, bad_gt = _canon("gen_throughput", gt)
+        tp[(bool(acc), rr_v, gt_v)] += c  # type: ignore[index]
+        out.invalid += (bad_rr + bad_gt) * c
     for al, c in Counter(accepts).items():
-        out.accept[_as_float(al)] += c
+        al_v, bad = _canon("accept_len", al)
+        out.accept[al_v] += c  # type: ignore[index]
+        out.invalid += bad * c
     return out
 
 
 @lru_cache(maxsize=1 << 16)
-def _as_float(raw: bytes) -> float | None:
-    v = convert_value(raw.decode("ascii"))
-    if isinstance(v, bool) or v is None:
-        return None
-    return float(v)
+def _canon(field: str, raw: bytes) -> tuple[int | float | None, int]:
+    """(value as the general parser stores it, 1 if it counts as an invalid value)."""
+    v = canon_value(field, read_number(raw.decode("ascii")))
+    if v is INVALID:
+        return None, 1
+    return v, 0  # type: ignore[return-value]

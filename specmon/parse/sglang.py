@@ -8,6 +8,7 @@ message (Ray actor prefixes, custom logging formats, a tqdm bar glued in front).
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,7 @@ _RE_LEVEL_PID = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR|CRITICAL)\s+(\d+)\s+\
 _RE_HEAD = re.compile(r"(?: \[(\d+)\])?(?:\(mixed #running-req: (\d+)\))?[.,](?: |$)")
 _RE_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
 _RE_INT = re.compile(r"[+-]?\d+\Z")
+_RE_NONFINITE = re.compile(r"[+-]?(?:nan|inf(?:inity)?)\Z", re.I)
 _RE_SUBVAL = re.compile(r"^(\w+)=(\S+)$")
 _RE_NONALNUM = re.compile(r"[^a-z0-9]+")
 _RE_UNIT = re.compile(r"\s*\([^)]*\)\s*$")
@@ -92,18 +94,74 @@ def normalise_key(key: str) -> str:
     return k
 
 
-def convert_value(text: str) -> Value:
-    """A field value as SGLang prints it; None when it cannot be read (never a guess)."""
+# Bounds that make a printed number a value rather than garbage. An int of more than 18 digits
+# is no count any server can reach (and converting thousands of digits costs seconds); a
+# throughput above 1e9 tok/s or below 0 is a corrupted line, not a measurement.
+MAX_INT_DIGITS = 18
+MAX_THROUGHPUT = 1e9
+_THROUGHPUTS = {"gen_throughput", "input_throughput"}
+
+
+class _Invalid:
+    """A number that is printed but cannot be true (non-finite, absurd): the field becomes None
+    and the record remembers it in `invalid`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
+INVALID = _Invalid()
+
+
+def read_number(text: str) -> Value | _Invalid:
+    """Like `convert_value`, but a non-finite or absurdly long number is INVALID, not None."""
     t = text.strip()
     if t == "True":
         return True
     if t == "False":
         return False
     if _RE_INT.match(t):
+        if len(t) - (t[0] in "+-") > MAX_INT_DIGITS:
+            return INVALID
         return int(t)
     if _RE_NUMBER.match(t):
-        return float(t)
+        v = float(t)
+        return v if math.isfinite(v) else INVALID
+    if _RE_NONFINITE.match(t):
+        return INVALID
     return None
+
+
+def convert_value(text: str) -> Value:
+    """A field value as SGLang prints it; None when it cannot be read (never a guess), and None
+    for numbers that cannot be true (non-finite, more than 18 digits)."""
+    v = read_number(text)
+    return None if v is INVALID else v  # type: ignore[return-value]
+
+
+def canon_value(canon: str, value: Value | _Invalid) -> Value | _Invalid:
+    """The value of a canonical field as stored, or INVALID (negative, absurd, wrong kind)."""
+    if value is INVALID or value is None:
+        return value
+    if isinstance(value, bool):
+        return None
+    if canon in _INT_FIELDS:
+        if isinstance(value, float):
+            if not value.is_integer():
+                return None
+            value = int(value)
+        return value if value >= 0 else INVALID
+    value = float(value)  # type: ignore[arg-type]
+    if value < 0 or (canon in _THROUGHPUTS and value > MAX_THROUGHPUT):
+        return INVALID
+    return value
+
+
+def small_int(digits: str) -> int | None:
+    """int() of a regex digit group, None past MAX_INT_DIGITS (never a 4300-digit ValueError)."""
+    return int(digits) if len(digits) <= MAX_INT_DIGITS else None
 
 
 @dataclass(slots=True)
@@ -155,6 +213,7 @@ class BatchRecord:
     est_write_bw: float | None = None
     replay_token: int | None = None
     extra: dict[str, Value] = field(default_factory=dict)
+    invalid: list[str] = field(default_factory=list)  # fields printed with an impossible value
 
     @property
     def is_speculative(self) -> bool:
@@ -186,6 +245,8 @@ class BatchRecord:
             v = getattr(self, name)
             if v is not None:
                 out[name] = v
+        if self.invalid:
+            out["invalid"] = list(self.invalid)
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
@@ -241,19 +302,26 @@ def _parse_prefix(prefix: str, rec: BatchRecord | EventRecord) -> None:
         for token in group.split():
             r = _RE_RANK_TOKEN.match(token)
             if r:
-                setattr(rec, _RANK_KEYS[r.group(1)], int(r.group(2)))
+                _set_int(rec, _RANK_KEYS[r.group(1)], r.group(2))
                 continue
             g = _RE_GPU_TOKEN.match(token)
             if g:
-                rec.gpu = int(g.group(1))
+                _set_int(rec, "gpu", g.group(1))
     ray = _RE_RAY.search(prefix)
     if ray:
         rec.ray_actor = ray.group(1)
-        rec.pid = int(ray.group(2))
+        _set_int(rec, "pid", ray.group(2))
     else:
         lp = _RE_LEVEL_PID.search(prefix)
         if lp:
-            rec.pid = int(lp.group(1))
+            _set_int(rec, "pid", lp.group(1))
+
+
+def _set_int(rec: BatchRecord, name: str, digits: str) -> None:
+    v = small_int(digits)
+    if v is None:
+        rec.invalid.append(name)
+    setattr(rec, name, v)
 
 
 def _split_body(body: str) -> list[tuple[str, str]]:
@@ -274,26 +342,25 @@ def _split_body(body: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _sub_values(text: str) -> dict[str, Value] | None:
+def _sub_values(text: str) -> dict[str, Value | _Invalid] | None:
     """`full=1200, swa=800` -> {"full": 1200, "swa": 800}; None if not of that form."""
-    out: dict[str, Value] = {}
+    out: dict[str, Value | _Invalid] = {}
     for part in text.split(", "):
         m = _RE_SUBVAL.match(part.strip())
         if not m:
             return None
-        out[m.group(1)] = convert_value(m.group(2))
+        out[m.group(1)] = read_number(m.group(2))
     return out
 
 
 def _fill(rec: BatchRecord, pairs: list[tuple[str, str]]) -> None:
-    extra = rec.extra
     for raw_key, raw_value in pairs:
         key = normalise_key(raw_key)
         if not key:
             continue
         value_text = raw_value.strip()
         if key.endswith("_graph") and key != "_graph":
-            v = convert_value(value_text)
+            v = read_number(value_text)
             rec.cuda_graph = v if isinstance(v, bool) else None
             rec.graph_kind = key[: -len("_graph")]
             continue
@@ -314,28 +381,32 @@ def _fill(rec: BatchRecord, pairs: list[tuple[str, str]]) -> None:
                     _set_canon(rec, canon, subs["full"])
                 for sub, v in subs.items():
                     if sub != "full" or not canon:
-                        extra[f"{sub}_{key}"] = v
+                        _set_extra(rec, f"{sub}_{key}", v)
                 continue
         pct = value_text.endswith("%")
         if pct:
             value_text = value_text[:-1]
             key = f"{key}_pct"
-        value = convert_value(value_text)
+        value = read_number(value_text)
         canon = _CANON.get(key)
         if canon is not None:
             _set_canon(rec, canon, value)
         else:
-            extra[key] = value
+            _set_extra(rec, key, value)
 
 
-def _set_canon(rec: BatchRecord, canon: str, value: Value) -> None:
-    if isinstance(value, bool):
+def _set_extra(rec: BatchRecord, key: str, value: Value | _Invalid) -> None:
+    if value is INVALID:
+        rec.invalid.append(key)
         value = None
-    if canon in _INT_FIELDS:
-        if isinstance(value, float):
-            value = int(value) if value.is_integer() else None
-    elif isinstance(value, int):
-        value = float(value)
+    rec.extra[key] = value  # type: ignore[assignment]
+
+
+def _set_canon(rec: BatchRecord, canon: str, value: Value | _Invalid) -> None:
+    value = canon_value(canon, value)
+    if value is INVALID:
+        rec.invalid.append(canon)
+        value = None
     setattr(rec, canon, value)
 
 
@@ -349,9 +420,9 @@ def parse_batch(text: str, idx: int, kind: str) -> BatchRecord | None:
     if idx:
         _parse_prefix(text[:idx], rec)
     if head.group(1):
-        rec.iteration = int(head.group(1))
+        _set_int(rec, "iteration", head.group(1))
     if head.group(2):
-        rec.mixed_running_req = int(head.group(2))
+        _set_int(rec, "mixed_running_req", head.group(2))
     _fill(rec, _split_body(rest[head.end():]))
     return rec
 
@@ -421,30 +492,31 @@ def parse_event(text: str) -> EventRecord | None:
             phase = "begin"
         if phase is None:
             return None
-        graph: dict[str, Any] = {"draft": "draft" in low}
+        data: dict[str, Any] = {"draft": "draft" in low}
         bs = _RE_BS_LIST.search(text)
         if bs:
-            graph["batch_sizes"] = [int(x) for x in bs.group(1).replace(",", " ").split()]
-        ev = EventRecord(f"cuda_graph_{phase}", data=graph)
+            data["batch_sizes"] = [small_int(x) for x in bs.group(1).replace(",", " ").split()]
+        ev = EventRecord(f"cuda_graph_{phase}", data=data)
     elif "KV cache pool is full" in text or "Decode out of memory happened" in text:
         m = _RE_RETRACT.search(text)
-        ev = EventRecord("kv_pool_full", data={"retracted_reqs": int(m.group(1)) if m else None})
+        ev = EventRecord("kv_pool_full",
+                         data={"retracted_reqs": small_int(m.group(1)) if m else None})
     elif "Adaptive spec params updated" in text:
         m = _RE_ADAPTIVE.search(text)
         if m is None:
             return None
         ema = _RE_EMA.search(text[m.end():])
         ev = EventRecord("spec_params", data={
-            "old_steps": int(m.group(2)), "new_steps": int(m.group(3)),
-            "ema_accept_len": float(ema.group(1)) if ema else None,
+            "old_steps": small_int(m.group(2)), "new_steps": small_int(m.group(3)),
+            "ema_accept_len": convert_value(ema.group(1)) if ema else None,
             "policy": m.group(1)})
     elif "AdaptiveSpeculativeParams initialized" in text:
         m = _RE_ADAPTIVE_INIT.search(text)
         if m is None:
             return None
         ev = EventRecord("spec_adaptive_init", data={
-            "steps": int(m.group(1)),
-            "candidate_steps": [int(x) for x in m.group(2).replace(",", " ").split()]})
+            "steps": small_int(m.group(1)),
+            "candidate_steps": [small_int(x) for x in m.group(2).replace(",", " ").split()]})
     elif "Traceback (most recent call last)" in text:
         ev = EventRecord("traceback")
     else:

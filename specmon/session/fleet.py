@@ -337,13 +337,17 @@ class FleetSession:
             "stratum": best.stratum.describe() if best else None,
         })
 
-    def record_baseline(self, host: str, server: str, name: str | None = None) -> Baseline:
+    def record_baseline(self, host: str, server: str, name: str | None = None,
+                        prepare: Callable[[Baseline], None] | None = None) -> Baseline:
         """The server's current run as its baseline: stored (when there is a store), watched.
 
-        Raises NotEnoughSamples, or the store's error (OSError, sqlite3.Error, BaselineExists).
+        `prepare` sees it before it is stored (the UI redacts its fingerprint there). Raises
+        NotEnoughSamples, or the store's error (OSError, sqlite3.Error, BaselineExists).
         """
         session = self.host(host).session
         b = record_baseline(session, session.server(server), name, self.params, self.clock())
+        if prepare is not None:
+            prepare(b)
         if self.store is not None:
             self.store.save(b)
         self.watch(host, server, b)

@@ -2,15 +2,18 @@
 
 A server is a process whose command line runs `sglang.launch_server`, `sglang serve`, or the
 simulated `specmon sim server`; its `sglang::scheduler*` descendants are its TP workers. Port,
-TP size and speculative flags come from the command line; the log file is where the main
-process's fd 2 (else fd 1) points when that is a regular file. A server writing to a terminal
-or a pipe cannot be tailed: it is listed with a hint to pass --log NAME=PATH.
+TP size and speculative flags come from the command line; the log file is the `--log-file` of
+the command line when it names a regular file (relative to the process's working directory),
+else where the main process's fd 2 (else fd 1) points when that is a regular file. A server
+writing to a terminal or a pipe cannot be tailed: it is listed with a hint to pass
+--log NAME=PATH.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -49,6 +52,7 @@ class DiscoveredServer:
     log_path: str | None = None
     log_problem: str | None = None  # why the log cannot be tailed (None when it can)
     log_target: str | None = None  # what fd 1/2 point to, e.g. "pipe:[1234]" or "/dev/pts/3"
+    log_file_arg: str | None = None  # the command line's --log-file, as given
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +89,14 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
     return False, False
 
 
+
+
+def _proc_row(r: Any) -> Proc | None:
+    """One row of the agent's process list, checked (a malformed row is skipped, not a crash)."""
+    if not (isinstance(r, list) and len(r) == 4 and all(type(x) is int for x in r[:3])
+            and isinstance(r[3], list) and all(isinstance(a, str) for a in r[3])):
+        return None
+    return Proc(r[0], r[1], r[2], list(r[3]))
 
 
 def _first(flags: dict[str, str | bool], *names: str) -> str | None:
@@ -127,6 +139,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
             tp_size=_int(_first(flags, "--tp-size", "--tensor-parallel-size", "--tp")),
             model=_first(flags, "--model-path", "--model"),
             simulated=simulated,
+            log_file_arg=_first(flags, "--log-file"),
         )
     for p in procs:
         if p.argv and p.argv[0].startswith("sglang::scheduler"):
@@ -170,7 +183,7 @@ def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None
 async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[DiscoveredServer]:
     """List SGLang servers on the agent's host, with their log files when tailable."""
     rows = await agent.request("procs")
-    procs = [Proc(int(r[0]), int(r[1]), int(r[2]), list(r[3])) for r in rows]
+    procs = [p for p in map(_proc_row, rows if isinstance(rows, list) else []) if p is not None]
     servers = find_servers(procs)
     for s in servers:
         try:
@@ -179,7 +192,16 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
             s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
             continue
         s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
-        if s.log_path is None and s.workers:
+        if s.log_file_arg:
+            # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
+            path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
+            st = await agent.request("stat", path=path)
+            if isinstance(st, dict) and st.get("regular"):
+                s.log_path, s.log_problem = posixpath.normpath(path), None
+            else:
+                s.log_path = None
+                s.log_problem = f"--log-file {path}: not a readable file; pass --log NAME=PATH"
+        if s.log_path is None and s.workers and not s.log_file_arg:
             # Workers usually share the launcher's stderr, but check them too.
             winfo = await agent.request("proc_info", pid=s.workers[0][0], fds=[1, 2])
             path, problem, _ = log_from_fds(winfo.get("fds", {}))

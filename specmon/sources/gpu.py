@@ -1,8 +1,8 @@
 """Async GPU telemetry sources: each yields one `list[GpuSample]` per poll.
 
-- `RemoteAgentSource`: streams `gpu_agent.py` to a host's Python (the given interpreter, then
-  `python3`) and reads its JSON lines; falls back to `NvidiaSmiSource` when no interpreter has
-  pynvml (or NVML fails in Python).
+- `RemoteAgentSource`: NVML samples from the host's one agent (specmon/hostside/agent.py, op
+  nvml_start), pynvml found in the agent's interpreter or the server's; falls back to
+  `NvidiaSmiSource` when there is no pynvml (or NVML fails in Python).
 - `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
   `specmon.parse.gpu`.
 - `LocalNvmlSource`: NVML in-process on one worker thread (`specmon connect local`).
@@ -11,23 +11,24 @@
 Failures end the iteration with `GpuSourceError`, whose message is one line fit for the UI
 ("no GPUs", "NVML not available (driver not loaded?): ...", "nvidia-smi not found", ...).
 
-Remote commands go through a minimal `StreamHost` (below) so this module does not depend on the
-SSH layer; `SubprocessStreamHost` is the local implementation.
+`NvidiaSmiSource` runs its command through a minimal `StreamHost` (below; a Host is one,
+`SubprocessStreamHost` is the local one); `RemoteAgentSource` needs a Host (the agent's channel).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Protocol
 
+from specmon.hosts.agent_client import AgentClient, AgentError, Subscription
+from specmon.hosts.base import Host, HostError
 from specmon.parse.gpu import (
-    AgentError,
     AgentHello,
     GpuSample,
     SmiBatcher,
@@ -35,16 +36,6 @@ from specmon.parse.gpu import (
     classify_smi_failure,
     parse_agent_line,
     parse_smi_line,
-)
-
-AGENT_PATH = Path(__file__).with_name("gpu_agent.py")
-
-#: Run by the remote Python: read "<n>\n" then n bytes of agent source from stdin and execute
-#: them as __main__. Unlike `python3 -`, this leaves stdin open, so the agent sees EOF (and
-#: exits) when the SSH channel or our pipe closes.
-BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
-    "exec(compile(b.read(n),'specmon-gpu-agent','exec'))"
 )
 
 NVML_UNAVAILABLE = "NVML not available (driver not loaded?)"
@@ -128,18 +119,6 @@ class SubprocessStreamHost:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             raise
-
-
-def _agent_payload() -> bytes:
-    src = AGENT_PATH.read_bytes()
-    return f"{len(src)}\n".encode() + src
-
-
-def agent_argv(
-    python: str, interval: float, extra: Sequence[str] = ()
-) -> list[str]:
-    """The remote command for the agent through `BOOTSTRAP` (stdin carries `_agent_payload`)."""
-    return [python, "-c", BOOTSTRAP, "--interval", f"{interval:g}", *extra]
 
 
 async def _next_line(it: AsyncIterator[str], timeout: float | None) -> str | None:
@@ -245,29 +224,35 @@ class NvidiaSmiSource:
 
 
 class RemoteAgentSource:
-    """The NVML agent on a host; falls back to nvidia-smi when pynvml/NVML is unusable.
+    """NVML samples from the host's one agent (op nvml_start); falls back to nvidia-smi when
+    pynvml/NVML is unusable there.
 
-    `kind` becomes "nvml-agent" or "nvidia-smi" once started; `hello` holds the agent's versions.
+    `python`: the interpreter whose pynvml to use when the agent's own interpreter has none
+    (usually the server's). `kind` becomes "nvml-agent" or "nvidia-smi" once started; `hello`
+    holds the agent's versions; `attempts` says what was tried, one line each.
     """
 
     def __init__(
         self,
-        host: StreamHost,
+        host: Host,
         interval: float = 1.0,
         python: str | None = None,
         fallback_smi: bool = True,
         startup_timeout: float = 60.0,
         read_timeout: float | None = None,
-        agent_args: Sequence[str] = (),
+        count: int = 0,
+        proc_interval: float = 5.0,
+        slow_interval: float = 30.0,
     ) -> None:
         self.host = host
         self.interval = interval
-        self.pythons = [p for p in (python, "python3") if p]
-        self.pythons = list(dict.fromkeys(self.pythons))
+        self.python = python
         self.fallback_smi = fallback_smi
         self.startup_timeout = startup_timeout
         self.read_timeout = read_timeout if read_timeout is not None else max(15.0, 5 * interval)
-        self.agent_args = tuple(agent_args)
+        self.count = count
+        self.proc_interval = proc_interval
+        self.slow_interval = slow_interval
         self.kind: str | None = None
         self.hello: AgentHello | None = None
         self.status: str | None = None
@@ -277,50 +262,49 @@ class RemoteAgentSource:
         return self._run()
 
     async def _run(self) -> AsyncIterator[list[GpuSample]]:
-        payload = _agent_payload()
+        label = self.python or self.host.python
         nvml_error: str | None = None
-        for py in self.pythons:
-            argv = agent_argv(py, self.interval, self.agent_args)
+        agent = AgentClient(self.host)
+        try:
+            await asyncio.wait_for(agent.start(), self.startup_timeout)
+        except (HostError, asyncio.TimeoutError) as exc:
+            self.attempts.append(f"{label}: {exc or 'no answer'}")
+        else:
+            sub = agent.subscribe("gpu")
             try:
-                gen = self.host.stream(argv, stdin=payload)
-            except OSError as exc:
-                self.attempts.append(f"{py}: {exc}")
-                continue
-            try:
-                try:
-                    first = await _next_line(gen, self.startup_timeout)
-                except OSError as exc:
-                    self.attempts.append(f"{py}: {exc.strerror or exc}")
-                    continue
-                except asyncio.TimeoutError:
-                    self.attempts.append(f"{py}: no answer in {self.startup_timeout:g} s")
-                    continue
-                if first is None:
-                    self.attempts.append(f"{py}: no output (interpreter missing?)")
-                    continue
-                try:
-                    rec = parse_agent_line(first)
-                except ValueError:
-                    self.attempts.append(f"{py}: unexpected output {first[:80]!r}")
-                    continue
-                if isinstance(rec, AgentError):
-                    self.attempts.append(f"{py}: {rec.message}")
-                    if rec.code == "no-gpus":
+                res = await agent.request(
+                    "nvml_start", timeout=self.startup_timeout, stream=sub.keys[0],
+                    interval=self.interval, python=self.python, count=self.count,
+                    proc_interval=self.proc_interval, slow_interval=self.slow_interval)
+                if not isinstance(res, dict):
+                    raise AgentError(f"{self.host.name}: nvml_start answered {res!r:.80}")
+                if "error" in res:
+                    msg = str(res["error"])
+                    self.attempts.append(f"{label}: {msg}")
+                    if res.get("code") == "no-gpus":
                         raise GpuSourceError("no GPUs")
-                    if rec.code == "no-pynvml":
-                        continue
-                    nvml_error = rec.message.removeprefix("NVML not available: ")
-                    break  # NVML itself failed: another interpreter will not help
-                if isinstance(rec, AgentHello):
-                    if rec.schema is not None and rec.schema > 1:
-                        self.status = f"agent schema {rec.schema} is newer than this specmon"
-                    self.hello, self.kind = rec, "nvml-agent"
-                    async for batch in self._agent_loop(gen):
+                    if res.get("code") != "no-pynvml":
+                        nvml_error = msg.removeprefix("NVML not available: ")
+                else:
+                    hello = parse_agent_line(json.dumps(res.get("hello") or {}))
+                    self.hello = hello if isinstance(hello, AgentHello) else None
+                    self.kind = "nvml-agent"
+                    async for batch in self._agent_loop(sub):
                         yield batch
                     return
-                self.attempts.append(f"{py}: sample before hello")
+            except (HostError, asyncio.TimeoutError) as exc:
+                if self.kind == "nvml-agent":
+                    raise GpuSourceError(f"GPU agent: {exc}") from None
+                self.attempts.append(f"{label}: {exc or 'no answer'}")
             finally:
-                await gen.aclose()
+                agent.unsubscribe(sub)
+                if not agent.closed.is_set():
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(agent.request("nvml_stop", stream=sub.keys[0],
+                                                           timeout=5.0))
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(agent.close())
         if not self.fallback_smi:
             raise GpuSourceError(self._no_agent_message(nvml_error))
         self.kind = "nvidia-smi"
@@ -344,25 +328,25 @@ class RemoteAgentSource:
             return f"{NVML_UNAVAILABLE}: {nvml_error}"
         return "GPU agent could not start: " + "; ".join(self.attempts)[:300]
 
-    async def _agent_loop(self, gen: AsyncIterator[str]) -> AsyncIterator[list[GpuSample]]:
+    async def _agent_loop(self, sub: Subscription) -> AsyncIterator[list[GpuSample]]:
         while True:
             try:
-                line = await _next_line(gen, self.read_timeout)
+                msg = await asyncio.wait_for(sub.get(), self.read_timeout)
             except asyncio.TimeoutError:
                 raise GpuSourceError(f"GPU agent silent for {self.read_timeout:g} s") from None
-            if line is None:
+            if msg is None:
                 raise GpuSourceError("GPU agent exited")
-            if not line.strip():
-                continue
+            if sub.dropped:
+                self.status = f"{sub.dropped} GPU samples dropped (the consumer fell behind)"
+            if msg["t"] == "gpu_end":
+                if msg.get("reason") == "count":
+                    return
+                raise GpuSourceError(f"GPU agent: {str(msg.get('reason'))[:200]}")
+            rec = msg["rec"]
             try:
-                rec = parse_agent_line(line)
+                yield [GpuSample.from_agent_json(g, ts=rec.get("ts")) for g in rec["gpus"]]
             except ValueError as exc:
                 self.status = str(exc)
-                continue
-            if isinstance(rec, AgentError):
-                raise GpuSourceError(f"GPU agent: {rec.message}")
-            if isinstance(rec, tuple):
-                yield list(rec)
 
 
 class LocalNvmlSource:
@@ -387,7 +371,7 @@ class LocalNvmlSource:
         return self._run()
 
     def _open(self) -> Any:
-        from specmon.sources.gpu_agent import NvmlCollector
+        from specmon.hostside.agent import NvmlCollector
 
         nvml = self.nvml
         if nvml is None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmon.hosts.agent_client import AgentClient
+from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription
 from specmon.hosts.base import Host, HostError
 
 DEFAULT_HISTORY_LINES = 2000
@@ -42,10 +43,20 @@ class TailSpec:
         return cls(name, path)
 
 
+CHECK_BYTES = 64  # bytes before a resume offset whose hash the agent verifies (copytruncate)
+WINDOW = 4 << 20  # line bytes per tail in flight between the agent and the consumer
+
+
 @dataclass
 class FilePosition:
     inode: int
     offset: int
+    check: bytes = b""  # the last CHECK_BYTES bytes before `offset`, as delivered
+
+    def resume_check(self) -> dict[str, Any] | None:
+        if not self.check:
+            return None
+        return {"n": len(self.check), "sha256": hashlib.sha256(self.check).hexdigest()}
 
 
 @dataclass(slots=True)  # not frozen: frozen dataclass __init__ is ~2x slower per line
@@ -78,8 +89,26 @@ class TailNotice:
 TailEvent = LogLine | TailNotice
 
 
+def truncation_text(detail: dict[str, Any]) -> str | None:
+    """The notice for a truncation found on resume ("while disconnected"), else None."""
+    if not detail.get("while_disconnected"):
+        return None
+    n = detail.get("not_seen")
+    if isinstance(n, int):
+        where = f" (they are in {detail['copy']})" if detail.get("copy") else ""
+        return f"truncated while disconnected; up to {n} bytes not seen{where}"
+    return (f"truncated while disconnected; bytes after offset {detail.get('at')} of the old "
+            "content were not seen")
+
+
 class LogTailer:
-    """Follow several files on one host; survive reconnects with exact resume."""
+    """Follow several files on one host; survive reconnects with exact resume.
+
+    The tails run in the host's one agent process (shared with discovery, GPUs, control).
+    Every agent message is checked; a bad one is a protocol error: a one-line "error" notice,
+    then the agent is restarted (with bounded exponential backoff) and resumes at the last
+    good offset, so the next valid line is neither lost nor repeated.
+    """
 
     def __init__(
         self,
@@ -91,10 +120,12 @@ class LogTailer:
         max_line: int = 1 << 20,
         max_agent_failures: int = 5,
         watch: bool = True,
+        window: int = WINDOW,
     ) -> None:
         """history_lines: lines of history on first open; None reads the whole file.
         poll_interval: the agent's poll period; with `watch` (inotify, where the host has it)
-        lines arrive as they are written and polling is only the fallback."""
+        lines arrive as they are written and polling is only the fallback.
+        window: line bytes per tail the agent may send before the consumer has taken them."""
         self.host = host
         self.specs = list(specs)
         self.history_lines = history_lines
@@ -102,42 +133,52 @@ class LogTailer:
         self.max_line = max_line
         self.max_agent_failures = max_agent_failures
         self.watch = watch
+        self.window = window
         self.watch_modes: dict[str, str] = {}  # server name -> "inotify" | "poll" (agent's)
         self.positions: dict[str, FilePosition] = {}
         self._history_until: dict[str, tuple[int, int]] = {}
         self._client: AgentClient | None = None
+        self._sub: Subscription | None = None
         self._stopped = False
-        self.sessions = 0  # agents started (1 + number of resumes)
+        self.sessions = 0  # agent sessions (1 + number of resumes)
+        self.protocol_errors = 0
+        self.max_outstanding = 0  # most line bytes queued between agent and consumer
 
     def stop(self) -> None:
         """End events() soon (from a signal handler or another task)."""
         self._stopped = True
-        if self._client is not None and self._client.proc is not None:
-            self._client.proc.close_stdin()
-            self._client.proc.terminate()
+        if self._sub is not None:
+            self._sub.wake()
 
-    async def _start_agent(self) -> AgentClient:
+    async def _start_agent(self) -> tuple[AgentClient, Subscription]:
         client = AgentClient(self.host)
         await client.start()
-        await client.request("config", poll_interval=self.poll_interval, watch=self.watch)
-        for tid, spec in enumerate(self.specs):
-            pos = self.positions.get(spec.name)
-            args: dict[str, Any] = {"tail": tid, "path": spec.path, "max_line": self.max_line}
-            if pos is not None:
-                args.update(resume_ino=pos.inode, resume_off=pos.offset)
-            else:
-                args["history"] = -1 if self.history_lines is None else self.history_lines
-            res = await client.request("tail_start", **args)
-            if isinstance(res, dict):
-                self.watch_modes[spec.name] = str(res.get("watch", "poll"))
-        return client
+        try:
+            sub = client.subscribe("tail", len(self.specs))
+            await client.request("config", poll_interval=self.poll_interval, watch=self.watch)
+            for key, spec in zip(sub.keys, self.specs, strict=True):
+                pos = self.positions.get(spec.name)
+                args: dict[str, Any] = {"tail": key, "path": spec.path,
+                                        "max_line": self.max_line, "window": self.window}
+                if pos is not None:
+                    args.update(resume_ino=pos.inode, resume_off=pos.offset,
+                                resume_check=pos.resume_check())
+                else:
+                    args["history"] = -1 if self.history_lines is None else self.history_lines
+                res = await client.request("tail_start", **args)
+                if isinstance(res, dict):
+                    self.watch_modes[spec.name] = str(res.get("watch", "poll"))
+        except BaseException:
+            await client.close()
+            raise
+        return client, sub
 
     async def events(self) -> AsyncIterator[TailEvent]:
         failures = 0
         while not self._stopped:
             try:
                 await self.host.wait_connected()
-                self._client = client = await self._start_agent()
+                client, sub = await self._start_agent()
             except HostError as exc:
                 if self.host.state.state in ("failed", "closed") or self._stopped:
                     raise
@@ -148,6 +189,7 @@ class LogTailer:
                     yield TailNotice(spec.name, spec.path, "error", {"error": str(exc)})
                 await asyncio.sleep(min(5.0, 0.2 * 2**failures))
                 continue
+            self._client, self._sub = client, sub
             failures = 0
             self.sessions += 1
             if self.sessions > 1:
@@ -156,69 +198,138 @@ class LogTailer:
                     yield TailNotice(spec.name, spec.path, "resumed",
                                      {"inode": pos.inode if pos else None,
                                       "offset": pos.offset if pos else None})
+            index = {k: i for i, k in enumerate(sub.keys)}
             try:
-                while True:
-                    msg = await client.events.get()
+                while not self._stopped:
+                    msg = await sub.get()
                     if msg is None:
                         break
-                    for ev in self._handle(msg):
+                    spec = self.specs[index[msg["tail"]]]
+                    try:
+                        evs = list(self._handle(spec, msg))
+                    except ProtocolError as exc:
+                        client.fail(str(exc))
+                        break
+                    self.max_outstanding = max(self.max_outstanding, sub.max_outstanding)
+                    for ev in evs:
                         yield ev
+                    if msg["t"] == "lines":
+                        sub.outstanding[msg["tail"]] -= msg["cost"]
+                        with contextlib.suppress(HostError):
+                            await client.send("tail_credit", tail=msg["tail"], n=msg["cost"])
             finally:
+                self._sub = None
+                self._client = None
+                error = client.error
+                if not client.closed.is_set():
+                    for key in sub.keys:
+                        with contextlib.suppress(Exception):
+                            await asyncio.shield(client.request("tail_stop", tail=key,
+                                                                timeout=5.0))
+                client.unsubscribe(sub)
                 with contextlib.suppress(Exception):
                     await asyncio.shield(client.close())
-                self._client = None
-            if not self._stopped:
+            if self._stopped:
+                break
+            if error is not None:
+                self.protocol_errors += 1
+                for spec in self.specs:
+                    yield TailNotice(spec.name, spec.path, "error", {"error": error})
+            else:
                 for spec in self.specs:
                     yield TailNotice(spec.name, spec.path, "disconnected",
                                      {"state": self.host.state.describe()})
 
     def _lines(self, spec: TailSpec, msg: dict[str, Any], now: float) -> Iterator[LogLine]:
-        ino = int(msg["ino"])
+        """Decode one checked "lines" message; ProtocolError when it does not continue the
+        file where the last message ended (nothing of it is delivered then)."""
+        ino = msg["ino"]
+        pos = self.positions.get(spec.name)
+        first = msg["lines"][0][0]
+        if pos is None or pos.inode != ino or pos.offset != first:
+            where = "no open file" if pos is None else f"inode {pos.inode} offset {pos.offset}"
+            raise ProtocolError(f"lines of inode {ino} from offset {first} do not follow "
+                                f"{where} of {spec.path}")
         hist = self._history_until.get(spec.name)
         hist_end = hist[1] if hist is not None and hist[0] == ino else -1
+        out: list[LogLine] = []
+        check = pos.check
         for item in msg["lines"]:
-            off, end, text = int(item[0]), int(item[1]), item[2]
+            off, end, text = item[0], item[1], item[2]
             extra = item[3] if len(item) > 3 else None
-            # the position moves line by line, as each is handed over: exact resume
-            self.positions[spec.name] = FilePosition(ino, end)
             if extra is None:
-                yield LogLine(spec.name, spec.path, ino, off, end, text.encode("utf-8"), text,
-                              now, end <= hist_end)
+                data = text.encode("utf-8")
+                out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
+                                   end <= hist_end))
+                check = (check + data + b"\n")[-CHECK_BYTES:]
                 continue
             cut = extra.get("cut")
             b64 = extra.get("b64")
+            noeol = bool(extra.get("noeol"))
             if b64 is not None:
                 data = base64.b64decode(b64)
             elif cut is not None:
                 data = text.rsplit(" \u2026[specmon: line cut", 1)[0].encode("utf-8")
             else:
                 data = text.encode("utf-8")
-            yield LogLine(spec.name, spec.path, ino, off, end, data, text, now,
-                          end <= hist_end, cut, bool(extra.get("noeol")))
+            if cut is None and len(data) + (0 if noeol else 1) != end - off:
+                raise ProtocolError(f"a line's bytes ({len(data)}) do not match its offsets "
+                                    f"{off}..{end} in {spec.path}")
+            out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
+                               end <= hist_end, cut, noeol))
+            # the bytes right before `end` of a cut line were not sent: no check there
+            check = b"" if cut is not None else (check + data + (b"" if noeol else b"\n"))[
+                -CHECK_BYTES:]
+        ends = [(ln.end, ln) for ln in out]
+        checks = self._checks(pos.check, out)
+        for (end, ln), chk in zip(ends, checks, strict=True):
+            # the position moves line by line, as each is handed over: exact resume
+            self.positions[spec.name] = FilePosition(ino, end, chk)
+            yield ln
 
-    def _handle(self, msg: dict[str, Any]) -> Iterator[TailEvent]:
-        try:
-            spec = self.specs[int(msg["tail"])]
-        except (KeyError, ValueError, IndexError, TypeError):
-            return
+    @staticmethod
+    def _checks(check: bytes, lines: list[LogLine]) -> list[bytes]:
+        """The check bytes after each line (see FilePosition.check)."""
+        out = []
+        for ln in lines:
+            if ln.cut is not None:
+                check = b""
+            else:
+                check = (check + ln.data + (b"" if ln.noeol else b"\n"))[-CHECK_BYTES:]
+            out.append(check)
+        return out
+
+    def _handle(self, spec: TailSpec, msg: dict[str, Any]) -> Iterator[TailEvent]:
         now = time.time()
-        if msg.get("t") == "lines":
-            yield from self._lines(spec, msg, now)
+        if msg["t"] == "lines":
+            yield from list(self._lines(spec, msg, now))  # checked whole before delivery
             return
-        kind = str(msg.get("ev"))
+        kind = msg["ev"]
         detail = {k: v for k, v in msg.items() if k not in ("t", "tail", "ev", "path")}
         if kind == "opened":
-            self.positions[spec.name] = FilePosition(int(msg["ino"]), int(msg["off"]))
+            self.positions[spec.name] = FilePosition(msg["ino"], msg["off"],
+                                                     self._kept_check(spec, msg))
             if not msg.get("resumed") and "size" in msg:
-                self._history_until[spec.name] = (int(msg["ino"]), int(msg["size"]))
+                self._history_until[spec.name] = (msg["ino"], msg["size"])
         elif kind == "rotated":
-            self.positions[spec.name] = FilePosition(int(msg["ino"]), 0)
+            self.positions[spec.name] = FilePosition(msg["ino"], 0)
         elif kind == "truncated":
             pos = self.positions.get(spec.name)
-            ino = int(msg.get("ino") or (pos.inode if pos else 0))
+            ino = msg.get("ino") or (pos.inode if pos else 0)
             self.positions[spec.name] = FilePosition(ino, 0)
+            text = truncation_text(detail)
+            if text is not None:
+                detail["message"] = text
         elif kind == "lost":
             self.positions.pop(spec.name, None)
         elif kind == "history_end":
             self._history_until.pop(spec.name, None)
         yield TailNotice(spec.name, spec.path, kind, detail, now)
+
+    def _kept_check(self, spec: TailSpec, msg: dict[str, Any]) -> bytes:
+        """An "opened" at the offset we resumed from keeps our check bytes."""
+        pos = self.positions.get(spec.name)
+        if pos is not None and msg.get("resumed") and pos.inode == msg["ino"] and \
+                pos.offset == msg["off"]:
+            return pos.check
+        return b""

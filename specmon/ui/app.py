@@ -19,12 +19,14 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
+from specmon.export.redact import redact_fingerprint
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu import GpuSample
 from specmon.resources import stylesheet
@@ -49,7 +51,7 @@ from specmon.ui.messages import (
     ServerProbe,
     TailMissing,
 )
-from specmon.ui.safe import plain
+from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
     GpuPanel,
@@ -142,6 +144,10 @@ class _Sink:
 ServerKey = tuple[str, str]
 
 
+def _redact_baseline(b: Baseline) -> None:
+    b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
+
+
 class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     """The one app of every path (connect 1..N hosts, demo, replay): built on the session
     model (`FleetSession`; a plain `Session` is a fleet of one), fed by one `Feed`."""
@@ -190,7 +196,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.hosts: list[Any] = []
         self.lines_received = 0
         self.refreshes = 0
-        self.sub_title = title or ", ".join(self.fleet.hosts)
+        self.sub_title = plain(title or ", ".join(self.fleet.hosts))
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
+        super().notify(plain_lines(message), title=plain(title), severity=severity,
+                       timeout=timeout, markup=markup)
 
     @property
     def session(self) -> Session:
@@ -215,7 +227,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             # one tab per host; its servers go in its pane
             with TabbedContent(id="host-tabs"):
                 for i, host in enumerate(self.fleet.hosts):
-                    with TabPane(host, id=f"tab-{i}"):
+                    with TabPane(Content(plain(host)), id=f"tab-{i}"):  # not markup
                         yield Horizontal(id=f"servers-{i}", classes="servers")
         else:
             yield Horizontal(id="servers", classes="servers")
@@ -436,7 +448,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         """Record the server's current run as its baseline, store it, and watch for drift."""
         _ = self.baseline_store  # the default store, unless one was given
         try:
-            b = self.fleet.record_baseline(host, server)
+            b = self.fleet.record_baseline(host, server, prepare=_redact_baseline)
         except NotEnoughSamples as exc:
             self.notify(str(exc), severity="warning", markup=False)
             return None

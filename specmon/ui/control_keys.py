@@ -113,10 +113,19 @@ class ServerControlMixin:
             self._run(server, "start", ctl.start(self._progress(server)), self._after_start(server))
 
     def action_server_restart(self) -> None:
+        app: Any = self
         server, ctl = self._target()
-        if server is not None:
-            self._run(server, "restart", ctl.restart(self._progress(server)),
-                      self._after_start(server))
+        if server is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._run(server, "restart", ctl.restart(self._progress(server)),
+                          self._after_start(server))
+
+        app.push_screen(ConfirmScreen(f"Restart {self._ctl_name(server)}? It is stopped (SIGTERM, "
+                                      "then SIGKILL after the grace period) and started again."),
+                        answered)
 
     def action_server_stop(self) -> None:
         app: Any = self
@@ -151,8 +160,13 @@ class ServerControlMixin:
             await ctl.stop()
             return await other.start(self._progress(others[0]))
 
-        self._run(others[0], f"swap ({self._ctl_name(server)} -> {self._ctl_name(others[0])})",
-                  do_swap(), self._after_start(others[0]))
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._run(others[0], f"swap ({self._ctl_name(server)} -> "
+                          f"{self._ctl_name(others[0])})", do_swap(), self._after_start(others[0]))
+
+        app.push_screen(ConfirmScreen(f"Swap: stop {self._ctl_name(server)}, wait for the GPUs, "
+                                      f"start {self._ctl_name(others[0])}?"), answered)
 
     def action_server_bench(self) -> None:
         server, ctl = self._target()

@@ -25,6 +25,7 @@ from specmon.export.snapshot import (
 )
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
+from specmon.ui.safe import plain
 
 
 @dataclass
@@ -61,7 +62,8 @@ class ReplayApp(SpecmonApp):
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
                          export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
-        self.sub_title = f"replay · {snapshot.host}" + (f" · {source_name}" if source_name else "")
+        self.sub_title = plain(f"replay · {snapshot.host}"
+                               + (f" · {source_name}" if source_name else ""))
 
     def compose(self) -> ComposeResult:
         for widget in super().compose():

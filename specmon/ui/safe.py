@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.text import Text
 
-# C0 controls except tab, DEL, and C1 controls: shown as visible \xNN escapes, never interpreted.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+from specmon.textsafe import visible, visible_lines
 
 
 def plain(line: str) -> str:
     """The line with every control character made visible (an ESC shows as the text \\x1b)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
+    return visible(line)
+
+
+def plain_lines(text: str) -> str:
+    """Like `plain`, but newlines stay line breaks (notifications of several lines)."""
+    return visible_lines(text)
 
 
 def plain_text(line: str, style: str = "") -> Text:

@@ -8,7 +8,13 @@ from typing import Any
 
 from textual.binding import Binding
 
-from specmon.export.snapshot import snapshot_from_session, snapshot_path, write_snapshot
+from specmon.export.redact import redact_svg
+from specmon.export.snapshot import (
+    atomic_write_bytes,
+    snapshot_from_session,
+    snapshot_path,
+    write_snapshot,
+)
 
 
 def _stamp() -> str:
@@ -55,11 +61,11 @@ class SnapshotKeysMixin:
         app: Any = self
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            path = app.save_screenshot(
-                filename=f"specmon-{_safe(app.session.host)}-{_stamp()}.svg",
-                path=str(self.export_dir))
+            out = self.export_dir / f"specmon-{_safe(app.session.host)}-{_stamp()}.svg"
+            # the screen shows raw log lines: the file gets every secret masked
+            atomic_write_bytes(out, redact_svg(app.export_screenshot()).encode("utf-8"))
         except OSError as exc:
             app.notify(f"screenshot failed: {exc.strerror or exc} ({self.export_dir})",
                        severity="error", markup=False)
             return
-        app.notify(f"screenshot written: {path}", markup=False)
+        app.notify(f"screenshot written: {out}", markup=False)

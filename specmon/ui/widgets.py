@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -292,8 +293,9 @@ class ServerPanel(Vertical):
         self.query_one(ServerSummary).show(state, now, window_s)
         pts = window_points(state, now, max(window_s, 1.0) * 5)
         bs = state.last_decode.running_req if state.last_decode else None
-        data = [p.rec.gen_throughput for p in pts
-                if p.rec.gen_throughput is not None and p.rec.running_req == bs][-120:]
+        data = [p.rec.gen_throughput for p in pts  # finite only: Sparkline dies on NaN/inf
+                if p.rec.gen_throughput is not None and p.rec.running_req == bs
+                and math.isfinite(p.rec.gen_throughput)][-120:]
         self.query_one(Sparkline).data = data
         self.query_one(".spark-label", Static).update(
             f"decode tok/s at bs {num(bs, '{}')}, last {window_s * 5:.0f} s, n {len(data)}"

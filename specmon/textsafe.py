@@ -1,0 +1,32 @@
+"""Text from hosts and files is data: control characters made visible, for every way out.
+
+The terminal UI (specmon/ui/safe.py), reports and SVG charts all use `visible`, so an ESC, BEL
+or OSC sequence from a log line, a snapshot or a host name is shown as the text `\\x1b`, never
+sent to a terminal, a Markdown viewer or an XML parser (C0 controls are not even legal XML).
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls except tab, DEL, C1 controls, the Unicode line/paragraph separators, the bidi
+# overrides (they reorder what a terminal shows) and XML-illegal non-characters.
+_CONTROL = re.compile(
+    r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff"
+    r"\ud800-\udfff]"
+)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every control character shown as an escape (ESC -> the 4 characters \\x1b)."""
+    return _CONTROL.sub(_escape, text)
+
+
+def visible_lines(text: str) -> str:
+    """Like `visible`, but newlines stay line breaks."""
+    return "\n".join(visible(part) for part in str(text).split("\n"))

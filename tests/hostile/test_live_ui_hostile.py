@@ -1,0 +1,36 @@
+"""The live UI survives hostile log lines: non-finite and absurd numbers (which used to kill it
+in Textual's Sparkline with `cannot convert float NaN to integer`), controls, huge ints."""
+
+from __future__ import annotations
+
+from textual.widgets import Sparkline
+from uikit import T0, ScriptFeed, decode_line, populated_session
+
+from hostile.strategies import REGRESSION_LINES
+from specmon.parse.sglang import BatchRecord
+from specmon.session.state import DecodePoint
+from specmon.ui.app import SpecmonApp
+
+
+async def test_hostile_lines_and_a_nan_point_do_not_kill_the_live_ui() -> None:
+    session = populated_session(10)
+    lines = [x.replace("2025-07-06 09:10:11", "2026-11-29 10:00:30") for x in REGRESSION_LINES]
+    lines += [decode_line(40, 90.0).replace("90.00", "1e400"), decode_line(41, 91.0)]
+    feed = ScriptFeed([("baseline", lines)], clock=T0 + 12)
+    app = SpecmonApp(session, feed, show_clock=False, clock=lambda: T0 + 12)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await feed.done.wait()
+        await pilot.pause()
+        # even a point that bypassed the parser (a NaN from elsewhere) must not reach Sparkline
+        st = app.session.server("baseline")
+        st.decode.append(DecodePoint(T0 + 12, BatchRecord("decode", running_req=1,
+                                                          gen_throughput=float("nan"))))
+        st.last_decode = st.decode[-1].rec
+        app.refresh_view()
+        await pilot.pause(0.5)
+        app.refresh_view()
+        await pilot.pause()
+        assert app.is_running
+        spark = app.query_one("#panel-baseline").query_one(Sparkline)
+        assert spark.data and all(v == v and abs(v) < float("inf") for v in spark.data)
+        assert st.decode_total >= 10 + len(lines)  # the hostile lines were kept as records

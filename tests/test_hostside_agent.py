@@ -1,0 +1,88 @@
+"""The one host agent's ops that other tests do not reach: the RECORD probe through a running
+agent (the server's interpreter asked only for its sys.path), /proc/PID/stat through
+proc_info, a control op and an NVML stream multiplexed with a tail on one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tailkit import Collector
+from test_fingerprint import _fake_dist
+
+from specmon.hosts.agent_client import AgentClient
+from specmon.hosts.local import LocalHost
+from specmon.sources.fp_probe import probe
+from specmon.sources.gpu import RemoteAgentSource
+from specmon.sources.tail import LogTailer, TailSpec
+
+SHIM = Path(__file__).resolve().parent / "nvml_shim"
+
+
+async def test_probe_op_uses_the_servers_interpreter_path(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_dist(site, b"patched = True\n", b"original = True\n")
+    server_py = tmp_path / "server-python"
+    server_py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    server_py.chmod(0o755)
+    async with AgentClient(LocalHost()) as agent:
+        res = await probe(agent, str(server_py))
+        assert (res["version"], res["method"], res["modified_files"]) == (
+            "0.5.9", "RECORD", ["sglang/mod.py"])
+        assert res["host"]["kernel"]
+        # the agent's own interpreter has no such sglang
+        assert (await probe(agent, None))["method"] == "unavailable: sglang not installed"
+
+
+async def test_proc_stat_and_control_ops_share_the_tail_and_gpu_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(SHIM))
+    monkeypatch.setenv("SPECMON_FAKE_NVML", json.dumps({"gpus": 1, "state": "idle"}))
+    host = LocalHost()
+    log = tmp_path / "x.log"
+    log.write_text("one\n")
+    col = Collector(LogTailer(host, [TailSpec("x", str(log))]))
+    try:
+        await col.wait_lines(1)
+        src = RemoteAgentSource(host, interval=0.05, count=2)
+        batches = [b async for b in src]
+        assert len(batches) == 2 and batches[0][0].reasons == ("GpuIdle",)
+        async with AgentClient(host) as agent:
+            info = await agent.request("proc_info", pid=os.getpid(), fds=[], stat=True,
+                                       cmdline=True)
+            assert info["stat"]["pid"] == os.getpid() and info["stat"]["ppid"] == os.getppid()
+            assert info["stat"]["pgid"] == os.getpgid(0) and info["stat"]["state"] in "RS"
+            own = Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode()
+            assert info["cmdline"][0] == own
+            # a group that is not ours is refused, nothing signalled
+            res = await agent.request("signal", signal="SIGTERM", pid=os.getpid(),
+                                      pgid=os.getpgid(0), sid=os.getsid(0), starttime=1,
+                                      cmdline=["x"], chain=["x"])
+            assert res["signalled"] is False and "start time differs" in res["refused"]
+            assert agent.pid == src.hello.raw["pid"]  # the same process served the GPUs
+        with open(log, "a") as f:
+            f.write("two\n")
+        await col.wait_lines(2)  # and the tail went on
+    finally:
+        await col.close()
+
+
+def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(tmp_path,
+                                                                              monkeypatch):
+    """A host whose python3 is 3.6/3.7 (no importlib.metadata) runs the probe in the server's
+    newer interpreter instead of answering "unavailable"."""
+    from specmon.hostside import agent
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_dist(site, b"patched = True\n", b"original = True\n")
+    server_py = tmp_path / "server-python"
+    server_py.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    server_py.chmod(0o755)
+    monkeypatch.setattr(agent, "modified_files", lambda name, path=None: (
+        None, "unavailable: no importlib.metadata", None))
+    res = agent.op_probe({"dist": "sglang", "python": str(server_py)})
+    assert (res["version"], res["method"], res["modified_files"]) == (
+        "0.5.9", "RECORD", ["sglang/mod.py"])

@@ -1,0 +1,75 @@
+"""Bounded end to end (issue 13): catching up on a large log never queues more than a fixed
+bound between the file and a slow consumer. Checked on the queues themselves (the tailer's
+in-flight line bytes, the feed pump's parsed-ahead events), not on wall time or RSS."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from specmon.feeds import common
+from specmon.feeds.common import pump_tail
+from specmon.hosts.local import LocalHost
+from specmon.hostside.agent import CREDIT_SLACK
+from specmon.sources.tail import LogTailer, TailEvent, TailSpec
+
+LINE = b"[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 100, gen throughput " \
+    b"(token/s): 88.80, #queue-req: 0, line %08d\n"
+
+
+def big_log(path: Path, n: int) -> int:
+    with open(path, "wb") as f:
+        for i in range(0, n, 1000):
+            f.write(b"".join(LINE % j for j in range(i, min(n, i + 1000))))
+    return path.stat().st_size
+
+
+class CountingTailer(LogTailer):
+    """Counts what the tailer has handed over, so the test sees what waits in the pump."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.yielded = 0
+
+    async def events(self) -> AsyncIterator[TailEvent]:
+        async for ev in super().events():
+            self.yielded += 1
+            yield ev
+
+
+class SlowSink:
+    def __init__(self, tailer: CountingTailer, want: int) -> None:
+        self.tailer = tailer
+        self.want = want
+        self.got: list[str] = []
+        self.max_ahead = 0  # events the tailer handed over that the sink has not had yet
+
+    def notice(self, *a: Any) -> None: ...
+    def tail_missing(self, *a: Any) -> None: ...
+
+    def lines(self, host: str, server: str, items: list) -> None:
+        self.max_ahead = max(self.max_ahead, self.tailer.yielded - len(self.got))
+        self.got.extend(it.text for it in items)
+        if len(self.got) >= self.want:
+            self.tailer.stop()
+
+
+async def test_catch_up_of_a_large_log_is_bounded(tmp_path):
+    n = 60_000
+    size = big_log(tmp_path / "big.log", n)
+    window = 256 << 10
+    assert size > 20 * window  # the file is far larger than what may be in flight
+    tailer = CountingTailer(LocalHost(), [TailSpec("big", str(tmp_path / "big.log"))],
+                            history_lines=None, window=window)
+    sink = SlowSink(tailer, n)
+    # the pump's pace (MAX_BATCH lines per flush_s: 20k lines/s) is slower than the agent's
+    await pump_tail(tailer, "local", sink, flush_s=0.1)
+    # every line, in order, once
+    assert len(sink.got) == n
+    assert sink.got[0].endswith("line 00000000") and sink.got[-1].endswith(f"line {n - 1:08d}")
+    assert all(t.endswith(f"line {i:08d}") for i, t in enumerate(sink.got))
+    # agent -> tailer: at most the window plus one small read's worth of lines in flight
+    assert 0 < tailer.max_outstanding <= window + CREDIT_SLACK + len(LINE) + 16
+    # tailer -> sink: at most the pump's queue plus one batch
+    assert sink.max_ahead <= common.QUEUE_MAX + common.MAX_BATCH + 2
