@@ -393,15 +393,24 @@ def worker_nccl_env(fp: Fingerprint) -> tuple[dict[str, dict[str, str]] | None, 
         return ({_worker_label(w): {k: v for k, v in w.vars.items()
                                     if k.startswith("NCCL_") and k not in NCCL_SILENT}
                  for w in readable}, "worker environ")
-    if fp.launcher is not None and fp.launcher.readable:
-        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
-        for conf in fp.nccl_conf.values():
-            for k, v in (conf or {}).items():
-                if k not in NCCL_SILENT:
-                    env.setdefault(k, v)
+    env = _launcher_nccl(fp)
+    if env is not None:
         src = "launcher environ" + (" + NCCL config files" if any(fp.nccl_conf.values()) else "")
         return {"all": env}, src
     return None, "unreadable"
+
+
+def _launcher_nccl(fp: Fingerprint) -> dict[str, str] | None:
+    """The launcher's NCCL_* (exec-time environ), gaps filled from NCCL config files as NCCL's
+    setenv(..., 0) does; None when its environ is unreadable."""
+    if fp.launcher is None or not fp.launcher.readable:
+        return None
+    env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
+    for conf in fp.nccl_conf.values():
+        for k, v in (conf or {}).items():
+            if k not in NCCL_SILENT:
+                env.setdefault(k, v)
+    return env
 
 
 def _worker_label(w: EnvSnapshot) -> str:
@@ -432,14 +441,8 @@ def _environ_nccl(fp: Fingerprint) -> tuple[dict[str, str] | None, str]:
         for w in readable:
             env.update({k: v for k, v in w.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT})
         return env, "worker"
-    if fp.launcher is not None and fp.launcher.readable:
-        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
-        for conf in fp.nccl_conf.values():
-            for k, v in (conf or {}).items():
-                if k not in NCCL_SILENT:
-                    env.setdefault(k, v)
-        return env, "launcher"
-    return None, "unreadable"
+    launcher = _launcher_nccl(fp)
+    return (launcher, "launcher") if launcher is not None else (None, "unreadable")
 
 
 def _subsystems(fp: Fingerprint) -> set[str]:
