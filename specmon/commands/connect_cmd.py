@@ -22,6 +22,7 @@ from specmon.commands.hostargs import (
     default_baselines,
     listen_from_args,
     plans_from_args,
+    print_notes,
 )
 from specmon.errors import CliError
 from specmon.hosts import HostError
@@ -76,6 +77,7 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
                 if len(plans) == 1:
                     raise CliError(str(exc)) from None
                 continue  # one of several: its feed keeps retrying; no control keys there
+            print_notes(host)
         if not profiles:
             continue
         from specmon.control.server import ServerController

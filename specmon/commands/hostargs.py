@@ -8,12 +8,14 @@ what a TARGET, a --log and a config mean.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specmon.errors import CliError
 from specmon.hosts import Host, make_host
 from specmon.sources.tail import TailSpec
+from specmon.textsafe import visible
 
 if TYPE_CHECKING:
     from specmon.config import Config
@@ -143,3 +145,10 @@ def specs_from_args(args: argparse.Namespace) -> list[TailSpec]:
     if dup:
         raise CliError(f"--log names must be unique; repeated: {', '.join(sorted(dup))}")
     return specs
+
+
+def print_notes(host: Host) -> None:
+    """What the host connection wants the user to know (e.g. a host key trusted for this session
+    only), one line each on stderr, before any UI takes the screen."""
+    for note in getattr(host, "notes", ()):
+        print(f"specmon: {visible(host.name)}: {visible(note)}", file=sys.stderr)

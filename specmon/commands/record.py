@@ -20,7 +20,13 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from specmon.commands.hostargs import HostPlan, default_baselines, listen_from_args, plans_from_args
+from specmon.commands.hostargs import (
+    HostPlan,
+    default_baselines,
+    listen_from_args,
+    plans_from_args,
+    print_notes,
+)
 from specmon.errors import CliError
 from specmon.export.redact import redact_text
 from specmon.hosts import HostError
@@ -192,6 +198,7 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
                 await plans[0].host.connect()
             except HostError as exc:
                 raise CliError(str(exc)) from None
+            print_notes(plans[0].host)
         try:
             out = open(args.out, "a" if args.append else "w", encoding="utf-8")
         except OSError as exc:
