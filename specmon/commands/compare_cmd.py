@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from specmon.session.state import ServerState
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="speedup of a speculative server's log over a baseline's (last runs, per batch size)",

@@ -360,14 +360,14 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     rows = []
     for s in snap.servers:
         a = s.args
-        spec = NA
+        spec_cfg = NA
         if a.get("speculative_algorithm"):
-            spec = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
-                    f"topk {a.get('speculative_eagle_topk')} draft "
-                    f"{a.get('speculative_num_draft_tokens')}")
+            spec_cfg = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
+                        f"topk {a.get('speculative_eagle_topk')} draft "
+                        f"{a.get('speculative_num_draft_tokens')}")
         rows.append([s.name, s.role or NA, s.status, s.path or NA,
                      str(a.get("model_path") or a.get("served_model_name") or NA),
-                     _num(a.get("tp_size"), "{}"), spec,
+                     _num(a.get("tp_size"), "{}"), spec_cfg,
                      _num(s.counts.get("decode"), "{:,}"), _num(s.counts.get("lines"), "{:,}")])
     b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative",
                         "decode lines", "lines"], rows))

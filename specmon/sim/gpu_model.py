@@ -190,7 +190,7 @@ class SimGpuHost:
     # ------------------------------------------------------------------ servers
     def servers(self) -> list[dict[str, Any]]:
         """Registered servers whose main process is still alive."""
-        out = []
+        out: list[dict[str, Any]] = []
         if not self.servers_dir.is_dir():
             return out
         for p in sorted(self.servers_dir.glob("*.json")):
@@ -246,6 +246,7 @@ class SimGpuHost:
         j = _jitter(f"{i}:{tick}", 1)
         jp = _jitter(f"p{i}:{tick}", 3) * 0.7
         reasons = REASON_NONE
+        clock: float  # MHz, unquantised until clock_q
         if not users:
             clock = IDLE_CLOCK_SM
             power = P_IDLE_NOCTX + jp * 0.1
