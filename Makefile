@@ -37,11 +37,13 @@ sysdeps:
 			$$pkgs >/dev/null; \
 	fi
 
+# ruff, the layer contracts ([tool.importlinter] in pyproject.toml), mypy ([tool.mypy])
 lint: venv
 	$(BIN)/ruff check specmon tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
-test: sysdeps venv
-	$(BIN)/ruff check specmon tests bench
+test: sysdeps venv lint
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: venv

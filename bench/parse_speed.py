@@ -48,7 +48,7 @@ def main() -> int:
         write_log(path, args.lines)
         size = path.stat().st_size
         if not args.skip_check:
-            from specmon.commands.parse_cmd import summarise, summarise_general
+            from specmon.analysis.logfile import summarise, summarise_general
 
             fast = summarise(str(path))
             slow = summarise_general(path.read_bytes())

@@ -11,16 +11,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from specmon import __version__
+from specmon.errors import CliError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
 def _cmd_parse(args: argparse.Namespace) -> int:
-    from specmon.commands.parse_cmd import run
+    from specmon.commands.parse import run
 
     return run(args)
 
@@ -200,6 +197,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
     p.add_argument("--export-dir", metavar="DIR", default=None,
                    help="where e (snapshot) and s (screenshot) write (default: current folder)")
+    p.add_argument("--config", metavar="FILE", help="specmon TOML config whose [keys] remap the UI "
+                   "(default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
                    help="phantom-baseline: record a tuned baseline, then restart it without the "
                    "NCCL variables, then with a power cap and a patched file; drift alerts follow")
@@ -320,9 +319,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from specmon.ui.replay import run_replay  # Textual only here
+    from specmon.commands.replay_cmd import run
 
-    return run_replay(args)
+    return run(args)
 
 
 def _add_replay(sub: argparse._SubParsersAction) -> None:
@@ -338,6 +337,8 @@ def _add_replay(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paused", action="store_true", help="start paused at the beginning")
     p.add_argument("--export-dir", default=".", metavar="DIR",
                    help="folder for exports and screenshots (default: current folder)")
+    p.add_argument("--config", metavar="FILE", help="specmon TOML config whose [keys] remap the UI "
+                   "(default: $SPECMON_CONFIG, ./specmon.toml, the user config dir)")
     p.set_defaults(func=_cmd_replay)
 
 

@@ -1,25 +1,38 @@
-"""specmon's TOML config: hosts and server profiles for `specmon server ...` and the UI's keys.
+"""specmon's TOML config, the one reader: hosts, server profiles and the UI's `[keys]`.
 
-Located by `--config`, then `$SPECMON_CONFIG`, then `./specmon.toml`, then the platformdirs
-user config dir (`specmon.toml` there). Every problem is reported as file, key and fix, all of
-them at once (not the first only), so `specmon config check` is one round trip. See
-`examples/specmon.toml` for a commented sample.
+Every command reads it here: `specmon server ...` and `config check` (profiles), `connect` and
+`record` (the `[hosts.NAME]` to watch when no TARGET is given, their `logs`, and the profiles'
+control keys), the UI (`[keys]`, checked against the real binding ids). Located by `--config`,
+then `$SPECMON_CONFIG`, then `./specmon.toml`, then the platformdirs user config dir
+(`specmon.toml` there). Every problem is reported as file, key and fix, all of them at once (not
+the first only), so `specmon config check` is one round trip. See `examples/specmon.toml`.
+
+    [hosts.node1]
+    target = "gpu-node-1"            # 'local', [USER@]HOST[:PORT] or an ~/.ssh/config alias
+    python = "/opt/venv/bin/python"  # optional: the interpreter for the agents
+    logs = { baseline = "/var/log/sglang-base.log" }  # optional: tail these, no discovery
+
+An array `[[hosts]]` with `target` (and optional `name`) is read too.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-try:
+from specmon.keymap import BINDING_IDS, key_problem
+
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 CONFIG_NAME = "specmon.toml"
 ENV_VAR = "SPECMON_CONFIG"
@@ -28,6 +41,8 @@ DEFAULT_READY_TIMEOUT_S = 1800.0  # a 70B model with CUDA graphs can take many m
 ROLES = ("baseline", "speculative")
 LAUNCHERS = ("sglang", "sim")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# server, host and log names become file names (pidfiles, default logs) and widget ids
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*\Z")
 
 Role = Literal["baseline", "speculative"]
 
@@ -38,6 +53,12 @@ class ConfigError(Exception):
     def __init__(self, issues: list[ConfigIssue]) -> None:
         self.issues = issues
         super().__init__("; ".join(i.format() for i in issues))
+
+    def one_line(self, limit: int = 3) -> str:
+        """The first `limit` issues on one line, and how many more `config check` would list."""
+        text = "; ".join(i.format() for i in self.issues[:limit])
+        more = len(self.issues) - limit
+        return text + (f" (+{more} more: run specmon config check)" if more > 0 else "")
 
 
 @dataclass(frozen=True)
@@ -181,12 +202,25 @@ def find_config(explicit: str | os.PathLike[str] | None = None) -> Path:
                                    "examples/specmon.toml")])
 
 
+def locate_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config to read, or None when there is none at all (a named one must exist)."""
+    try:
+        return find_config(explicit)
+    except ConfigError as exc:
+        if exc.issues[0].file == "(no config)":
+            return None
+        raise
+
+
 def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
     return load_path(find_config(explicit))
 
 
-def load_path(path: str | os.PathLike[str]) -> Config:
-    """Read and validate one file; ConfigError with every issue when it is not usable."""
+def load_path(path: str | os.PathLike[str], *, require_servers: bool = True) -> Config:
+    """Read and validate one file; ConfigError with every issue when it is not usable.
+
+    `require_servers=False` for `connect`/`record`, which also accept a hosts-only file.
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -196,10 +230,25 @@ def load_path(path: str | os.PathLike[str]) -> Config:
     except UnicodeDecodeError:
         raise ConfigError([ConfigIssue(str(p), "(file)", "not UTF-8 text", "save it as UTF-8")]
                           ) from None
-    cfg, issues = parse_config(text, p)
+    cfg, issues = parse_config(text, p, require_servers=require_servers)
+    issues += _local_checks(cfg)
     if issues:
         raise ConfigError(issues)
     return cfg
+
+
+def _local_checks(cfg: Config) -> list[ConfigIssue]:
+    """What only this machine can check: a local server's model directory must exist."""
+    out = []
+    for name, s in cfg.servers.items():
+        mp = s.model_path
+        if s.command is not None or not mp or cfg.host_for(s).target != "local":
+            continue
+        if mp.startswith(("/", "./", "../", "~")) and not Path(mp).expanduser().exists():
+            out.append(ConfigIssue(str(cfg.path), f"servers.{name}.model_path",
+                                   f"missing model path: {mp} does not exist on this machine",
+                                   "give an existing model directory or a hub id (org/model)"))
+    return out
 
 
 def check_path(path: str | os.PathLike[str]) -> list[ConfigIssue]:
@@ -225,6 +274,14 @@ class _Checker:
     def __init__(self, path: Path) -> None:
         self.file = str(path)
         self.issues: list[ConfigIssue] = []
+        self.bad: set[str] = set()  # keys already reported: checks built on them are skipped
+
+    def name(self, name: str, where: str) -> bool:
+        """Names become file names and ids: no '/', no '..', no leading dot or space."""
+        if _NAME.match(name) and ".." not in name:
+            return True
+        self.add(where, f"bad name {name!r}", "use letters, digits, '.', '_', '-' (no '/' or '..')")
+        return False
 
     def add(self, key: str, message: str, fix: str = "") -> None:
         self.issues.append(ConfigIssue(self.file, key, message, fix))
@@ -245,10 +302,15 @@ class _Checker:
         ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
         if float in kinds and isinstance(v, int) and not isinstance(v, bool):
             ok, v = True, float(v)
+        if ok and isinstance(v, float) and not math.isfinite(v):
+            self.add(f"{where}.{key}", f"must be a finite number, got {v!r}", "e.g. 900")
+            self.bad.add(f"{where}.{key}")
+            return default
         if not ok:
             want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
-            self.add(f"{where}.{key}", f"must be {want}, got {type(v).__name__} {v!r}",
+            self.add(f"{where}.{key}", f"must be {want}, got {type(v).__name__} {_short(v)}",
                      f"write it as {want}")
+            self.bad.add(f"{where}.{key}")
             return default
         return v
 
@@ -257,7 +319,13 @@ class _Checker:
         if v is None:
             return None
         if isinstance(v, str):
-            return shlex.split(v)
+            try:
+                return shlex.split(v)
+            except ValueError as exc:  # "No closing quotation"
+                self.add(f"{where}.{key}", f"cannot split {v!r}: {exc}",
+                         f'close the quote, or write {key} = ["--flag", "value"]')
+                self.bad.add(f"{where}.{key}")
+                return None
         if not all(isinstance(x, str) for x in v):
             self.add(f"{where}.{key}", "must be an array of strings", f'e.g. {key} = ["--flag", "1"]')
             return None
@@ -275,7 +343,45 @@ _SPEC_KEYS = {"algorithm": str, "draft_model_path": str, "num_steps": int, "eagl
 _TOP_KEYS = {"hosts": dict, "servers": dict, "keys": dict}
 
 
-def parse_config(text: str, path: Path) -> tuple[Config, list[ConfigIssue]]:
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:
+    if not isinstance(t, dict):
+        ck.add(where, "must be a table", f"write [{where}]" if "[" not in where else
+               '[[hosts]] with target = "..."')
+        return
+    ck.unknown(t, {**_HOST_KEYS, "name": str} if "[" in where else _HOST_KEYS, where)
+    if not ck.name(name, where):
+        return
+    if name in cfg.hosts:
+        ck.add(where, f"repeated host {name!r}", "give each host a unique name")
+        return
+    h = HostProfile(name, target=name if "[" in where else "local")
+    for k, kind in _HOST_KEYS.items():
+        v = None if k == "logs" else ck.get(t, k, kind, where)
+        if v is None:
+            continue
+        if isinstance(v, str) and not v.strip():
+            ck.add(f"{where}.{k}", "is empty", "remove it or give a value")
+            continue
+        setattr(h, k, v)
+    if h.n_gpus < 1:
+        ck.add(f"{where}.n_gpus", f"must be >= 1, got {h.n_gpus}", "set the GPU count")
+    for log_name, log_path in (ck.get(t, "logs", dict, where) or {}).items():
+        lw = f"{where}.logs.{log_name}"
+        if not isinstance(log_path, str) or not log_path.strip():
+            ck.add(lw, f"must be a non-empty string (a path), got {_short(log_path)}",
+                   f'{log_name} = "/var/log/{log_name}.log"')
+        elif ck.name(log_name, lw):
+            h.logs[log_name] = log_path
+    cfg.hosts[name] = h
+
+
+def parse_config(text: str, path: Path, *, require_servers: bool = True
+                 ) -> tuple[Config, list[ConfigIssue]]:
     """Pure: TOML text -> (Config, issues). The Config is partial when there are issues."""
     ck = _Checker(path)
     cfg = Config(path)
@@ -284,30 +390,35 @@ def parse_config(text: str, path: Path) -> tuple[Config, list[ConfigIssue]]:
     except tomllib.TOMLDecodeError as exc:
         ck.add("(syntax)", str(exc), "fix the TOML syntax at that line")
         return cfg, ck.issues
+    except RecursionError:
+        ck.add("(syntax)", "nested too deeply", "flatten the tables and arrays")
+        return cfg, ck.issues
     ck.unknown(data, _TOP_KEYS, "(top)")
-    hosts = ck.get(data, "hosts", dict, "(top)", {})
-    for name, t in hosts.items():
-        where = f"hosts.{name}"
-        if not isinstance(t, dict):
-            ck.add(where, "must be a table", f"write [{where}]")
-            continue
-        ck.unknown(t, _HOST_KEYS, where)
-        h = HostProfile(name)
-        for k, kind in _HOST_KEYS.items():
-            v = ck.get(t, k, kind, where)
-            if v is not None:
-                setattr(h, k, v)
-        if h.n_gpus < 1:
-            ck.add(f"{where}.n_gpus", f"must be >= 1, got {h.n_gpus}", "set the GPU count")
-        cfg.hosts[name] = h
+    hosts = data.get("hosts", {})
+    if isinstance(hosts, list):  # [[hosts]] with target (and an optional name)
+        for i, t in enumerate(hosts):
+            name = t.get("name", t.get("target")) if isinstance(t, dict) else None
+            if isinstance(t, dict) and ("target" not in t or not isinstance(name, str)):
+                ck.add(f"hosts[{i}].target", "missing", 'target = "HOST" (or "local")')
+                continue
+            _host(ck, str(name), t, f"hosts[{i}]", cfg)
+    else:
+        for name, t in ck.get(data, "hosts", dict, "(top)", {}).items():
+            _host(ck, name, t, f"hosts.{name}", cfg)
     keys = ck.get(data, "keys", dict, "(top)", {})
     for k, v in keys.items():
-        if isinstance(v, str):
-            cfg.keys[k] = v
+        if k not in BINDING_IDS:
+            m = difflib.get_close_matches(k, list(BINDING_IDS), n=1, cutoff=0.6)
+            ck.add(f"keys.{k}", "unknown binding id" + (f"; did you mean {m[0]!r}?" if m else ""),
+                   "valid ids: " + ", ".join(BINDING_IDS))
+        elif not isinstance(v, str):
+            ck.add(f"keys.{k}", f"must be a string, got {_short(v)}", f'"{k}" = "ctrl+u"')
+        elif (why := key_problem(v)) is not None:
+            ck.add(f"keys.{k}", why, f'"{k}" = "ctrl+u" (comma-separated for several keys)')
         else:
-            ck.add(f"keys.{k}", f"must be a string, got {v!r}", 'e.g. server_start = "ctrl+s"')
+            cfg.keys[k] = v
     servers = ck.get(data, "servers", dict, "(top)", {})
-    if not servers:
+    if not servers and require_servers:
         ck.add("servers", "no servers defined", "add a [servers.NAME] table with role, "
                "model_path, port and gpus")
     for name, t in servers.items():
@@ -322,6 +433,8 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
     where = f"servers.{name}"
     if not isinstance(t, dict):
         ck.add(where, "must be a table", f"write [{where}]")
+        return None
+    if not ck.name(name, where):
         return None
     ck.unknown(t, _SERVER_KEYS, where)
     role = ck.get(t, "role", str, where)
@@ -409,7 +522,7 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
         ck.add(f"{where}.speculative", "missing for a speculative server",
                f'add [{where}.speculative] with algorithm = "EAGLE3", num_steps, eagle_topk, '
                "num_draft_tokens")
-    if s.gpus and s.command is None and len(s.gpus) != s.tp:
+    if s.gpus and s.command is None and len(s.gpus) != s.tp and f"{where}.tp" not in ck.bad:
         ck.add(f"{where}.gpus", f"lists {len(s.gpus)} GPUs but tp = {s.tp}",
                f"list exactly {s.tp} GPU indices")
     return s

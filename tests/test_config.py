@@ -167,3 +167,79 @@ def test_config_check_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specmon", "server", "start", "nope", "--config",
                         str(good)], capture_output=True, text=True)
     assert r.returncode == 2 and "no server 'nope'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_wrong_typed_tp_is_one_error_not_a_follow_on(tmp_path):
+    issues = _issues(GOOD.replace("tp = 2\nport = 30000", 'tp = "2"\nport = 30000'), tmp_path)
+    assert [i.key for i in issues] == ["servers.base.tp"]  # no "lists 2 GPUs but tp = 1"
+    assert "must be an integer, got str '2'" in issues[0].message
+
+
+def test_hostile_values_are_one_line_issues(tmp_path):
+    cases = (
+        (GOOD.replace("port = 30000", "port = 30000\nready_timeout = nan"),
+         "servers.base.ready_timeout", "finite"),
+        (GOOD.replace("port = 30000", "port = 30000\nready_timeout = inf"),
+         "servers.base.ready_timeout", "finite"),
+        (GOOD.replace("port = 30000", "port = 30000\nlog = 5"), "servers.base.log",
+         "must be a string"),
+        (GOOD.replace('extra_args = ["--enable-metrics"]', "extra_args = \"--flag 'unclosed\""),
+         "servers.base.extra_args", "No closing quotation"),
+        (GOOD.replace("[servers.base]", '[servers."../base"]'), 'servers.../base', "bad name"),
+        (GOOD.replace("[hosts.box]", '[hosts."a/b"]'), "hosts.a/b", "bad name"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "(syntax)", "nested too deeply"),
+    )
+    for text, key, needle in cases:
+        issues = _issues(text, tmp_path)
+        hit = [i for i in issues if i.key == key]
+        assert hit and needle in hit[0].message, (key, issues)
+        assert all("\n" not in i.format() for i in issues)
+
+
+def test_missing_local_model_path_is_reported(tmp_path):
+    text = GOOD.replace('[hosts.box]\ntarget = "me@box:2222"', '[hosts.box]\ntarget = "local"')
+    text = text.replace('role = "baseline"\nmodel_path = "org/model"',
+                        f'role = "baseline"\nmodel_path = "{tmp_path}/no-such-model"')
+    issues = _issues(text, tmp_path)
+    assert [i.key for i in issues] == ["servers.base.model_path"]
+    assert issues[0].message.startswith("missing model path: ") and "does not exist" in issues[0].message
+    (tmp_path / "no-such-model").mkdir()
+    assert _issues(text, tmp_path) == []
+
+
+def test_keys_are_checked_against_the_real_binding_ids(tmp_path):
+    from specmon.keymap import BINDING_IDS
+
+    issues = _issues(GOOD + '[keys]\n"server.strat" = "ctrl+u"\n"log.follow" = "ctrl u"\n'
+                     '"quit" = 5\n"server.stop" = "ctrl+x,f9"\n', tmp_path)
+    by = {i.key: i for i in issues}
+    assert set(by) == {"keys.server.strat", "keys.log.follow", "keys.quit"}
+    assert "did you mean 'server.start'" in by["keys.server.strat"].message
+    assert all(b in by["keys.server.strat"].fix for b in BINDING_IDS)  # the valid ids are listed
+    assert "not a key" in by["keys.log.follow"].message
+    assert "must be a string" in by["keys.quit"].message
+
+
+def test_binding_table_matches_the_ui_bindings():
+    """Every Binding id the UI declares is in specmon.keymap (and nothing else is)."""
+    from textual.binding import Binding
+
+    from specmon.keymap import BINDING_IDS
+    from specmon.ui.advisor import AdvisorScreen
+    from specmon.ui.app import HelpScreen, SpecmonApp
+    from specmon.ui.control_keys import ConfirmScreen
+    from specmon.ui.replay import ReplayApp
+
+    ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen, AdvisorScreen)
+           for b in cls.BINDINGS if isinstance(b, Binding)}
+    assert ids == set(BINDING_IDS)
+
+
+def test_sample_keys_table_is_valid_when_uncommented(tmp_path):
+    text = (ROOT / "examples" / "specmon.toml").read_text()
+    i = text.index("# [keys]")
+    keys = "\n".join(line[2:] for line in text[i:].splitlines() if line.startswith("# "))
+    p = tmp_path / "c.toml"
+    p.write_text(text[:i] + keys + "\n")
+    cfg = load_path(p)
+    assert cfg.keys == {"server.start": "ctrl+u", "server.stop": "ctrl+x"}

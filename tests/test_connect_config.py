@@ -19,19 +19,24 @@ async def wait_for(pilot, cond, timeout: float = 60.0) -> None:
         await pilot.pause(0.1)
 
 
-async def test_connect_with_config_starts_and_stops_a_profile(tmp_path):
-    cfg = tmp_path / "specmon.toml"
-    cfg.write_text(f"""
+def host_box(tmp_path) -> str:
+    """A local [hosts.box] with a simulated 4-GPU host."""
+    return f"""
 [hosts.box]
 target = "local"
 python = "{sys.executable}"
 run_dir = "{tmp_path / 'run'}"
 sim_dir = "{tmp_path / 'sim'}"
 n_gpus = 4
+"""
 
-[servers.base]
+
+def sim_server(tmp_path, name: str, role: str) -> str:
+    """A profile on box launching `specmon sim server` on GPUs 0-1."""
+    return f"""
+[servers.{name}]
 host = "box"
-role = "baseline"
+role = "{role}"
 launcher = "sim"
 model_path = "org/model"
 tp = 2
@@ -39,7 +44,12 @@ port = {free_port()}
 gpus = [0, 1]
 extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
               "--decode-log-interval", "4", "--load-concurrency", "1"]
+"""
 
+
+async def test_connect_with_config_starts_and_stops_a_profile(tmp_path):
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + """
 [servers.base.env]
 NCCL_PROTO = "LL"
 
@@ -48,7 +58,7 @@ NCCL_PROTO = "LL"
 """)
     args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
     app, actions = await open_app(args)
-    assert set(actions) == {"base"}
+    assert set(actions) == {("box", "base")}
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             st = app.session.server("base")
@@ -79,29 +89,9 @@ NCCL_PROTO = "LL"
 async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(tmp_path):
     from specmon.ui.control_keys import ConfirmScreen
 
-    def server(name: str, role: str) -> str:
-        return f"""
-[servers.{name}]
-host = "box"
-role = "{role}"
-launcher = "sim"
-model_path = "org/model"
-tp = 2
-port = {free_port()}
-gpus = [0, 1]
-extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus", "4",
-              "--decode-log-interval", "4", "--load-concurrency", "1"]
-"""
-
     cfg = tmp_path / "specmon.toml"
-    cfg.write_text(f"""
-[hosts.box]
-target = "local"
-python = "{sys.executable}"
-run_dir = "{tmp_path / 'run'}"
-sim_dir = "{tmp_path / 'sim'}"
-n_gpus = 4
-""" + server("base", "baseline") + server("spec", "speculative") + """
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline")
+                   + sim_server(tmp_path, "spec", "speculative") + """
 [servers.spec.speculative]
 algorithm = "EAGLE3"
 draft_model_path = "org/draft"
@@ -124,9 +114,85 @@ num_draft_tokens = 3
             assert spec.decode_total == 0
             await pilot.press("y")
             await wait_for(pilot, lambda: spec.decode_total >= 2, 90)
-            status = await actions["base"].status(check_health=False)
+            status = await actions[("box", "base")].status(check_health=False)
             assert status.state in ("stopped", "exited")
     finally:
         for ctl in actions.values():
             await ctl.close()
         cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remaps(tmp_path):
+    """The --prometheus form is the same path: control keys, [keys] remaps, and /metrics read
+    the very session the panels show (each line applied once)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.commands.connect_cmd import close_app
+
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + """
+[keys]
+"server.start" = "ctrl+u"
+"window.cycle" = "ctrl+w"
+""")
+    args = build_parser().parse_args(["connect", "box", "--config", str(cfg),
+                                      "--prometheus", "127.0.0.1:0"])
+    app, actions = await open_app(args)
+    assert set(actions) == {("box", "base")}
+    assert app.metrics_server is not None
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            st = app.session.server("base")
+            app.query_one("#panel-base").focus()
+            await pilot.press("u")  # remapped away: the default key does nothing now
+            await pilot.pause(0.5)
+            assert st.control_text is None
+            await pilot.press("ctrl+w")
+            assert app.window_s == 300.0
+            await pilot.press("ctrl+u")
+            await wait_for(pilot, lambda: st.decode_total >= 3, 90)
+            url = f"http://127.0.0.1:{app.metrics_server.port}/metrics"
+            async with httpx.AsyncClient(timeout=10) as c:
+                text = (await c.get(url)).text
+            n = st.decode_total
+            samples = [s for f in text_string_to_metric_families(text) for s in f.samples
+                       if s.name == "specmon_server_decode_samples"]
+            assert [s.labels["host"] for s in samples] == ["box"]
+            assert 1 <= samples[0].value <= n  # this window of the same points, not doubled
+            await pilot.press("x")
+            await pilot.pause(0.3)
+            toasts: list[str] = []
+            notify = app.notify
+            app.notify = lambda message, **kw: (toasts.append(str(message)),  # type: ignore
+                                                notify(message, **kw))[1]
+            await pilot.press("y")
+            await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
+            assert st.control_text is None  # the status line cleared once the stop was done
+    finally:
+        await close_app(app, actions)
+        cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_connect_log_that_does_not_exist_says_so_and_waits_for_it(tmp_path):
+    from specmon.commands.connect_cmd import close_app
+
+    log = tmp_path / "nope.log"
+    args = build_parser().parse_args(["connect", "local", "--log", f"base={log}",
+                                      "--config", str(tmp_path / "none.toml")])
+    args.config = None  # no config at all
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            st = app.session.server("base")
+            panel = app.query_one("#panel-base")
+            await wait_for(pilot, lambda: st.tail_status is not None, 30)
+            assert st.tail_status.startswith(f"no such file: {log}")
+            await wait_for(pilot, lambda: "no such file" in str(
+                panel.query_one(".startup").render()), 10)
+            log.write_text("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 9, "
+                           "token usage: 0.01, gen throughput (token/s): 88.80, #queue-req: 0\n")
+            await wait_for(pilot, lambda: st.decode_total == 1, 30)  # it kept waiting
+            assert st.tail_status is None
+    finally:
+        await close_app(app, actions)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specmon.analysis.window import current_stats, group_rows, run_stats_text
 from specmon.parse.sglang import BatchRecord, parse_line
 from specmon.session.state import SILENT_ROUNDS, ServerState
+from specmon.session.window import current_stats, group_rows, run_stats_text
 
 DP4 = Path(__file__).parent / "data" / "sglang-longlogs" / "ascend-qwen3coder-480b-dp4.log.gz"
 

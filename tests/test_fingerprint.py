@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-from specmon.analysis import fingerprint as fpm
 from specmon.analysis.drift import Alert
 from specmon.analysis.fingerprint import (
     EnvSnapshot,
@@ -25,6 +24,7 @@ from specmon.analysis.fingerprint import (
     nccl_debug_env,
     worker_nccl_env,
 )
+from specmon.feeds import fingerprint as fpc
 from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
 
 TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
@@ -311,7 +311,7 @@ async def test_collect_through_the_agent():
     agent = FakeAgent({1: environ({**TUNED, "HOME": "/home/u", "NCCL_CONF_FILE": "/opt/n.conf"}),
                        2: b"\0" * 100},
                       {"/opt/n.conf": b"NCCL_BUFFSIZE=8388608\n# c\n", "/home/u/.nccl.conf": b""})
-    fp = await fpm.collect(agent, launcher_pid=1, argv=["python3", "-m", "sglang.launch_server"],
+    fp = await fpc.collect(agent, launcher_pid=1, argv=["python3", "-m", "sglang.launch_server"],
                            workers=[(2, "sglang::scheduler_TP0")], server_info={"version": "0.5.9"},
                            gpus=[gpu(0, 1980)])
     assert fp.launcher is not None and fp.launcher.vars["NCCL_PROTO"] == "LL"
@@ -352,7 +352,7 @@ async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
     try:
         worker = int(p.stdout.readline())  # type: ignore[union-attr]
         await agent.start()
-        fp = await fpm.collect(agent, launcher_pid=p.pid, argv=[sys.executable, "-c", "x", "--tp-size", "1"],
+        fp = await fpc.collect(agent, launcher_pid=p.pid, argv=[sys.executable, "-c", "x", "--tp-size", "1"],
                                workers=[(worker, "sglang::scheduler_TP0")], host=host)
     finally:
         await agent.close()

@@ -21,12 +21,12 @@ from tailkit import until
 
 from specmon.analysis.drift import BaselineStats
 from specmon.export.prometheus import METRIC_NAMES, parse_listen, registry_for, serve
-from specmon.feeds.fleet import FleetFeed, HostFeed, SessionFleetSink, SessionSink
-from specmon.fleet_config import ConfigError, hosts_from_toml
+from specmon.feeds.host import HostFeed, HostFeeds
 from specmon.hosts.base import ConnectionState
 from specmon.hosts.ssh import SshHost
 from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
 from specmon.parse.sglang import parse_line
+from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession, ServerInfo
 from specmon.sources.discovery import Proc, find_servers
 from specmon.sources.tail import TailSpec
@@ -121,7 +121,7 @@ async def test_three_hosts_one_restarts_others_keep_updating(three_sshd, tmp_pat
     fleet = FleetSession(names)
     server = await serve(registry_for(fleet), "127.0.0.1", 0)
     assert server.host == "127.0.0.1"
-    task = asyncio.create_task(FleetFeed(feeds).run(SessionFleetSink(fleet)))
+    task = asyncio.create_task(HostFeeds(feeds).run(fleet))
     client = httpx.AsyncClient(timeout=10)
 
     async def scrape() -> dict[str, list]:
@@ -228,9 +228,9 @@ def test_multi_node_server_is_one_server_with_the_gpus_of_both_nodes():
     fleet = FleetSession(["n0", "n1", "solo"])
     for h, rank in (("n1", 1), ("n0", 0)):  # order of arrival does not matter
         [d] = find_servers(procs(rank, 100 * (rank + 1)))
-        fleet.set_servers(h, [ServerInfo.from_discovered(d)])
+        fleet.host_servers(h, [ServerInfo.from_discovered(d)])
         fleet.host(h).session.set_gpus([gpu(i, 1400 + i, 60.0) for i in range(8)])
-    fleet.set_servers("solo", [ServerInfo("sglang-30001", "baseline", tp_size=2, base_gpu_id=4)])
+    fleet.host_servers("solo", [ServerInfo("sglang-30001", "baseline", tp_size=2, base_gpu_id=4)])
     fleet.host("solo").session.set_gpus([gpu(i, 1500, 50.0) for i in range(8)])
     servers = fleet.logical_servers()
     multi = [s for s in servers if s.multi_node]
@@ -272,32 +272,33 @@ async def test_metrics_server_only_serves_metrics_and_defaults_to_loopback():
         await server.close()
 
 
-def feed_lines(sink: SessionSink, server: str, vals: list[float], t0: float, rr: int = 1) -> float:
+def feed_lines(fleet: FleetSession, host: str, server: str, vals: list[float], t0: float,
+               rr: int = 1) -> float:
     items = []
     for i, v in enumerate(vals):
         text = decode(v, rr)
-        items.append((text, parse_line(text), t0 + i))
-    sink.lines(server, items)
+        items.append(LineItem(text, parse_line(text), t0 + i))
+    fleet.lines(host, server, items)
     return t0 + len(vals)
 
 
 def test_drift_alert_baseline_value_and_ratio_are_exported():
-    class B:  # what the baseline store returns (name, stats, server_label)
-        name = "rec-88"
-        server_label = "baseline"
-        stats = BaselineStats.fixed_value(88.8, 1.0, 1)
+    from specmon.session.baselines import Baseline
+
+    def B() -> Baseline:  # what the baseline store returns
+        return Baseline("rec-88", BaselineStats.fixed_value(88.8, 1.0, 1), host="h",
+                        server="base", role="baseline")
 
     now = [1000.0]
     fleet = FleetSession(["h"], baselines=lambda h, s, r: B() if s == "base" else None,
                          clock=lambda: now[0])
-    sink = SessionFleetSink(fleet).host("h")
-    fleet.set_state("h", ConnectionState("connected"))
-    sink.declare_server("base", "baseline", "/x.log")
-    sink.declare_server("other", "baseline", "/y.log")
-    t = feed_lines(sink, "base", [88.8] * 20, 900.0)
-    fleet.update_alerts(t)
-    t = feed_lines(sink, "base", [62.9] * 40, t)  # the seed incident: NCCL tuning lost
-    feed_lines(sink, "other", [40.0, 41.0, 42.0], 950.0)
+    fleet.host_state("h", ConnectionState("connected"))
+    fleet.declare_server("h", "base", "baseline", "/x.log")
+    fleet.declare_server("h", "other", "baseline", "/y.log")
+    t = feed_lines(fleet, "h", "base", [88.8] * 20, 900.0)
+    fleet.tick(t)
+    t = feed_lines(fleet, "h", "base", [62.9] * 40, t)  # the seed incident: NCCL tuning lost
+    feed_lines(fleet, "h", "other", [40.0, 41.0, 42.0], 950.0)
     now[0] = t
     text = generate_latest(registry_for(fleet)).decode()
     m = families(text)
@@ -318,13 +319,12 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
 
 def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
     fleet = FleetSession(["h", "empty"])
-    fleet.set_state("h", ConnectionState("connected"))
+    fleet.host_state("h", ConnectionState("connected"))
     fleet.host("h").session.set_gpus([
         gpu(0, 1455, 61.0), gpu(1, 1300, 58.0, ("SwPowerCap", "HwSlowdown")),
         gpu(2, 345, 70.0, ("GpuIdle",)),  # idle: hottest here, but its low clock is not throttling
     ])
-    sink = SessionFleetSink(fleet).host("h")
-    feed_lines(sink, "base", [50.0, 54.0, 52.0], fleet.clock() - 3)
+    feed_lines(fleet, "h", "base", [50.0, 54.0, 52.0], fleet.clock() - 3)
     [row, empty] = fleet.summary()
     assert (row.hottest_gpu.index, row.hottest_gpu.temp_gpu) == (2, 70.0)
     assert (row.slowest_clock.index, row.slowest_clock.clock_sm) == (1, 1300)
@@ -336,31 +336,34 @@ def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
 
 
 def test_hosts_config_errors_name_the_file_key_and_fix(tmp_path):
-    hs = hosts_from_toml({"hosts": {"n1": {"target": "gpu1"}, "b": {
-        "target": "gpu2", "python": "/v/bin/python", "logs": {"base": "/l.log"}}, "loc": {}}},
-        "f.toml")
-    assert [(h.target, h.name, h.python, h.logs) for h in hs] == [
-        ("gpu1", "n1", None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"}),
-        ("local", "loc", None, {})]  # no target: local, as for server profiles
-    hs = hosts_from_toml({"hosts": [{"target": "gpu1"}]}, "f.toml")  # [[hosts]] is read too
-    assert [(h.target, h.name) for h in hs] == [("gpu1", None)]
-    for doc, needle in (
-        ({"hosts": "x"}, "write [hosts.NAME]"),
-        ({"hosts": {"a": 3}}, "hosts.a: must be a table"),
-        ({"hosts": [{"name": "x"}]}, "hosts[0]: 'target' missing"),
-        ({"hosts": {"a": {"target": 3}}}, "'target' must be a non-empty string"),
-        ({"hosts": {"a": {"logs": ["x"]}}}, "'logs' must be a table"),
-        ({"hosts": [{"target": "a"}, {"target": "a"}]}, "repeated host a"),
-    ):
-        with pytest.raises(ConfigError, match="f.toml") as ei:
-            hosts_from_toml(doc, "f.toml")
-        assert needle in str(ei.value)
-    # the same [hosts.NAME] tables pass `specmon config check`'s host checks (logs included)
+    """The [hosts.NAME] tables connect/record watch, read by the one config reader."""
     from specmon.config import parse_config
 
-    _, issues = parse_config('[hosts.n1]\ntarget = "gpu1"\nlogs = { base = "/l.log" }\n',
-                             tmp_path / "c.toml")
-    assert [i.key for i in issues if i.key.startswith("hosts")] == []
+    def hosts(text: str):
+        cfg, issues = parse_config(text, tmp_path / "f.toml", require_servers=False)
+        return cfg, issues
+
+    cfg, issues = hosts('[hosts.n1]\ntarget = "gpu1"\n[hosts.b]\ntarget = "gpu2"\n'
+                        'python = "/v/bin/python"\nlogs = { base = "/l.log" }\n[hosts.loc]\n')
+    assert issues == []
+    assert [(h.target, h.name, h.python, h.logs) for h in cfg.hosts.values()] == [
+        ("gpu1", "n1", None, {}), ("gpu2", "b", "/v/bin/python", {"base": "/l.log"}),
+        ("local", "loc", None, {})]  # no target: local, as for server profiles
+    cfg, issues = hosts('[[hosts]]\ntarget = "gpu1"\n')  # [[hosts]] is read too
+    assert issues == [] and [(h.target, h.name) for h in cfg.hosts.values()] == [("gpu1", "gpu1")]
+    for text, key, needle in (
+        ('hosts = "x"', "(top).hosts", "must be a table"),
+        ("[hosts]\na = 3", "hosts.a", "must be a table"),
+        ('[[hosts]]\nname = "x"', "hosts[0].target", "missing"),
+        ("[hosts.a]\ntarget = 3", "hosts.a.target", "must be a string"),
+        ('[hosts.a]\nlogs = ["x"]', "hosts.a.logs", "must be a table"),
+        ("[hosts.a]\nlogs = { base = 5 }", "hosts.a.logs.base", "must be a non-empty string"),
+        ('[hosts.a]\nlogs = { "../x" = "/l.log" }', "hosts.a.logs.../x", "bad name"),
+        ('[[hosts]]\ntarget = "a"\n[[hosts]]\ntarget = "a"', "hosts[1]", "repeated host 'a'"),
+    ):
+        _, issues = hosts(text)
+        assert [i.key for i in issues] == [key], (text, issues)
+        assert needle in issues[0].message and issues[0].file.endswith("f.toml")
 
 
 def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -374,12 +377,16 @@ def run_cli(*args: str, cwd: Path, env_extra: dict | None = None) -> subprocess.
 def test_cli_targets_config_and_prometheus_errors_are_one_line(tmp_path):
     bad = tmp_path / "specmon.toml"
     bad.write_text('[hosts.x]\ntarget = 5\n')
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys]\n"server.strat" = "ctrl+u"\n')
     for args, needle in (
-        (("record", "--out", "o.jsonl"), "hosts.x: 'target' must be"),  # ./specmon.toml
+        (("record", "--out", "o.jsonl"), "hosts.x.target: must be a string"),  # ./specmon.toml
         (("record", "a", "b", "--log", "x=/y", "--out", "o.jsonl"), "exactly one TARGET"),
         (("record", "local", "local", "--out", "o.jsonl"), "TARGET given twice: local"),
         (("record", "local", "--prometheus", "nope", "--out", "o.jsonl"), "--prometheus"),
-        (("connect", "--config", str(tmp_path / "missing.toml")), "config file not found"),
+        (("connect", "--config", str(tmp_path / "missing.toml")), "not found (given by --config)"),
+        (("record", "local", "--log", "nopath", "--out", "o.jsonl"), "expected NAME=PATH"),
+        (("demo", "--config", str(keys)), "keys.server.strat: unknown binding id"),  # before the UI
     ):
         res = run_cli(*args, cwd=tmp_path)
         assert res.returncode == 2, (args, res.stderr)
@@ -408,57 +415,32 @@ def test_record_two_local_hosts_from_config_with_metrics(tmp_path):
         ("a", "a/base", 10.0), ("b", "b/base", 20.0)]
 
 
-class RecordingSink:
-    def __init__(self) -> None:
-        self.declared: list[tuple[str, str | None]] = []
-        self.lines_by: dict[str, list[str]] = {}
-        self.gpu_calls: list[tuple[list, str | None]] = []
-        self.conn: list[str] = []
-
-    def declare_server(self, server, role, path):
-        self.declared.append((server, role))
-
-    def lines(self, server, items):
-        self.lines_by.setdefault(server, []).extend(t for t, _, _ in items)
-
-    def gpus(self, samples, error=None):
-        self.gpu_calls.append((samples, error))
-
-    def server_exited(self, server, code):
-        pass
-
-    def notice(self, server, text):
-        pass
-
-    def connection(self, text):
-        self.conn.append(text)
-
-
-async def test_single_view_feed_names_servers_host_slash_server(tmp_path):
-    """The interim adapter for the one-host UI: `host/server` names, one GPU list, and the
-    FleetSession (what /metrics reads) fed at the same time."""
-    from specmon.feeds.fleet import SingleViewFeed
+async def test_two_hosts_one_session_model_servers_keyed_by_host_and_lines_applied_once(tmp_path):
+    """HostFeeds straight into the one session model: the same server name on two hosts is
+    two servers, each line is applied exactly once, GPUs stay with their host."""
     from specmon.hosts.local import LocalHost
 
     for n in ("a", "b"):
         append(tmp_path / f"{n}.log", [decode(10.0), decode(12.0)])
     hosts = [LocalHost(n) for n in ("a", "b")]
     fleet = FleetSession(["a", "b"])
-    feed = FleetFeed([HostFeed(h, [TailSpec("base", str(tmp_path / f"{h.name}.log"))],
+    applied: list[tuple[str, str, str]] = []
+    fleet.record_listeners.append(lambda h, s, it: applied.append((h, s, it.text)))
+    feed = HostFeeds([HostFeed(h, [TailSpec("base", str(tmp_path / f"{h.name}.log"))],
                                python=str(fake_python(tmp_path)) if h.name == "a" else "/nonexistent/python",
                                gpu_interval=0.2, gpu_retry_s=0.3) for h in hosts])
-    ui = RecordingSink()
-    task = asyncio.create_task(SingleViewFeed(feed, fleet).run(ui))
+    task = asyncio.create_task(feed.run(fleet))
     try:
-        await until(lambda: len(ui.lines_by.get("a/base", [])) == 2
-                    and len(ui.lines_by.get("b/base", [])) == 2
-                    and any(s for s, _ in ui.gpu_calls), 30, "both hosts' lines and a's GPUs")
-        assert sorted(ui.declared) == [("a/base", "baseline"), ("b/base", "baseline")]
-        samples, _ = next(c for c in ui.gpu_calls if c[0])
-        assert [g.index for g in samples] == [0, 1] and samples[0].name.startswith("a:0 ")
-        assert ui.conn and ui.conn[-1] == "connected"
-        assert fleet.hosts["a"].session.servers["base"].decode_total == 2
-        assert len(fleet.hosts["a"].session.gpus) == 2
+        await until(lambda: all(fleet.server(h, "base").lines_total == 2 for h in ("a", "b"))
+                    and len(fleet.host("a").session.gpus) == 2, 30, "both hosts' lines, a's GPUs")
+        await asyncio.sleep(0.5)  # nothing more arrives: no line is applied twice
+        assert sorted(applied) == sorted((h, "base", decode(v)) for h in ("a", "b")
+                                         for v in (10.0, 12.0))
+        assert [fleet.server(h, "base").decode_total for h in ("a", "b")] == [2, 2]
+        assert fleet.server("a", "base") is not fleet.server("b", "base")
+        assert fleet.host("b").session.gpus == [] and fleet.host("b").session.gpu_error
+        assert {h: hv.state.state for h, hv in fleet.hosts.items()} == {"a": "connected",
+                                                                        "b": "connected"}
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -466,7 +448,6 @@ async def test_single_view_feed_names_servers_host_slash_server(tmp_path):
 
 
 async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
-    from specmon.session.state import Session
     from specmon.ui.app import SpecmonApp
 
     def procs(rank: int, base_pid: int) -> list[Proc]:
@@ -480,9 +461,9 @@ async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
     fleet = FleetSession(["n0", "n1"])
     for h, rank in (("n0", 0), ("n1", 1)):
         [d] = find_servers(procs(rank, 100 * (rank + 1)))
-        fleet.set_servers(h, [ServerInfo.from_discovered(d)])
+        fleet.host_servers(h, [ServerInfo.from_discovered(d)])
         fleet.host(h).session.set_gpus([gpu(i, 1400 + 10 * rank, 60.0) for i in range(8)])
-    app = SpecmonApp(Session(host="n0, n1"), fleet=fleet, show_clock=False)
+    app = SpecmonApp(fleet, show_clock=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.5)
         assert app.active_host() == "n0"
@@ -493,3 +474,34 @@ async def test_multi_node_server_tab_lists_the_gpus_of_all_its_nodes():
                 (r.split() for r in text.splitlines()[2:] if r.strip())]
         assert rows == [str(i) for i in range(8)] + [f"n1:{i}" for i in range(8)]
         assert "1410" in text and "1400" in text  # both nodes' own clocks
+
+
+def test_record_writes_gpu_samples_and_export_keeps_them(tmp_path):
+    """`record` writes each GPU poll as a {"gpus": [...]} row, so a snapshot exported from it has
+    GPU data (downsampled by export past --gpu-max-samples)."""
+    import json
+
+    from specmon.export.snapshot import read_snapshot
+
+    append(tmp_path / "a.log", [decode(10.0)])
+    py = fake_python(tmp_path)
+    (tmp_path / "c.toml").write_text(
+        f'[hosts.box]\ntarget = "local"\npython = "{py}"\n'
+        f'logs = {{ base = "{tmp_path / "a.log"}" }}\n')
+    out = tmp_path / "rec.jsonl"
+    res = run_cli("record", "box", "--config", str(tmp_path / "c.toml"), "--out", str(out),
+                  "--duration", "4", cwd=tmp_path, env_extra={"SPECMON_DATA_DIR": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    lines = [r for r in rows if "line" in r]
+    polls = [r for r in rows if "gpus" in r]
+    assert [(r["server"], r["record"]["gen_throughput"]) for r in lines] == [("base", 10.0)]
+    assert polls and all(len(r["gpus"]) == 2 for r in polls)
+    assert all("host" not in r for r in rows)  # one host: the single-host format
+    snap_path = tmp_path / "s.json"
+    res = run_cli("export", str(out), "-o", str(snap_path), "--gpu-max-samples", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    snap = read_snapshot(snap_path)
+    assert {g.index for g in snap.gpu_samples} == {0, 1}
+    if len(polls) > 1:  # more polls than --gpu-max-samples: export downsampled them
+        assert snap.gpu_downsampling.get("input_samples") == 2 * len(polls)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.commands.parse_cmd import summarise, summarise_buffer, summarise_general
+from specmon.analysis.logfile import summarise, summarise_buffer, summarise_general
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -146,7 +146,7 @@ def test_fast_path_falls_back_exactly_on_unusual_lines():
 
 
 def test_parallel_file_summary_equals_general(tmp_path, monkeypatch):
-    import specmon.commands.parse_cmd as pc
+    import specmon.analysis.logfile as pc
 
     p = tmp_path / "big.log"
     data = ("\n".join(generate_lines(30_000, seed=11)) + "\n").encode()

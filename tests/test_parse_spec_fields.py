@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specmon.commands.parse_cmd import summarise_buffer, summarise_general
+from specmon.analysis.logfile import summarise_buffer, summarise_general
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, EventRecord, parse_line
 

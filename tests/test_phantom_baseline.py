@@ -95,7 +95,7 @@ async def test_phantom_baseline_three_phases_honest_speedup_and_causes(tmp_path)
             assert abs(base_med - median(win)) <= 0.051, (base_med, text)  # this run's window
             shown.append((value, *ref, run_no, text))
             assert ref[1] - 0.005 <= value <= ref[2] + 0.005, (value, ref, text)
-            active = [a for _, a in app.drift.active() if a.level != "info"]
+            active = [a for _, _, a in app.fleet.active_alerts() if a.level != "info"]
             if active and state.run.index > 1:
                 assert "baseline DRIFT" in text and "vs recorded" in text, text
 
@@ -148,12 +148,12 @@ async def test_phantom_baseline_three_phases_honest_speedup_and_causes(tmp_path)
     assert {r for *_, r, _ in shown} >= {1, 2, 3}
     # one notification per alert raised (refreshed causes only update the banner)
     raised = [t for t in toasts if "\n  cause: " in t]
-    watch = app.drift.watches["baseline"]
+    watch = app.fleet.watches[("demo", "baseline")]
     assert len(raised) == watch.raised >= 2, raised
     assert group_free(feed)
 
 
 def group_free(feed: DemoFeed) -> bool:
-    from specmon.feeds.demo import group_members
+    from specmon.control.local import group_members
 
     return all(not group_members(s.proc.pid) for s in feed.servers if s.proc is not None)

@@ -23,17 +23,17 @@ from snapshot_data import (
     write_record,
 )
 
-from specmon.analysis.window import current_stats, speedup
 from specmon.cli import main
-from specmon.export.replay import NOT_KEPT, ReplayFeed
 from specmon.export.snapshot import (
     Snapshot,
     read_snapshot,
     snapshot_from_record,
     snapshot_from_session,
 )
+from specmon.feeds.replay import NOT_KEPT, ReplayFeed
 from specmon.parse.gpu import GpuSample
 from specmon.session.state import Session
+from specmon.session.window import current_stats, speedup
 from specmon.ui.replay import ReplayApp
 from specmon.ui.widgets import SpeedupBar
 
@@ -158,23 +158,23 @@ class _Sink:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def declare_server(self, server, role, path):
+    def declare_server(self, host, server, role, path):
         self.calls.append(("declare", server, role))
 
-    def lines(self, server, items):
-        self.calls.append(("lines", server, [(text, t) for text, _, t in items]))
+    def lines(self, host, server, items):
+        self.calls.append(("lines", server, [(it.text, it.t) for it in items]))
 
-    def gpus(self, samples, error=None):
+    def gpus(self, host, samples, error=None):
         self.calls.append(("gpus", [(g.index, g.ts) for g in samples]))
 
-    def server_exited(self, server, code):
+    def server_exited(self, host, server, code):
         self.calls.append(("exit", server, code))
 
-    def notice(self, server, text):
+    def notice(self, host, server, text):
         self.calls.append(("notice", server, text))
 
-    def connection(self, text):
-        self.calls.append(("connection", text))
+    def host_state(self, host, state):
+        pass  # a replay is always "connected"
 
 
 def _feed_snapshot(tmp_path) -> Snapshot:

@@ -13,9 +13,9 @@ from snapshot_data import (
     write_record,
 )
 
-from specmon.analysis.window import speedup
 from specmon.cli import main
 from specmon.export.snapshot import snapshot_from_record, write_snapshot
+from specmon.session.window import speedup
 
 BASE_BS1 = [88.0, 89.0, 90.0, 88.5, 89.5]
 SPEC_BS1 = [93.0, 94.0, 95.0, 94.5, 93.5]

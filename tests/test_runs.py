@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specmon.analysis.window import current_stats, run_stats_text, speedup, window_points
 from specmon.parse.sglang import BatchRecord, parse_line
 from specmon.session.state import ServerState, log_time
+from specmon.session.window import current_stats, run_stats_text, speedup, window_points
 from specmon.sim import formats
 
 DATA = Path(__file__).parent / "data" / "sglang-longlogs"
@@ -134,18 +134,13 @@ async def test_history_read_on_connect_through_the_real_tail(tmp_path):
     run1, run2 = lines(RUN1), lines(RUN2)
     path = tmp_path / "base.log"
     path.write_text("\n".join([*run1, restart_line("2026-05-25 18:04:00"), *run2]) + "\n")
-    s = ServerState("base", role="baseline")
+    from specmon.session.fleet import FleetSession
 
-    class Sink:
-        def lines(self, server, items):  # noqa: ANN001, ANN202
-            for text, rec, t in items:
-                s.apply(text, rec, t)
-
-        def __getattr__(self, name):  # noqa: ANN001, ANN204 - notices etc. are not needed here
-            return lambda *a, **k: None
-
+    fleet = FleetSession(["t"])  # the session model, as connect feeds it
+    fleet.declare_server("t", "base", "baseline", str(path))
+    s = fleet.server("t", "base")
     tailer = LogTailer(LocalHost("t"), [TailSpec("base", str(path))], history_lines=None)
-    task = asyncio.create_task(pump_tail(tailer, Sink()))
+    task = asyncio.create_task(pump_tail(tailer, "t", fleet))
     n_decode = len(decode_values(run1)) + len(decode_values(run2))
     for _ in range(200):
         await asyncio.sleep(0.05)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from specmon.analysis.fingerprint import run_probe
+from specmon.feeds.fingerprint import run_probe
 from specmon.hosts.local import LocalHost
 from specmon.sim import dist
 

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import fingerprint_from
-from specmon.analysis.speedup import fingerprint_differences, format_speedup, speedup_view
 from specmon.parse.sglang import parse_line
+from specmon.session.speedup import fingerprint_differences, format_speedup, speedup_view
 from specmon.session.state import ServerState
 
 T0 = datetime(2026, 5, 1, 14, 0, 0).timestamp()

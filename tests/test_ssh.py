@@ -266,7 +266,7 @@ async def test_record_end_to_end_over_ssh(sshd_server, tmp_path):
                     msg=DECODE.decode().rstrip("\n"))
         await wait_log(slog, b"ready")
         out1 = tmp_path / "disc.jsonl"
-        p1 = await asyncio.create_subprocess_exec(*record_cmd(cfg, out1, "--duration", "2"),
+        p1 = await asyncio.create_subprocess_exec(*record_cmd(cfg, out1, "--duration", "6"),
                                                   stderr=asyncio.subprocess.PIPE)
         _, err = await asyncio.wait_for(p1.communicate(), 60)
         assert p1.returncode == 0, err.decode()

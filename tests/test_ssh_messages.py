@@ -104,3 +104,20 @@ async def test_jump_host_key_errors_name_the_jump_host(sshd_server, second_sshd,
     kh.write_text(second_sshd.known_hosts_line() + sshd_server.known_hosts_line(other))
     err = await fails(SshHost("behind", ssh_config=cfg))
     assert isinstance(err, HostKeyChanged) and "jump host jumpbox" in str(err)
+
+
+def test_record_says_when_a_host_key_is_trusted_for_this_session_only(sshd_server, tmp_path):
+    """The note reaches the user: record (and connect) print it on stderr after connecting."""
+    import subprocess
+    import sys
+
+    cfg = sshd_server.write_client_config(tmp_path / "cfg", Path("/dev/null"))
+    log = tmp_path / "srv.log"
+    log.write_text("first\n")
+    res = subprocess.run([sys.executable, "-m", "specmon", "record", "testbox", "--ssh-config",
+                          str(cfg), "--accept-new", "--log", f"srv={log}", "--duration", "2",
+                          "--out", str(tmp_path / "o.jsonl")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    notes = [ln for ln in res.stderr.splitlines() if "for this session only" in ln]
+    assert len(notes) == 1 and notes[0].startswith("specmon: testbox: accepted host key")

@@ -10,48 +10,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import sshd
 from tailkit import until
 from test_ssh import make_host
 
-from specmon.feeds.connect import ConnectFeed
+from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient
+from specmon.session.fleet import FleetSession
 from specmon.sources.discovery import discover
 
 sshd_server = sshd.sshd_server
 REPO = Path(__file__).resolve().parents[1]
-
-
-class RecordingSink:
-    """A FeedSink that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.declared: list[tuple[str, str | None, str | None]] = []
-        self.items: dict[str, list[tuple[str, Any, float]]] = {}
-        self.gpu_errors: list[str | None] = []
-
-    def declare_server(self, server: str, role: str | None, path: str | None) -> None:
-        self.declared.append((server, role, path))
-
-    def lines(self, server: str, items: list[tuple[str, Any, float]]) -> None:
-        self.items.setdefault(server, []).extend(items)
-
-    def texts(self, server: str) -> list[str]:
-        return [t for t, _, _ in self.items.get(server, [])]
-
-    def gpus(self, samples: list[Any], error: str | None = None) -> None:
-        self.gpu_errors.append(error)
-
-    def server_exited(self, server: str, code: int | None) -> None:
-        pass
-
-    def notice(self, server: str, text: str) -> None:
-        pass
-
-    def connection(self, text: str) -> None:
-        pass
 
 
 async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp_path):
@@ -85,18 +55,19 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
         assert (s.kind, s.kind_source, s.tp_size) == ("speculative", "args", 2)
         assert s.log_path == str(out) and s.log_problem is None
         assert len(s.workers) == 2, s.workers
-        # `specmon connect` (its feed, without the UI) finds it too and tails that log
-        sink = RecordingSink()
-        task = asyncio.create_task(ConnectFeed(host, []).run(sink))
+        # `specmon connect` (its feed into the session model, without the UI) finds it too
+        fleet = FleetSession([host.name])
+        items = []
+        fleet.record_listeners.append(lambda h, srv, it: items.append((srv, it)))
+        task = asyncio.create_task(HostFeed(host, []).run(fleet))
         try:
             name = f"sglang-{port}"
-            await until(lambda: any("fired up" in t for t in sink.texts(name)) or task.done(),
-                        what="connect feed tailing the sim log")
-            assert (name, "speculative", str(out)) in sink.declared
+            await until(lambda: any(s == name and "fired up" in it.text for s, it in items)
+                        or task.done(), what="connect feed tailing the sim log")
+            st = fleet.server(host.name, name)
+            assert (st.role, st.path) == ("speculative", str(out))
             # the decode lines it logs are parsed on the way in
-            await until(lambda: any(r is not None and getattr(r, "kind", None) == "decode"
-                                    for _, r, _ in sink.items.get(name, [])) or task.done(),
-                        what="a parsed decode record")
+            await until(lambda: st.decode_total > 0 or task.done(), what="a parsed decode record")
             assert not task.done()
         finally:
             task.cancel()

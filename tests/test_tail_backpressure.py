@@ -45,15 +45,12 @@ class SlowSink:
         self.got: list[str] = []
         self.max_ahead = 0  # events the tailer handed over that the sink has not had yet
 
-    def declare_server(self, *a: Any) -> None: ...
-    def gpus(self, *a: Any) -> None: ...
-    def server_exited(self, *a: Any) -> None: ...
     def notice(self, *a: Any) -> None: ...
-    def connection(self, *a: Any) -> None: ...
+    def tail_missing(self, *a: Any) -> None: ...
 
-    def lines(self, server: str, items: list) -> None:
+    def lines(self, host: str, server: str, items: list) -> None:
         self.max_ahead = max(self.max_ahead, self.tailer.yielded - len(self.got))
-        self.got.extend(text for text, _rec, _t in items)
+        self.got.extend(it.text for it in items)
         if len(self.got) >= self.want:
             self.tailer.stop()
 
@@ -67,7 +64,7 @@ async def test_catch_up_of_a_large_log_is_bounded(tmp_path):
                             history_lines=None, window=window)
     sink = SlowSink(tailer, n)
     # the pump's pace (MAX_BATCH lines per flush_s: 20k lines/s) is slower than the agent's
-    await pump_tail(tailer, sink, flush_s=0.1)
+    await pump_tail(tailer, "local", sink, flush_s=0.1)
     # every line, in order, once
     assert len(sink.got) == n
     assert sink.got[0].endswith("line 00000000") and sink.got[-1].endswith(f"line {n - 1:08d}")

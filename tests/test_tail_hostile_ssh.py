@@ -95,13 +95,18 @@ async def test_rotation_to_an_unreadable_file_is_permission_denied_and_the_old_f
         col = Collector(LogTailer(host, [TailSpec("r", str(log))], history_lines=None))
         try:
             await col.wait_lines(2)
-            os.rename(log, Path(d) / "r.log.1")
-            with open(Path(d) / "r.log.1", "ab") as f:
-                f.write(b"a3 written to the old file after the rename\n")
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if os.geteuid() == 0
+            # Rotate without a moment where the path is missing (that moment would rightly be
+            # reported): the old inode gets its new name first, then the new file replaces the
+            # path in one rename.
+            new = Path(d) / "r.log.new"
+            fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if os.geteuid() == 0
                          else 0o000)
             os.write(fd, b"b1\n")
             os.close(fd)
+            os.link(log, Path(d) / "r.log.1")
+            os.rename(new, log)
+            with open(Path(d) / "r.log.1", "ab") as f:
+                f.write(b"a3 written to the old file after the rename\n")
             await until(lambda: col.notices("error"), what="the permission error")
             await col.wait_lines(3)
             assert col.texts() == ["a1", "a2", "a3 written to the old file after the rename"]

@@ -49,7 +49,7 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
         bar = rendered(app.query_one(SpeedupBar).content, width=200)
         base = session.server("baseline")
         spec = session.server("speculative")
-        from specmon.analysis.window import speedup
+        from specmon.session.window import speedup
 
         sp = speedup(base, spec, T0 + 31, 60)
         assert f"speedup {sp.ratio:.2f}x vs live baseline" in bar
@@ -96,9 +96,11 @@ async def test_sticky_tail_pauses_counts_and_resumes():
         assert log.auto_scroll is False
         y = log.scroll_y
         from specmon.parse.sglang import parse_line
+        from specmon.session.events import LineItem
         from specmon.ui.messages import ServerLines
 
-        app.post_message(ServerLines("base", [(x, parse_line(x), T0) for x in lines[100:130]]))
+        app.post_message(ServerLines("local", "base",
+                                     [LineItem(x, parse_line(x), T0) for x in lines[100:130]]))
         await wait_for(pilot, lambda: view.new_while_paused == 30)
         await pilot.pause(0.3)
         assert log.scroll_y == y  # did not jump to the end
@@ -168,17 +170,22 @@ async def test_thousand_lines_per_second_per_server_is_batched():
 
 
 async def test_reconnecting_host_keeps_values_marked_stale():
-    from specmon.ui.messages import ConnectionChanged
+    import time
+
+    from specmon.hosts.base import ConnectionState
+    from specmon.ui.messages import HostStateChanged
 
     session = populated_session(10)
     app = SpecmonApp(session, clock=lambda: T0 + 11, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         before = rendered(app.query_one("#summary-baseline").content)
-        app.post_message(ConnectionChanged("gpu-box: reconnecting in 4s"))
+        app.post_message(HostStateChanged("test-host", ConnectionState(
+            "reconnecting", reason="connection lost", retry_at=time.monotonic() + 600)))
         await wait_for(pilot, lambda: app.query_one("#connection").display)
         await pilot.pause(0.4)
-        assert "reconnecting in 4s" in text_of(app.query_one("#connection"))
+        conn = text_of(app.query_one("#connection"))
+        assert "test-host: reconnecting in " in conn and "s (connection lost; last values kept" in conn
         assert session.server("baseline").stale
         after = rendered(app.query_one("#summary-baseline").content)
         assert "stale ·" in after and "stale" not in before
@@ -186,7 +193,7 @@ async def test_reconnecting_host_keeps_values_marked_stale():
         # the last good values are still shown
         last = f"{session.server('baseline').last_decode.gen_throughput:.2f}"
         assert last in after
-        app.post_message(ConnectionChanged("connected"))
+        app.post_message(HostStateChanged("test-host", ConnectionState("connected")))
         await wait_for(pilot, lambda: not app.query_one("#connection").display)
         assert not session.server("baseline").stale
 
@@ -198,11 +205,11 @@ async def test_several_hosts_show_one_summary_row_each():
     from specmon.session.fleet import FleetSession
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
-    fleet.set_state("box-a", ConnectionState("connected"))
-    fleet.set_state("box-b", ConnectionState("reconnecting", retry_at=None))
+    fleet.host_state("box-a", ConnectionState("connected"))
+    fleet.host_state("box-b", ConnectionState("reconnecting", retry_at=None))
     for i in range(10):
         apply(fleet.host("box-a").session, "base", decode_line(i, 88.0 + (i % 3)), T0 + 21 + i)
-    app = SpecmonApp(populated_session(5), clock=lambda: T0 + 31, show_clock=False, fleet=fleet)
+    app = SpecmonApp(fleet, clock=lambda: T0 + 31, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "box-b" in text_of(app.query_one("#hosts")))
         out = rendered(app.query_one("#hosts").content, width=160)
@@ -218,26 +225,26 @@ async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
     from specmon.hosts.base import ConnectionState
     from specmon.parse.gpu import GpuSample
     from specmon.session.fleet import FleetSession
-    from specmon.session.state import Session
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
     for h in fleet.hosts:
-        fleet.set_state(h, ConnectionState("connected"))
+        fleet.host_state(h, ConnectionState("connected"))
     fleet.host("box-a").session.set_gpus([GpuSample(index=0, clock_sm=1980, max_clock_sm=1980)])
     fleet.host("box-b").session.set_gpus([GpuSample(index=0, clock_sm=1111, max_clock_sm=1980)])
-    s = Session(host="box-a, box-b")
     for host, base, spec in (("box-a", 88.0, 94.0), ("box-b", 60.0, 90.0)):
-        s.server(f"{host}/base").role = "baseline"
-        s.server(f"{host}/spec").role = "speculative"
+        s = fleet.host(host).session  # servers keyed (host, server): the same names on both
+        s.server("base").role = "baseline"
+        s.server("spec").role = "speculative"
         for i in range(10):
-            apply(s, f"{host}/base", decode_line(i, base), T0 + 21 + i)
-            apply(s, f"{host}/spec", decode_line(i, spec, 2.4), T0 + 21 + i)
-    app = SpecmonApp(s, clock=lambda: T0 + 31, show_clock=False, fleet=fleet)
+            apply(s, "base", decode_line(i, base), T0 + 21 + i)
+            apply(s, "spec", decode_line(i, spec, 2.4), T0 + 21 + i)
+    app = SpecmonApp(fleet, clock=lambda: T0 + 31, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(app.panels()) == 4)
-        in_a = {p.server for p in app.query_one("#servers-0").query(ServerPanel)}
-        in_b = {p.server for p in app.query_one("#servers-1").query(ServerPanel)}
-        assert in_a == {"box-a/base", "box-a/spec"} and in_b == {"box-b/base", "box-b/spec"}
+        in_a = {(p.host, p.server) for p in app.query_one("#servers-0").query(ServerPanel)}
+        in_b = {(p.host, p.server) for p in app.query_one("#servers-1").query(ServerPanel)}
+        assert in_a == {("box-a", "base"), ("box-a", "spec")}
+        assert in_b == {("box-b", "base"), ("box-b", "spec")}
         await pilot.pause(0.3)
         assert app.active_host() == "box-a"
         assert f"{94.0 / 88.0:.2f}x vs live baseline" in text_of(app.query_one(SpeedupBar))
@@ -275,8 +282,8 @@ async def test_replay_shows_only_replay_keys_and_never_records_a_baseline(tmp_pa
         app.query_one(ServerPanel).focus()
         await pilot.press("b")
         await pilot.pause(0.2)
-        app.record_baseline("baseline")  # a snapshot's scenario asking for one
-        assert app.session.baselines == [] and not app.drift.watches
+        app.record_baseline(app.active_host() or "", "baseline")  # a snapshot asking for one
+        assert app.session.baselines == [] and not app.fleet.watches
         assert not store_path.exists() or BaselineStore(store_path).list() == []
         keys = app.help_keys()
         assert "Replay" in keys and "space" in keys and "Servers" not in keys
@@ -324,7 +331,7 @@ async def test_control_status_line_clears_when_the_action_is_done():
 
     ctl = Actions()
     app = SpecmonApp(populated_session(30), clock=lambda: T0 + 31, show_clock=False,
-                     actions={"baseline": ctl})
+                     actions={("test-host", "baseline"): ctl})
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         app.query_one("#panel-baseline").focus()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from specmon.feeds.demo import DemoFeed, default_servers, demo_actions, group_members
+from specmon.control.local import group_members
+from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
 from specmon.session.state import Session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.control_keys import ConfirmScreen

@@ -39,11 +39,11 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
     """Assert the headline shows the session's numbers now; returns (drift text, ratio)."""
     now = app.clock()
     base, spec = app.session.server("baseline"), app.session.server("speculative")
-    model = headline_model(app.session, base, spec, app.drift, now, app.window_s)
+    model = headline_model(app.session, base, spec, app.shown_watches(app.active_host()), now, app.window_s)
     bar = plain(app.query_one(SpeedupBar))
     digits = app.query_one(SpeedupDigits)
     drift_txt = plain(app.query_one(DriftPanel))
-    ds = drift_state("baseline", app.drift)
+    ds = drift_state("baseline", app.shown_watches(app.active_host()))
     assert ds.text.split(" vs ")[0] in drift_txt, (ds, drift_txt)
     if ds.cause:
         assert ds.cause[:20] in drift_txt

@@ -6,13 +6,13 @@ from datetime import datetime
 
 import pytest
 
-from specmon.analysis.window import (
+from specmon.parse.sglang import parse_line
+from specmon.session.state import ServerState
+from specmon.session.window import (
     current_stats,
     recomputed_accept_rate,
     speedup,
 )
-from specmon.parse.sglang import parse_line
-from specmon.session.state import ServerState
 
 LINE = ("[{ts} TP0] Decode batch, #running-req: {rr}, #token: 900, token usage: 0.04, "
         "{acc}cuda graph: True, gen throughput (token/s): {gt:.2f}, #queue-req: 0")

@@ -6,7 +6,10 @@ import asyncio
 import random
 import time
 
+from specmon.hosts.base import ConnectionState
 from specmon.parse.sglang import parse_line
+from specmon.session.events import LineItem
+from specmon.session.fleet import FleetSession
 from specmon.session.state import Session
 
 T0 = 1_700_000_000.0
@@ -50,7 +53,8 @@ class ScriptFeed:
     """Pushes given lines in batches, then idles: a feed with no processes behind it."""
 
     def __init__(self, batches: list[tuple[str, list[str]]], delay: float = 0.0,
-                 clock: float = T0) -> None:
+                 clock: float = T0, host: str = "local") -> None:
+        self.host = host
         self.batches = batches
         self.delay = delay
         self.clock = clock
@@ -58,7 +62,7 @@ class ScriptFeed:
 
     async def run(self, sink) -> None:  # noqa: ANN001
         for server, lines in self.batches:
-            sink.lines(server, [(x, parse_line(x), self.clock) for x in lines])
+            sink.lines(self.host, server, [LineItem(x, parse_line(x), self.clock) for x in lines])
             if self.delay:
                 await asyncio.sleep(self.delay)
         self.done.set()
@@ -100,15 +104,15 @@ def _nccl_lines(pid: int, tuned: bool) -> list[str]:
     return [line for r in range(8) for line in nccl_debug_lines(env, r, pid + r, pid + r, 8)]
 
 
-def _start(s: Session, name: str, t: float, spec: bool, nccl: bool) -> None:
+def _start(feed, name: str, t: float, spec: bool, nccl: bool) -> None:  # noqa: ANN001
     base = 8 if spec else 0
     args = ARGS_DEMO.format(base=base, algo="'EAGLE3'" if spec else "None",
                             spec=SPEC_ARGS if spec else "")
-    apply(s, name, args.replace("[2026-11-29 10:00:00]", f"[{_stamp(t)}]"), t)
-    apply(s, name, KV_LINE.replace("[2026-11-29 10:00:02", f"[{_stamp(t)}"), t)
+    feed(name, args.replace("[2026-11-29 10:00:00]", f"[{_stamp(t)}]"), t)
+    feed(name, KV_LINE.replace("[2026-11-29 10:00:02", f"[{_stamp(t)}"), t)
     for line in _nccl_lines(4000 + base, nccl):
-        apply(s, name, line, t)
-    apply(s, name, READY.replace("[2026-11-29 10:00:05]", f"[{_stamp(t)}]"), t)
+        feed(name, line, t)
+    feed(name, READY.replace("[2026-11-29 10:00:05]", f"[{_stamp(t)}]"), t)
 
 
 def demo_gpus(t: float, capped: bool = False) -> list:
@@ -129,57 +133,49 @@ def demo_gpus(t: float, capped: bool = False) -> list:
     return out
 
 
-def demo_session(drift: bool, on_record=None) -> tuple[Session, dict]:  # noqa: ANN001
-    """The demo after a few minutes: baseline recorded at ~88.8 tok/s with NCCL tuning, EAGLE-3 at
-    ~94; with `drift`, the baseline restarted without the NCCL variables and runs at ~62.9.
-    Returns (session, {server: the baseline recorded on it}); `on_record(session, recorded)` is
-    called right after the recording, as a live app would start watching there."""
-    from specmon.analysis.live import record_baseline
+def demo_fleet(drift: bool) -> FleetSession:
+    """The demo after a few minutes, fed through the session model's event methods: baseline
+    recorded at ~88.8 tok/s with NCCL tuning, EAGLE-3 at ~94, both watched from the recording
+    on; with `drift`, the baseline restarted without the NCCL variables and runs at ~62.9."""
+    now = {"t": DEMO_NOW}
+    fleet = FleetSession(["demo"], clock=lambda: now["t"])
+    fleet.host_state("demo", ConnectionState("connected"))  # the demo's host is this machine
+
+    def feed(name: str, text: str, t: float) -> None:
+        fleet.lines("demo", name, [LineItem(text, parse_line(text), t)])
 
     rnd = random.Random(7)
-    s = Session(host="demo")
+    s = fleet.host("demo").session
     s.server("baseline").role = "baseline"
     s.server("speculative").role = "speculative"
     t_start = DEMO_NOW - 390
-    _start(s, "baseline", t_start, spec=False, nccl=True)
-    _start(s, "speculative", t_start, spec=True, nccl=True)
+    _start(feed, "baseline", t_start, spec=False, nccl=True)
+    _start(feed, "speculative", t_start, spec=True, nccl=True)
     s.server("baseline").pids = {4000, *range(5000, 5008)}
     s.server("speculative").pids = {4008, *range(5008, 5016)}
     for k in range(0, 390, 2):
         t = t_start + 1 + k
-        s.set_gpus(demo_gpus(t))
+        fleet.gpus("demo", demo_gpus(t))
         if not (drift and k > 250):
-            apply(s, "baseline", demo_decode(t, k, rnd.gauss(88.8, 0.9)), t)
-        apply(s, "speculative", demo_decode(t + 0.5, k, rnd.gauss(94.0, 1.8),
-                                            rnd.gauss(2.4, 0.06)), t + 0.5)
+            feed("baseline", demo_decode(t, k, rnd.gauss(88.8, 0.9)), t)
+        feed("speculative", demo_decode(t + 0.5, k, rnd.gauss(94.0, 1.8), rnd.gauss(2.4, 0.06)),
+             t + 0.5)
         if k == 200:
-            recorded = {name: record_baseline(s, s.server(name), name=f"demo/{name}/recorded",
-                                              now=t) for name in ("baseline", "speculative")}
-            if on_record is not None:
-                on_record(s, recorded)
+            now["t"] = t
+            for name in ("baseline", "speculative"):
+                fleet.record_baseline("demo", name, name=f"demo/{name}/recorded")
     if drift:
-        _start(s, "baseline", t_start + 252, spec=False, nccl=False)
+        _start(feed, "baseline", t_start + 252, spec=False, nccl=False)
         for k in range(254, 390, 2):
             t = t_start + 1 + k
-            apply(s, "baseline", demo_decode(t, k, rnd.gauss(62.9, 0.7)), t)
-    return s, recorded
+            feed("baseline", demo_decode(t, k, rnd.gauss(62.9, 0.7)), t)
+    now["t"] = DEMO_NOW
+    fleet.tick(DEMO_NOW)
+    return fleet
 
 
 def demo_app(drift: bool, **kwargs):  # noqa: ANN201 - a SpecmonApp
-    """A SpecmonApp on `demo_session(drift)` whose drift watcher has seen the whole session."""
+    """A SpecmonApp on `demo_fleet(drift)`, whose drift watches have seen the whole session."""
     from specmon.ui.app import SpecmonApp
 
-    apps: list[SpecmonApp] = []
-
-    def watch_from_here(session: Session, recorded: dict) -> None:
-        app = SpecmonApp(session, clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
-        for name, b in recorded.items():
-            app._watch(name, b)  # watches what arrives from the recording on
-        apps.append(app)
-
-    s, _ = demo_session(drift, watch_from_here)
-    app = apps[0]
-    for server, alert in app.drift.tick(DEMO_NOW):
-        s.alerts.append({"t": DEMO_NOW, "server": server, "level": alert.level,
-                         "text": alert.text, "causes": list(alert.causes)})
-    return app
+    return SpecmonApp(demo_fleet(drift), clock=lambda: DEMO_NOW, show_clock=False, **kwargs)

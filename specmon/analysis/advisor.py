@@ -352,6 +352,7 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
     pts = [m for m in ms if m.t_cycle_ms is not None and m.steps is not None]
     if not pts:
         return None
+    ts = [m.t_cycle_ms for m in pts if m.t_cycle_ms is not None]  # pts' cycle times, as floats
     dts = [m.draft_tokens or (m.steps or 0) + 1 for m in pts]
     feats = [CostModel.features(m.steps or 0, d) for m, d in zip(pts, dts, strict=True)]
     use = [True, len({f[1] for f in feats}) >= 2, False]
@@ -368,13 +369,12 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
                            "draft token beyond steps + 1 assumed 0 ms")
     idx = [i for i in range(3) if use[i]]
     w = []
-    for m in pts:
-        se = (m.se_log_cycle or 0.05) * (m.t_cycle_ms or 0.0)
+    for m, t in zip(pts, ts, strict=True):
+        se = (m.se_log_cycle or 0.05) * t
         w.append(1.0 / max(se * se, 1e-6))
     ata = [[sum(w[k] * feats[k][i] * feats[k][j] for k in range(len(pts))) for j in idx]
            for i in idx]
-    atb = [sum(w[k] * feats[k][i] * (pts[k].t_cycle_ms or 0.0) for k in range(len(pts)))
-           for i in idx]
+    atb = [sum(w[k] * feats[k][i] * ts[k] for k in range(len(pts))) for i in idx]
     sol = _solve(ata, atb)
     inv = _inverse(ata)
     if sol is None or inv is None:
@@ -382,8 +382,8 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
     # residual scatter beyond the stated SEs widens the covariance (never narrows it)
     dof = len(pts) - len(idx)
     if dof > 0:
-        resid = sum(w[k] * (pts[k].t_cycle_ms - sum(sol[a] * feats[k][i]  # type: ignore[operator]
-                    for a, i in enumerate(idx))) ** 2 for k in range(len(pts)))
+        resid = sum(w[k] * (ts[k] - sum(sol[a] * feats[k][i] for a, i in enumerate(idx))) ** 2
+                    for k in range(len(pts)))
         scale = max(1.0, resid / dof)
         inv = [[x * scale for x in row] for row in inv]
     coef = [0.0, 0.0, 0.0]
@@ -392,8 +392,8 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
         coef[i] = sol[a]
         for b_, j in enumerate(idx):
             cov[i][j] = inv[a][b_]
-    return CostModel(tuple(coef), tuple(tuple(r) for r in cov), tuple(use),  # type: ignore[arg-type]
-                     tuple(assumptions))
+    return CostModel((coef[0], coef[1], coef[2]), tuple(tuple(r) for r in cov),
+                     (use[0], use[1], use[2]), tuple(assumptions))
 
 
 # --------------------------------------------------------------------------------------------

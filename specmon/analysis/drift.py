@@ -874,8 +874,13 @@ class DriftMonitor:
             self.filter.prefill()
 
     def update(self, server: Any, gpus: Sequence[Any] = (), now: float | None = None) -> Alert | None:
-        """Consume new points of `server` (a ServerState), refresh causes; the current alert."""
-        self.sync(server)
+        """Consume new points of `server` (a ServerState), refresh causes; the current alert.
+
+        `server=None`: the records were fed with `observe` as they arrived (the live session
+        does that), so only the causes are refreshed.
+        """
+        if server is not None:
+            self.sync(server)
         a = self.alert
         if a is None:
             return None

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -394,15 +393,24 @@ def worker_nccl_env(fp: Fingerprint) -> tuple[dict[str, dict[str, str]] | None, 
         return ({_worker_label(w): {k: v for k, v in w.vars.items()
                                     if k.startswith("NCCL_") and k not in NCCL_SILENT}
                  for w in readable}, "worker environ")
-    if fp.launcher is not None and fp.launcher.readable:
-        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
-        for conf in fp.nccl_conf.values():
-            for k, v in (conf or {}).items():
-                if k not in NCCL_SILENT:
-                    env.setdefault(k, v)
+    env = _launcher_nccl(fp)
+    if env is not None:
         src = "launcher environ" + (" + NCCL config files" if any(fp.nccl_conf.values()) else "")
         return {"all": env}, src
     return None, "unreadable"
+
+
+def _launcher_nccl(fp: Fingerprint) -> dict[str, str] | None:
+    """The launcher's NCCL_* (exec-time environ), gaps filled from NCCL config files as NCCL's
+    setenv(..., 0) does; None when its environ is unreadable."""
+    if fp.launcher is None or not fp.launcher.readable:
+        return None
+    env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
+    for conf in fp.nccl_conf.values():
+        for k, v in (conf or {}).items():
+            if k not in NCCL_SILENT:
+                env.setdefault(k, v)
+    return env
 
 
 def _worker_label(w: EnvSnapshot) -> str:
@@ -433,14 +441,8 @@ def _environ_nccl(fp: Fingerprint) -> tuple[dict[str, str] | None, str]:
         for w in readable:
             env.update({k: v for k, v in w.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT})
         return env, "worker"
-    if fp.launcher is not None and fp.launcher.readable:
-        env = {k: v for k, v in fp.launcher.vars.items() if k.startswith("NCCL_") and k not in NCCL_SILENT}
-        for conf in fp.nccl_conf.values():
-            for k, v in (conf or {}).items():
-                if k not in NCCL_SILENT:
-                    env.setdefault(k, v)
-        return env, "launcher"
-    return None, "unreadable"
+    launcher = _launcher_nccl(fp)
+    return (launcher, "launcher") if launcher is not None else (None, "unreadable")
 
 
 def _subsystems(fp: Fingerprint) -> set[str]:
@@ -697,8 +699,8 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
         rg = {g.index: g for g in rec.gpus}
         drivers = {(rg[g.index].driver, g.driver) for g in live.gpus if g.index in rg
                    and rg[g.index].driver and g.driver and rg[g.index].driver != g.driver}
-        for d_old, d_new in sorted(drivers, key=str):
-            causes.append(f"GPU driver {d_old} -> {d_new}")
+        for was, now_ in sorted((str(a), str(b)) for a, b in drivers):
+            causes.append(f"GPU driver {was} -> {now_}")
         off = [g.index for g in live.gpus if g.index in rg and rg[g.index].persistence and
                g.persistence is False]
         if off:
@@ -825,93 +827,3 @@ def make_explainer(recorded: Fingerprint | None, live_fp: Any) -> Any:
         return causes_for_alert(alert, monitor, recorded, live, gpus)
 
     return explain
-
-
-# --------------------------------------------------------------------------------------------
-# Collection through a host
-# --------------------------------------------------------------------------------------------
-
-
-async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
-                  workers: Sequence[tuple[int, str]] = (), server_info: Mapping[str, Any] | None = None,
-                  nccl_lines: Iterable[str] = (), gpus: Sequence[GpuSample] = (),
-                  host: Any = None, python: str | None = None) -> Fingerprint:
-    """Gather a fingerprint through the host agent (`proc_info`, `read`) and an optional Host.
-
-    `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call; `host.run`
-    runs the stdlib probe (SGLang version, modified files, host info) with the server's python.
-    """
-    async def env_of(pid: int, title: str) -> EnvSnapshot:
-        try:
-            info = await agent.request("proc_info", pid=pid, fds=[], environ_prefixes=[""])
-        except Exception as exc:  # noqa: BLE001 - the process may be gone; say so
-            return EnvSnapshot(pid, title, f"error: {exc}")
-        return env_from_mapping(info.get("environ"), pid, title, info.get("environ_status"))
-
-    launcher = await env_of(launcher_pid, "launcher")
-    worker_envs = [await env_of(pid, title) for pid, title in workers]
-    conf: dict[str, dict[str, str] | None] = {}
-    home = None
-    # HOME is hashed in the snapshot; ask for it directly
-    try:
-        info = await agent.request("proc_info", pid=launcher_pid, fds=[], environ_prefixes=["HOME"])
-        home = (info.get("environ") or {}).get("HOME")
-    except Exception:  # noqa: BLE001
-        home = None
-    for spec in NCCL_CONF_PATHS:
-        path: str | None = spec
-        if spec == "$NCCL_CONF_FILE":
-            path = launcher.vars.get("NCCL_CONF_FILE")
-        elif spec.startswith("~/"):
-            path = f"{home}/{spec[2:]}" if home else None
-        if not path:
-            continue
-        conf[spec] = await _read_conf(agent, path)
-    probe: dict[str, Any] = {}
-    if host is not None:
-        probe = await run_probe(host, python or (argv[0] if argv and "python" in argv[0] else "python3"))
-    return fingerprint_from(
-        server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or probe.get(
-            "version"), nccl_lines=nccl_lines, launcher=launcher, workers=worker_envs, nccl_conf=conf,
-        modified_files=probe.get("modified_files"), modified_method=probe.get("method"),
-        gpus=gpu_states(gpus), host=probe.get("host"),
-        server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
-
-
-async def collect_for_server(agent: Any, server: Any, *, host: Any = None,
-                             server_info: Mapping[str, Any] | None = None, nccl_lines: Iterable[str] = (),
-                             gpus: Sequence[GpuSample] = ()) -> Fingerprint:
-    """`collect` for a `specmon.sources.discovery.DiscoveredServer` (launcher pid, argv, workers)."""
-    return await collect(agent, launcher_pid=server.pid, argv=server.argv, workers=server.workers,
-                         server_info=server_info, nccl_lines=nccl_lines, gpus=gpus, host=host)
-
-
-async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
-    import base64
-
-    try:
-        res = await agent.request("read", path=path, offset=0, size=1 << 16)
-    except Exception:  # noqa: BLE001 - absent or unreadable: no file
-        return None
-    return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
-
-
-async def run_probe(host: Any, python: str, pythonpath: str | None = None) -> dict[str, Any]:
-    """Run the stdlib probe on the host with the server's interpreter; {} on failure.
-
-    `pythonpath`: the server's PYTHONPATH, when SGLang is installed there (the probe must see
-    the install the server imports, not another one).
-    """
-    import json
-
-    from specmon.sources.fp_probe import probe_source
-
-    src: str = probe_source()  # type: ignore[no-untyped-call]
-    cmd = [python, "-c", src]
-    if pythonpath is not None:
-        cmd = ["env", f"PYTHONPATH={pythonpath}", *cmd]
-    try:
-        res = await host.run(cmd, timeout=60.0)
-        return dict(json.loads(res.stdout)) if res.rc == 0 else {}
-    except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
-        return {}

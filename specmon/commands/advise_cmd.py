@@ -44,8 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def read_segments(name: str) -> list[Segment]:
     from specmon.analysis.advisor import split_runs
-    from specmon.cli import CliError
-    from specmon.commands.parse_cmd import open_input
+    from specmon.analysis.logfile import open_input
+    from specmon.errors import CliError
     from specmon.parse.sglang import BatchRecord, parse_line
 
     fh = open_input(name)
@@ -79,7 +79,7 @@ def read_segments(name: str) -> list[Segment]:
 
 def run(args: argparse.Namespace) -> int:
     from specmon.analysis.advisor import CannotAdvise, advise, holdout_checks
-    from specmon.cli import CliError
+    from specmon.errors import CliError
 
     if args.running_req is not None and args.running_req < 1:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
@@ -120,13 +120,13 @@ def render(adv: Advice, checks: list[Check]) -> str:
         out.append(f"  {plain(m.run)[:28]:<28} {_f(m.steps, 'd') if m.steps else 'N/A':>5} "
                    f"{m.topk or 'N/A':>4} {m.draft_tokens or 'N/A':>5} {_f(m.accept_len):>7} "
                    f"{_f(m.t_cycle_ms):>9} {m.tok_s:>8.2f} {m.n:>5}")
-    sp = adv.measured_speedup
-    if sp is None:
+    sp, bl = adv.measured_speedup, adv.baseline
+    if sp is None or bl is None:  # both or neither: the speedup needs the baseline
         out.append("baseline: N/A (no --baseline-log): no speedup, break-even or predicted "
                    "speedup")
     else:
         out.append(f"baseline: {adv.baseline_ms_per_token:.2f} ms/token "
-                   f"({adv.baseline.tok_s:.2f} tok/s, n={adv.baseline.n})")  # type: ignore[union-attr]
+                   f"({bl.tok_s:.2f} tok/s, n={bl.n})")
         out.append(f"measured speedup ({plain(adv.current.run)}): {sp[0]:.3f}x "
                    f"(95 % {sp[1]:.3f}-{sp[2]:.3f}); break-even accept len "
                    f"{_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
@@ -152,8 +152,9 @@ def render(adv: Advice, checks: list[Check]) -> str:
             + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else "")]
     if checks:
         out += ["", "predicted (from the runs before) vs measured:"]
-        for c in checks:
-            out.append(f"  {plain(c.run)}: predicted {c.predicted_tok_s:.2f} "
-                       f"({c.band[0]:.2f}-{c.band[1]:.2f}), measured {c.measured_tok_s:.2f} tok/s "
-                       f"({c.error_pct:+.1f} %, {'inside' if c.within else 'OUTSIDE'} the band)")
+        for ch in checks:
+            out.append(f"  {plain(ch.run)}: predicted {ch.predicted_tok_s:.2f} "
+                       f"({ch.band[0]:.2f}-{ch.band[1]:.2f}), measured {ch.measured_tok_s:.2f} "
+                       f"tok/s ({ch.error_pct:+.1f} %, "
+                       f"{'inside' if ch.within else 'OUTSIDE'} the band)")
     return "\n".join(out)

@@ -11,7 +11,7 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_log(name: str) -> list[tuple[Record, str]]:
-    from specmon.commands.parse_cmd import READ_ERRORS, capped_lines, open_input
+    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []

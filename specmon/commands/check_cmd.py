@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from specmon.analysis.fingerprint import LogEvidence
 
     evidence = LogEvidence()
-    from specmon.commands.parse_cmd import READ_ERRORS, capped_lines, open_input
+    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(args.log)
     try:
@@ -59,14 +59,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             for raw in capped_lines(fh):
                 line_no += 1
-                rec = parse_line(raw)
-                if rec is None:
+                parsed = parse_line(raw)
+                if parsed is None:
                     if b"NCCL INFO" in raw or b"set by environment" in raw:
                         evidence.add_line(raw.decode("utf-8", "replace"))
                     continue
-                if isinstance(rec, EventRecord):
-                    evidence.add_event(rec, raw.decode("utf-8", "replace"))
-                monitor.observe(rec, None, line_no)
+                if isinstance(parsed, EventRecord):
+                    evidence.add_event(parsed, raw.decode("utf-8", "replace"))
+                monitor.observe(parsed, None, line_no)
         except READ_ERRORS as exc:
             raise CliError(f"{args.log}: read error after line {line_no} "
                            f"({exc or type(exc).__name__})") from None

@@ -10,14 +10,14 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
     from specmon.session.state import ServerState
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="speedup of a speculative server's log over a baseline's (last runs, per batch size)",
@@ -36,8 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _read(name: str, label: str) -> ServerState:
-    from specmon.analysis.runs import read_runs
-    from specmon.commands.parse_cmd import open_input
+    from specmon.analysis.logfile import open_input
+    from specmon.session.runs import read_runs
 
     fh = open_input(name)
     try:
@@ -57,7 +57,7 @@ def _lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.analysis.runs import compare, render
+    from specmon.session.runs import compare, render
 
     if args.running_req is not None and args.running_req < 1:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")

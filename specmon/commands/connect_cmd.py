@@ -1,10 +1,12 @@
 """`specmon connect TARGET...`: the live UI on hosts' SGLang servers (SSH or local).
 
-With one TARGET the first connection is made before the UI starts, so an unknown host key, a
-refused login or a typo in the host name is one line on the terminal (exit 2), not a screen to
-dismiss; the config's server profiles on it get control keys. With several TARGETs (or none: the
-config's [hosts.NAME]) each host connects on its own and one that fails never blocks the
-others. `--prometheus [ADDR]:PORT` also serves /metrics.
+One path for every form (a single host is a fleet of one): TARGETs (or the config's
+[hosts.NAME]) -> one HostFeed each -> the one session model -> the app, with the config's
+server profiles on those hosts as control keys and its [keys] remaps, `--prometheus` reading
+the same session. With one TARGET the first connection is made before the UI starts, so an
+unknown host key, a refused login or a typo in the host name is one line on the terminal
+(exit 2), not a screen to dismiss; with several, each host connects on its own and one that
+fails never blocks the others.
 """
 
 from __future__ import annotations
@@ -15,44 +17,20 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from specmon.cli import CliError
-from specmon.commands.record import (
-    HostPlan,
+from specmon.commands.hostargs import (
+    config_from_args,
     default_baselines,
-    host_from_args,
     listen_from_args,
     plans_from_args,
-    specs_from_args,
+    print_notes,
 )
+from specmon.errors import CliError
 from specmon.hosts import HostError
-from specmon.session.state import Session
 from specmon.sources.tail import TailSpec
 
 
-def _config(args: argparse.Namespace) -> Any:
-    """The config when one is given or found; None when there is none at all."""
-    from specmon.config import ConfigError, find_config, load_path
-
-    try:
-        path = find_config(getattr(args, "config", None))
-    except ConfigError as exc:
-        if getattr(args, "config", None) or "given by" in str(exc):
-            raise CliError(str(exc)) from None
-        return None
-    try:
-        return load_path(path)
-    except ConfigError as exc:
-        raise CliError("; ".join(i.format() for i in exc.issues[:3])) from None
-
-
 def run(args: argparse.Namespace) -> int:
-    targets = list(getattr(args, "targets", None) or [])
-    listen = listen_from_args(args)
-    if len(targets) == 1 and listen is None:
-        args.target = targets[0]
-        return asyncio.run(_main(args))
-    plans = plans_from_args(args)
-    return asyncio.run(_fleet_main(args, plans, listen))
+    return asyncio.run(_main(args))
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -60,81 +38,68 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         await app.run_async()
     finally:
-        for ctl in actions.values():
-            with contextlib.suppress(Exception):
-                await ctl.close()
+        await close_app(app, actions)
     return 0
 
 
-async def open_app(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """Resolve config and target, connect (errors are one line), and build the app."""
-    if getattr(args, "target", None) is None:  # the one TARGET of `connect TARGET`
-        targets = getattr(args, "targets", None) or []
-        if len(targets) != 1:
-            raise CliError("expected exactly one TARGET")
-        args.target = targets[0]
-    cfg = _config(args)
-    profiles = []
-    if cfg is not None:
-        if args.target in cfg.hosts:  # a [hosts.NAME] of the config
-            hp = cfg.hosts[args.target]
-            args.target = hp.target
-            args.ssh_config = args.ssh_config or hp.ssh_config
-            args.known_hosts = args.known_hosts or hp.known_hosts
-        profiles = [p for p in cfg.servers.values()
-                    if cfg.host_for(p).target == args.target or cfg.host_for(p).name == args.target]
-    host = host_from_args(args)
-    specs = specs_from_args(args)
-    try:
-        await host.connect()
-    except HostError as exc:
-        raise CliError(str(exc)) from None
-    from specmon.feeds.connect import ConnectFeed
-    from specmon.ui.app import SpecmonApp
+async def close_app(app: Any, actions: dict[Any, Any]) -> None:
+    """Close what open_app opened: controllers, the /metrics server, the host connections."""
+    for ctl in actions.values():
+        with contextlib.suppress(Exception):
+            await ctl.close()
+    server = getattr(app, "metrics_server", None)
+    if server is not None:
+        await server.close()
+    for host in getattr(app, "hosts", []):
+        with contextlib.suppress(Exception):
+            await host.close()
 
-    actions: dict[str, Any] = {}
-    roles: dict[str, str] = {}
-    if profiles and not specs:
+
+async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str], Any]]:
+    """Resolve config and targets, connect (one host: errors are one line), build the app.
+
+    Returns the app and its control actions, keyed (host, server) like every server.
+    """
+    listen = listen_from_args(args)
+    cfg = config_from_args(args)
+    plans = plans_from_args(args, cfg)
+    actions: dict[tuple[str, str], Any] = {}
+    roles: dict[str, dict[str, str]] = {}
+    for plan in plans:
+        host = plan.host
+        profiles = [] if cfg is None else [
+            p for p in cfg.servers.values()
+            if host.name in (cfg.host_for(p).name, cfg.host_for(p).target)]
+        if len(plans) == 1 or profiles:
+            try:
+                await host.connect()
+            except HostError as exc:
+                if len(plans) == 1:
+                    raise CliError(str(exc)) from None
+                continue  # one of several: its feed keeps retrying; no control keys there
+            print_notes(host)
+        if not profiles:
+            continue
         from specmon.control.server import ServerController
 
+        assert cfg is not None
+        tail_profiles = not plan.specs  # --log / logs = {...} win over the profiles' logs
         for prof in profiles:
             ctl = ServerController(host, prof, cfg.host_for(prof))
-            actions[prof.name] = ctl
-            roles[prof.name] = prof.role
-            try:
-                specs.append(TailSpec(prof.name, await ctl.log_path()))
-            except HostError as exc:
-                raise CliError(f"{prof.name}: {exc}") from None
-    for spec in specs:
-        if spec.name in roles:
-            continue
-        low = spec.name.lower()
-        if "spec" in low or "eagle" in low or "mtp" in low:
-            roles[spec.name] = "speculative"
-        elif "base" in low:
-            roles[spec.name] = "baseline"
-    feed = ConnectFeed(host, list(specs), history_lines=None if args.whole_file else args.history,
-                       roles=roles)
-    app = SpecmonApp(Session(host=host.name), feed, actions=actions,
-                     keymap=dict(cfg.keys) if cfg is not None else None,
-                     export_dir=Path(args.export_dir) if args.export_dir else None)
-    return app, actions
-
-
-async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
-                      listen: tuple[str, int] | None) -> int:
-    from specmon.feeds.fleet import FleetFeed, HostFeed, SingleViewFeed
+            actions[(host.name, prof.name)] = ctl
+            roles.setdefault(host.name, {})[prof.name] = prof.role
+            if tail_profiles:
+                try:
+                    plan.specs.append(TailSpec(prof.name, await ctl.log_path()))
+                except HostError as exc:
+                    raise CliError(f"{prof.name}: {exc}") from None
+    from specmon.feeds.host import HostFeed, HostFeeds
     from specmon.session.fleet import FleetSession
 
-    if len(plans) == 1:
-        try:
-            await plans[0].host.connect()
-        except HostError as exc:
-            raise CliError(str(exc)) from None
     fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines())
     history = None if args.whole_file else args.history
-    feed = FleetFeed([HostFeed(p.host, p.specs, history_lines=history, python=p.python)
-                      for p in plans])
+    feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history, python=p.python,
+                               roles=roles.get(p.host.name)) for p in plans])
     server = None
     if listen is not None:
         from specmon.export.prometheus import registry_for, serve
@@ -146,18 +111,11 @@ async def _fleet_main(args: argparse.Namespace, plans: list[HostPlan],
                            f"{exc.strerror or exc}") from None
     from specmon.ui.app import SpecmonApp
 
-    app = SpecmonApp(Session(host=", ".join(fleet.hosts)),
-                     SingleViewFeed(feed, fleet, prefix=len(plans) > 1),
-                     export_dir=Path(args.export_dir) if args.export_dir else None,
-                     fleet=fleet if len(plans) > 1 else None)
+    app = SpecmonApp(fleet, feed, actions=actions,
+                     keymap=dict(cfg.keys) if cfg is not None else None,
+                     export_dir=Path(args.export_dir) if args.export_dir else None)
+    app.metrics_server = server
+    app.hosts = [p.host for p in plans]
     if server is not None:
         app.sub_title += f"  ·  /metrics on {server.host}:{server.port}"
-    try:
-        await app.run_async()
-    finally:
-        if server is not None:
-            await server.close()
-        for p in plans:
-            with contextlib.suppress(Exception):
-                await p.host.close()
-    return 0
+    return app, actions

@@ -8,9 +8,9 @@ import shutil
 import signal
 from pathlib import Path
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
-from specmon.session.state import Session
+from specmon.session.fleet import FleetSession
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,13 +22,17 @@ def run(args: argparse.Namespace) -> int:
             check_version(args.format_version)
         except ValueError as exc:
             raise CliError(str(exc)) from None
+    from specmon.commands.hostargs import config_from_args
+
+    cfg = config_from_args(args)  # the same [keys] remaps as every other path
     feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency),
                     scenario=args.scenario)
     from specmon.ui.app import SpecmonApp
 
-    app = SpecmonApp(Session(host="demo (simulated host)"), feed,
+    app = SpecmonApp(FleetSession([feed.host]), feed,
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
-                     actions=demo_actions(feed),
+                     actions=demo_actions(feed), title=f"{feed.host} (simulated host)",
+                     keymap=dict(cfg.keys) if cfg is not None else None,
                      export_dir=Path(args.export_dir) if args.export_dir else None)
 
     def _quit(_signum: int, _frame: object) -> None:

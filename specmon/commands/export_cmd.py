@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.export.snapshot import SnapshotError, snapshot_from_record, write_snapshot
 
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 from specmon.export.report import build_blocks, render_html, render_markdown
 from specmon.export.snapshot import SnapshotError, atomic_write_bytes, read_snapshot
 

@@ -12,7 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -128,12 +128,12 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                     return 0
                 if args.action == "restart":
                     _print_stop(await ctl.stop(grace=args.grace))
-                res = await ctl.start(None if args.quiet else _progress, timeout=args.timeout)
-                _say(f"{profile.name}: ready in {res.elapsed_s:.1f}s (pid {res.pid}, log "
-                     f"{res.log})")
-                if res.gpu_note:
-                    _say(f"  note: {res.gpu_note}")
-                _print_audit(res.audit)
+                started = await ctl.start(None if args.quiet else _progress, timeout=args.timeout)
+                _say(f"{profile.name}: ready in {started.elapsed_s:.1f}s (pid {started.pid}, "
+                     f"log {started.log})")
+                if started.gpu_note:
+                    _say(f"  note: {started.gpu_note}")
+                _print_audit(started.audit)
                 return 0
             except GpuBusy as exc:
                 print(f"specmon server {args.action}: {exc}", file=sys.stderr)

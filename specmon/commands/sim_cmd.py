@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specmon.cli import CliError
+from specmon.errors import CliError
 
 
 def run_server(args: argparse.Namespace) -> int:

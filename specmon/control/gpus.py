@@ -9,9 +9,13 @@ guess: the caller says "GPU state unknown").
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from specmon.hosts.base import Host, HostError
+
+if TYPE_CHECKING:
+    from specmon.parse.gpu import GpuSample
 
 GpuPids = dict[int, list[int]]
 
@@ -41,14 +45,25 @@ class NvmlGpuProbe:
             self.problem = str(exc) or type(exc).__name__
             return None
         finally:
-            await it.aclose()  # type: ignore[attr-defined]
-        out: GpuPids = {}
-        for s in batch:
-            if s.processes is None:
-                self.problem = f"GPU {s.index}: compute processes not readable"
-                return None
-            out[s.index] = [p.pid for p in s.processes]
+            await it.aclose()
+        out, problem = pids_of(batch)
+        if problem is not None:
+            self.problem = problem
         return out
+
+
+def pids_of(batch: Sequence[GpuSample]) -> tuple[GpuPids | None, str | None]:
+    """({gpu index: pids}, None) from one sample of every GPU, or (None, why) when a GPU's
+    processes or its index are unknown: pids filed under no index would leave that GPU
+    looking free."""
+    out: GpuPids = {}
+    for s in batch:
+        if s.index is None:
+            return None, "a GPU sample without an index"
+        if s.processes is None:
+            return None, f"GPU {s.index}: compute processes not readable"
+        out[s.index] = [p.pid for p in s.processes]
+    return out, None
 
 
 class SimGpuProbe:

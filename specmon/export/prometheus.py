@@ -22,9 +22,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from specmon.analysis.window import speedup, stats_for, window_points
 from specmon.parse.gpu import REASON_BITS, decode_reasons
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
+from specmon.session.window import speedup, stats_for, window_points
 
 STATES = ("connecting", "connected", "reconnecting", "failed", "closed")
 DEFAULT_PORT = 9464

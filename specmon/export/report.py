@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmon.analysis.stats import median, quantile_sorted
-from specmon.analysis.window import (
-    MIN_N,
-    WindowStats,
-    recomputed_accept_rate,
-    stats_for,
-)
 from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
 from specmon.session.state import DecodePoint
+from specmon.session.window import (
+    MIN_N,
+    WindowStats,
+    recomputed_accept_rate,
+    stats_for,
+)
 from specmon.textsafe import visible
 
 NA = "N/A"
@@ -360,14 +360,14 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     rows = []
     for s in snap.servers:
         a = s.args
-        spec = NA
+        spec_cfg = NA
         if a.get("speculative_algorithm"):
-            spec = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
-                    f"topk {a.get('speculative_eagle_topk')} draft "
-                    f"{a.get('speculative_num_draft_tokens')}")
+            spec_cfg = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
+                        f"topk {a.get('speculative_eagle_topk')} draft "
+                        f"{a.get('speculative_num_draft_tokens')}")
         rows.append([s.name, s.role or NA, s.status, s.path or NA,
                      str(a.get("model_path") or a.get("served_model_name") or NA),
-                     _num(a.get("tp_size"), "{}"), spec,
+                     _num(a.get("tp_size"), "{}"), spec_cfg,
                      _num(s.counts.get("decode"), "{:,}"), _num(s.counts.get("lines"), "{:,}")])
     b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative",
                         "decode lines", "lines"], rows))

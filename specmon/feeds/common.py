@@ -2,6 +2,8 @@
 
 Lines are parsed here, off the UI's handlers, and delivered in batches (at most every
 `flush_s`), so a server logging 1,000 lines per second costs the UI a few messages per second.
+The queue between the tail and the batcher is bounded: catching up on a large log waits for
+the session instead of buffering the whole file in memory.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from specmon.feed import FeedSink, LineItem
+from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import parse_line
+from specmon.session.events import FeedSink, LineItem
 from specmon.sources.tail import LogLine, LogTailer, TailNotice
 
 NOTICE_TEXT = {
@@ -25,12 +28,18 @@ NOTICE_TEXT = {
     "resumed": "resumed at the exact byte where it stopped",
 }
 MAX_BATCH = 2000
-QUEUE_MAX = 2 * MAX_BATCH  # tail events parsed ahead of the sink: bounded (backpressure)
+QUEUE_MAX = 2 * MAX_BATCH  # events held between the tail and the session, at most
 
 
-async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
+def notice_text(ev: TailNotice) -> str:
+    detail = " ".join(f"{k}={v}" for k, v in ev.detail.items())
+    return f"{NOTICE_TEXT[ev.kind]} {detail}".strip()
+
+
+async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float = 0.1,
                     tap: Callable[[LogLine], None] | None = None) -> None:
-    """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`.
+    """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`; a missing
+    file -> `sink.tail_missing` (the tail keeps waiting for it).
 
     `tap` sees every raw LogLine (path and byte offset included) as it arrives: `specmon record`
     writes them out while the sink keeps the live state.
@@ -42,9 +51,9 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
     async def reader() -> None:
         try:
             async for ev in tailer.events():
-                await queue.put(ev)
+                await queue.put(ev)  # bounded: a slow consumer slows the tail, not memory
         except Exception:
-            await queue.put(None)
+            await queue.put(None)  # the end marker, then the error for pump_tail to raise
             raise
         await queue.put(None)
 
@@ -60,23 +69,28 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
                     if tap is not None:
                         tap(ev)
                     batch.setdefault(ev.server, []).append(
-                        (ev.text, parse_line(ev.text), ev.received_at))
+                        LineItem(ev.text, parse_line(ev.text), ev.received_at))
                     n += 1
                 elif isinstance(ev, TailNotice) and ev.kind in NOTICE_TEXT:
-                    detail = " ".join(f"{k}={v}" for k, v in ev.detail.items())
-                    sink.notice(ev.server, f"{NOTICE_TEXT[ev.kind]} {detail}".strip())
+                    if ev.kind == "missing":
+                        sink.tail_missing(host, ev.server, ev.path, "no such file")
+                    elif ev.kind == "error":  # e.g. permission denied: the tail retries
+                        sink.tail_missing(host, ev.server, ev.path,
+                                          str(ev.detail.get("error") or "cannot read"))
+                    sink.notice(host, ev.server, notice_text(ev))
                 if n >= MAX_BATCH or queue.empty():
                     break
                 ev = queue.get_nowait()
             if ev is None:
                 done = True
             for server, items in batch.items():
-                sink.lines(server, items)
+                sink.lines(host, server, items)
             if not done:
                 await asyncio.sleep(flush_s)
-        await asyncio.wait({task}, timeout=5.0)  # the reader ends right after its None
-        if task.done() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        await asyncio.wait({task}, timeout=5.0)  # it has put the end marker: finishing
+        exc = task.exception() if task.done() and not task.cancelled() else None
+        if exc is not None:
+            raise exc
     finally:
         tailer.stop()
         task.cancel()
@@ -84,17 +98,22 @@ async def pump_tail(tailer: LogTailer, sink: FeedSink, flush_s: float = 0.1,
             await task
 
 
-async def pump_gpus(source: AsyncIterable[list[Any]], sink: FeedSink,
-                    retry_s: float = 10.0) -> None:
-    """GPU samples -> `sink.gpus`; a failing source is reported in one line and retried."""
+async def pump_gpus(source: AsyncIterable[list[GpuSample]], host: str, sink: FeedSink,
+                    retry_s: float = 10.0,
+                    tap: Callable[[list[GpuSample]], None] | None = None) -> None:
+    """GPU samples -> `sink.gpus`; a failing source is reported in one line and retried.
+
+    `tap` sees every poll (`specmon record` writes them out)."""
     while True:
         try:
             async for samples in _aiter(source):
-                sink.gpus(samples, None)
+                if tap is not None:
+                    tap(samples)
+                sink.gpus(host, samples, None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any source failure is a status, not a crash
-            sink.gpus([], _one_line(exc))
+            sink.gpus(host, [], _one_line(exc))
         await asyncio.sleep(retry_s)
 
 
@@ -107,7 +126,7 @@ async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
             await t
 
 
-def _aiter(source: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
+def _aiter(source: AsyncIterable[list[GpuSample]]) -> AsyncIterator[list[GpuSample]]:
     return source.__aiter__()
 
 

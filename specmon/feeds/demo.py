@@ -14,20 +14,22 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specmon.analysis.fingerprint import run_probe
-from specmon.control.local import (  # noqa: F401 - group_members: re-exported for tests
+from specmon.control.local import (
     cmdline,
     group_members,
     is_ours,
     kill_child_group_now,
     stop_child_group,
 )
-from specmon.feed import FeedSink
 from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
+from specmon.feeds.fingerprint import run_probe
+from specmon.hosts.base import ConnectionState
 from specmon.hosts.local import LocalHost
+from specmon.session.events import FeedSink, LineItem
 from specmon.sim import dist as sim_dist
 from specmon.sim.gpu_model import SimGpuHost
 from specmon.sources.gpu import SimGpuSource
@@ -87,16 +89,23 @@ class _CountingSink:
         self.sink = sink
         self.decode: dict[str, int] = {}
         self.changed = asyncio.Event()
+        self.declare_server = sink.declare_server
+        self.gpus = sink.gpus
+        self.server_exited = sink.server_exited
+        self.notice = sink.notice
+        self.tail_missing = sink.tail_missing
+        self.host_state = sink.host_state
+        self.host_servers = sink.host_servers
+        self.server_pids = sink.server_pids
+        self.request_baseline = sink.request_baseline
+        self.server_probe = sink.server_probe
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.sink, name)
-
-    def lines(self, server: str, items: list) -> None:  # noqa: ANN001 - LineItem list
-        n = sum(1 for _, rec, _ in items if getattr(rec, "kind", None) == "decode")
+    def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
+        n = sum(1 for it in items if getattr(it.record, "kind", None) == "decode")
         if n:
             self.decode[server] = self.decode.get(server, 0) + n
             self.changed.set()
-        self.sink.lines(server, items)
+        self.sink.lines(host, server, items)
 
 
 class DemoFeed:
@@ -109,7 +118,8 @@ class DemoFeed:
 
     def __init__(self, servers: list[SimServer] | None = None, workdir: Path | None = None,
                  gpu_interval: float = 1.0, scenario: str | None = None,
-                 record_after: int = 40, phase_lines: int = 60) -> None:
+                 record_after: int = 40, phase_lines: int = 60, host: str = "demo") -> None:
+        self.host = host
         self.servers = servers if servers is not None else default_servers()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="specmon-demo-"))
         self.sim_dir = self.workdir / "host"
@@ -151,29 +161,30 @@ class DemoFeed:
         """The fingerprint probe for the launch about to start, as on a real host: the server's
         Python and PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
         sink = self._sink
-        report = getattr(sink, "server_probe", None) if sink is not None else None
-        if report is None:
+        if sink is None:
             return
-        probe = await run_probe(LocalHost("demo"), sys.executable, pythonpath=pythonpath)
+        probe = await run_probe(LocalHost(self.host), sys.executable, pythonpath=pythonpath)
         if probe:
-            report(srv.name, probe)
+            sink.server_probe(self.host, srv.name, probe)
 
     async def run(self, sink: FeedSink) -> None:
         tasks: list[asyncio.Task[None]] = []
         counting = _CountingSink(sink)
-        sink = counting  # type: ignore[assignment]
+        sink = counting
         self._sink = sink
         self._tasks = tasks
         try:
+            sink.host_state(self.host, ConnectionState("connected"))  # this machine
             for srv in self.servers:
                 srv.log = srv.log or self.workdir / f"{srv.name}.log"
-                sink.declare_server(srv.name, srv.role, str(srv.log))
+                sink.declare_server(self.host, srv.name, srv.role, str(srv.log))
                 await self.start_server(srv)
             specs = [TailSpec(s.name, str(s.log)) for s in self.servers]
-            tasks.append(asyncio.create_task(
-                pump_tail(LogTailer(LocalHost("demo"), specs, history_lines=2000), sink)))
+            tasks.append(asyncio.create_task(pump_tail(
+                LogTailer(LocalHost(self.host), specs, history_lines=2000), self.host, sink)))
             tasks.append(asyncio.create_task(pump_gpus(
-                SimGpuSource(self.sim_dir, interval=self.gpu_interval, n_gpus=N_GPUS), sink)))
+                SimGpuSource(SimGpuHost(self.sim_dir, n_gpus=N_GPUS), interval=self.gpu_interval),
+                self.host, sink)))
             tasks.extend(asyncio.create_task(self._watch(s, sink)) for s in self.servers)
             tasks.append(asyncio.create_task(self._report_pids(sink)))
             if self.scenario == "phantom-baseline":
@@ -191,7 +202,7 @@ class DemoFeed:
             while srv.restarting and srv.proc is proc:
                 await asyncio.sleep(0.05)
             if srv.proc is proc or srv.proc is None:  # not a restart: the server is gone
-                sink.server_exited(srv.name, code)
+                sink.server_exited(self.host, srv.name, code)
                 return
 
     async def _report_pids(self, sink: FeedSink, every: float = 2.0) -> None:
@@ -199,7 +210,7 @@ class DemoFeed:
         while True:
             for srv in self.servers:
                 if srv.proc is not None and srv.proc.returncode is None:
-                    sink.server_pids(srv.name, group_members(srv.proc.pid))
+                    sink.server_pids(self.host, srv.name, group_members(srv.proc.pid))
             await asyncio.sleep(every)
 
     async def restart_server(self, srv: SimServer, sink: FeedSink) -> None:
@@ -220,15 +231,15 @@ class DemoFeed:
         base = next(s for s in self.servers if s.role == "baseline")
         self.phase = "recording"
         await self._wait_decode(sink, base.name, self.record_after)
-        sink.request_baseline(base.name)
-        sink.notice(base.name, "scenario: baseline recorded with NCCL tuning "
+        sink.request_baseline(self.host, base.name)
+        sink.notice(self.host, base.name, "scenario: baseline recorded with NCCL tuning "
                                "(NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL in the workers)")
         await self._wait_decode(sink, base.name, self.record_after // 2)
         # incident 1: restarted from a shell that lacks the tuning variables
         self.phase = "no-nccl-tuning"
         for var in NCCL_TUNING:
             base.env.pop(var, None)
-        sink.notice(base.name, "scenario: restarting the baseline WITHOUT the NCCL variables")
+        sink.notice(self.host, base.name, "scenario: restarting the baseline WITHOUT the NCCL variables")
         await self.restart_server(base, sink)
         await self._wait_decode(sink, base.name, self.phase_lines)
         # incident 2: tuning back, but a patched SGLang file and a power cap
@@ -239,7 +250,7 @@ class DemoFeed:
         gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
         for i in range(8):
             gpus.set_power_limit(i, 330.0)
-        sink.notice(base.name, "scenario: NCCL tuning restored; restarting with a patched "
+        sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a patched "
                                "SGLang file and a 330 W power cap on GPUs 0-7")
         await self.restart_server(base, sink)
         self.phase = "steady"
@@ -321,5 +332,6 @@ class DemoActions:
                                  BenchConfig(num_prompts=4, output_len=64))
 
 
-def demo_actions(feed: DemoFeed) -> dict[str, DemoActions]:
-    return {s.name: DemoActions(feed, s) for s in feed.servers}
+def demo_actions(feed: DemoFeed) -> dict[tuple[str, str], DemoActions]:
+    """The control keys' actions, keyed like every server: (host, server)."""
+    return {(feed.host, s.name): DemoActions(feed, s) for s in feed.servers}

@@ -13,7 +13,7 @@ import contextlib
 import errno
 import shlex
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -213,7 +213,7 @@ class Host(abc.ABC):
             rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
         )
 
-    async def stream(self, cmd: Command, stdin: bytes | None = None) -> AsyncIterator[str]:
+    async def stream(self, cmd: Command, stdin: bytes | None = None) -> AsyncGenerator[str, None]:
         """Yield a command's stdout lines (decoded, without the newline) until it exits.
 
         `stdin` is written first and stdin then stays OPEN (agents exit when it closes);

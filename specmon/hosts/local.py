@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+from typing import TypedDict
 
 from specmon.hosts.base import (
     Command,
@@ -20,6 +21,16 @@ from specmon.hosts.base import (
 )
 
 STREAM_LIMIT = 16 << 20  # agent events can carry a capped 1 MiB line, base64 included
+
+
+class _SpawnOptions(TypedDict):
+    """The keyword arguments both asyncio.create_subprocess_* calls get (typed per key)."""
+
+    stdin: int
+    stdout: int
+    stderr: int
+    limit: int
+    start_new_session: bool
 
 
 class LocalProcess(HostProcess):
@@ -91,7 +102,7 @@ class LocalHost(Host):
         self._set_state(ConnectionState("closed"))
 
     async def open_process(self, cmd: Command) -> HostProcess:
-        kwargs = dict(
+        kwargs = _SpawnOptions(
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

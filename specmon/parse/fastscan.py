@@ -64,13 +64,13 @@ def scan_buffer(buf: bytes) -> FastCounts | None:
             return None  # "Prefill batch" inside some other text
     tp = out.throughput
     for (rr, acc, gt), c in raw.items():
-        rr_v, bad_rr = _canon("running_req", rr)
+        rr_v, bad_rr = _canon_count("running_req", rr)
         gt_v, bad_gt = _canon("gen_throughput", gt)
-        tp[(bool(acc), rr_v, gt_v)] += c  # type: ignore[index]
+        tp[(bool(acc), rr_v, gt_v)] += c
         out.invalid += (bad_rr + bad_gt) * c
     for al, c in Counter(accepts).items():
         al_v, bad = _canon("accept_len", al)
-        out.accept[al_v] += c  # type: ignore[index]
+        out.accept[al_v] += c
         out.invalid += bad * c
     return out
 
@@ -81,4 +81,10 @@ def _canon(field: str, raw: bytes) -> tuple[int | float | None, int]:
     v = canon_value(field, read_number(raw.decode("ascii")))
     if v is INVALID:
         return None, 1
-    return v, 0  # type: ignore[return-value]
+    return v, 0
+
+
+def _canon_count(field: str, raw: bytes) -> tuple[int | None, int]:
+    """`_canon` of an integer field, which canon_value only ever stores as an int or None."""
+    v, bad = _canon(field, raw)
+    return (v if isinstance(v, int) else None), bad

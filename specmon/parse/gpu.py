@@ -326,8 +326,9 @@ def sample_from_probe(d: Mapping[str, Any], ts: float | None = None) -> GpuSampl
     The probe records raw NVML units (mW, bytes, nested util/mem); this documents the mapping the
     agent implements and lets tests check it against real numbers.
     """
-    util = d.get("util") if isinstance(d.get("util"), Mapping) else {}
-    mem = d.get("mem") if isinstance(d.get("mem"), Mapping) else {}
+    u, m = d.get("util"), d.get("mem")
+    util: Mapping[str, Any] = u if isinstance(u, Mapping) else {}
+    mem: Mapping[str, Any] = m if isinstance(m, Mapping) else {}
     reasons = d.get("clocks_event_reasons", d.get("clocks_throttle_reasons"))
     procs = d.get("compute_procs")
 

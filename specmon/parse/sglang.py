@@ -8,12 +8,14 @@ message (Ray actor prefixes, custom logging formats, a tqdm bar glued in front).
 from __future__ import annotations
 
 import ast
+import enum
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 Value = bool | int | float | str | None
+Number = bool | int | float | None  # what a printed number reads as
 
 DECODE_MARK = "Decode batch"
 PREFILL_MARK = "Prefill batch"
@@ -102,20 +104,20 @@ MAX_THROUGHPUT = 1e9
 _THROUGHPUTS = {"gen_throughput", "input_throughput"}
 
 
-class _Invalid:
+class _Invalid(enum.Enum):
     """A number that is printed but cannot be true (non-finite, absurd): the field becomes None
-    and the record remembers it in `invalid`."""
+    and the record remembers it in `invalid`. A one-member enum so that `is INVALID` narrows."""
 
-    __slots__ = ()
+    INVALID = "INVALID"
 
     def __repr__(self) -> str:
         return "INVALID"
 
 
-INVALID = _Invalid()
+INVALID = _Invalid.INVALID
 
 
-def read_number(text: str) -> Value | _Invalid:
+def read_number(text: str) -> Number | _Invalid:
     """Like `convert_value`, but a non-finite or absurdly long number is INVALID, not None."""
     t = text.strip()
     if t == "True":
@@ -134,14 +136,14 @@ def read_number(text: str) -> Value | _Invalid:
     return None
 
 
-def convert_value(text: str) -> Value:
+def convert_value(text: str) -> Number:
     """A field value as SGLang prints it; None when it cannot be read (never a guess), and None
     for numbers that cannot be true (non-finite, more than 18 digits)."""
     v = read_number(text)
-    return None if v is INVALID else v  # type: ignore[return-value]
+    return None if v is INVALID else v
 
 
-def canon_value(canon: str, value: Value | _Invalid) -> Value | _Invalid:
+def canon_value(canon: str, value: Number | _Invalid) -> Number | _Invalid:
     """The value of a canonical field as stored, or INVALID (negative, absurd, wrong kind)."""
     if value is INVALID or value is None:
         return value
@@ -153,7 +155,7 @@ def canon_value(canon: str, value: Value | _Invalid) -> Value | _Invalid:
                 return None
             value = int(value)
         return value if value >= 0 else INVALID
-    value = float(value)  # type: ignore[arg-type]
+    value = float(value)
     if value < 0 or (canon in _THROUGHPUTS and value > MAX_THROUGHPUT):
         return INVALID
     return value
@@ -342,9 +344,9 @@ def _split_body(body: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _sub_values(text: str) -> dict[str, Value | _Invalid] | None:
+def _sub_values(text: str) -> dict[str, Number | _Invalid] | None:
     """`full=1200, swa=800` -> {"full": 1200, "swa": 800}; None if not of that form."""
-    out: dict[str, Value | _Invalid] = {}
+    out: dict[str, Number | _Invalid] = {}
     for part in text.split(", "):
         m = _RE_SUBVAL.match(part.strip())
         if not m:
@@ -399,10 +401,10 @@ def _set_extra(rec: BatchRecord, key: str, value: Value | _Invalid) -> None:
     if value is INVALID:
         rec.invalid.append(key)
         value = None
-    rec.extra[key] = value  # type: ignore[assignment]
+    rec.extra[key] = value
 
 
-def _set_canon(rec: BatchRecord, canon: str, value: Value | _Invalid) -> None:
+def _set_canon(rec: BatchRecord, canon: str, value: Number | _Invalid) -> None:
     value = canon_value(canon, value)
     if value is INVALID:
         rec.invalid.append(canon)
@@ -480,11 +482,11 @@ def parse_event(text: str) -> EventRecord | None:
     if "The server is fired up and ready to roll" in text:
         ev = EventRecord("ready")
     elif "server_args=" in text:
-        data = {m.group(1): _literal(m.group(2)) for m in _RE_SERVER_ARGS_KV.finditer(text)}
-        ev = EventRecord("server_args", data=data)
+        ev = EventRecord("server_args", data={
+            m.group(1): _literal(m.group(2)) for m in _RE_SERVER_ARGS_KV.finditer(text)})
     elif "max_total_num_tokens=" in text:
-        data = {k: convert_value(v) for k, v in _RE_KV_LINE.findall(text)}
-        ev = EventRecord("max_total_num_tokens", data=data)
+        ev = EventRecord("max_total_num_tokens", data={
+            k: convert_value(v) for k, v in _RE_KV_LINE.findall(text)})
     elif "Capture" in text and ("cuda graph" in text.lower()):
         low = text.lower()
         phase = "begin" if " begin" in low else "end" if " end" in low else None
@@ -492,11 +494,11 @@ def parse_event(text: str) -> EventRecord | None:
             phase = "begin"
         if phase is None:
             return None
-        data: dict[str, Any] = {"draft": "draft" in low}
+        graph: dict[str, bool | list[int | None]] = {"draft": "draft" in low}
         bs = _RE_BS_LIST.search(text)
         if bs:
-            data["batch_sizes"] = [small_int(x) for x in bs.group(1).replace(",", " ").split()]
-        ev = EventRecord(f"cuda_graph_{phase}", data=data)
+            graph["batch_sizes"] = [small_int(x) for x in bs.group(1).replace(",", " ").split()]
+        ev = EventRecord(f"cuda_graph_{phase}", data=graph)
     elif "KV cache pool is full" in text or "Decode out of memory happened" in text:
         m = _RE_RETRACT.search(text)
         ev = EventRecord("kv_pool_full",

@@ -1,9 +1,11 @@
-"""Several hosts in one session: per-host state, multi-node servers, drift alerts, summary rows.
+"""The session model: 1..N hosts (a single host is a fleet of one), what each has sent, drift.
 
-Each host keeps its own `Session` (servers by their local name, GPUs) and its own connection
-state; a host that is not connected keeps its last values, marked stale. Everything here is
-pure state and pure functions of it: the feeds (`specmon.feeds.fleet`) write into it on one
-event loop, and the UI, `specmon record` and the Prometheus collector read it.
+Each host keeps its own `Session` (servers by their local name, GPUs) and its connection state;
+a host that is not connected keeps its last values, marked stale. `FleetSession` implements the
+feed events (`specmon.session.events.FeedSink`): the feeds call it headless, the TUI's message
+handlers call the same methods, replay calls them too. It owns the drift monitors: each watched
+server's monitor is fed every record as it is applied (a record listener), and `tick()` (1 Hz)
+refreshes alerts and their causes. The UI, `specmon record` and the Prometheus collector read it.
 
 A multi-node SGLang server (`--nnodes N --node-rank R --dist-init-addr A:P`) shows up as one
 launcher per host; `logical_servers()` groups them by (dist-init address, nnodes) into one server
@@ -13,74 +15,49 @@ whose GPUs are those of all its nodes and whose log is node 0's.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from specmon.analysis.drift import Alert, DriftMonitor, Estimate, stratum_of
-from specmon.analysis.window import DEFAULT_WINDOW_S, current_stats
+from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, Estimate, stratum_of
+from specmon.analysis.fingerprint import make_explainer
 from specmon.hosts.base import ConnectionState
-from specmon.parse.argv import flag_values
-from specmon.parse.gpu import decode_reasons
+from specmon.parse.gpu import GpuSample, decode_reasons
+from specmon.session.baselines import Baseline
+from specmon.session.drift import live_fingerprint, record_baseline, server_gpus
+from specmon.session.events import LineItem, ServerInfo
 from specmon.session.state import ServerState, Session
-from specmon.sources.discovery import DiscoveredServer
+from specmon.session.window import DEFAULT_WINDOW_S, current_stats
+
+__all__ = ["ALERT_LEVELS", "FleetSession", "HostView", "LogicalServer", "ServerInfo"]
 
 #: (host, server, role) -> the recorded baseline to compare that server with, or None.
 BaselineLookup = Callable[[str, str, "str | None"], Any]
+#: called with every applied line (record listeners: drift monitors, headless writers)
+RecordListener = Callable[[str, str, LineItem], None]
+#: called when a server's alert changes (raised, level/causes changed, cleared)
+AlertListener = Callable[[str, str, Alert], None]
 
 ALERT_LEVELS = {"info": 1, "warning": 2, "critical": 3}
+NO_SGLANG_S = 30.0  # a tailed file without one SGLang line this long is said so on its panel
 
 
-def _int_flag(flags: dict[str, str | bool], *names: str) -> int | None:
-    for n in names:
-        v = flags.get(n)
-        if isinstance(v, str) and v.isdigit():
-            return int(v)
-    return None
+class BaselineSaver(Protocol):
+    def save(self, baseline: Baseline) -> Any: ...
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    """What discovery (or the command line) says about one server process on one host."""
+@dataclass
+class Watch:
+    """One server watched against one recorded baseline."""
 
-    name: str
-    role: str | None = None
-    pid: int | None = None
-    tp_size: int = 1
-    pp_size: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    dist_init: str | None = None  # --dist-init-addr HOST:PORT (multi-node rendezvous)
-    base_gpu_id: int = 0
-    worker_pids: tuple[int, ...] = ()
-
-    @classmethod
-    def from_discovered(cls, d: DiscoveredServer) -> ServerInfo:
-        flags = flag_values(d.argv)
-        dist = flags.get("--dist-init-addr") or flags.get("--nccl-init-addr")
-        return cls(
-            name=d.name, role=d.kind, pid=d.pid, tp_size=d.tp_size or 1,
-            pp_size=_int_flag(flags, "--pp-size", "--pipeline-parallel-size") or 1,
-            nnodes=_int_flag(flags, "--nnodes") or 1,
-            node_rank=_int_flag(flags, "--node-rank") or 0,
-            dist_init=dist if isinstance(dist, str) and dist else None,
-            base_gpu_id=_int_flag(flags, "--base-gpu-id") or 0,
-            worker_pids=tuple(pid for pid, _ in d.workers),
-        )
-
-    @property
-    def gpus_per_node(self) -> int:
-        return max(1, (self.tp_size * self.pp_size) // max(1, self.nnodes))
-
-    def gpu_indices(self, samples: Sequence[Any]) -> list[int]:
-        """GPUs this server uses on its host: those running its worker processes (NVML
-        compute processes) when known, else the range its arguments imply."""
-        pids = set(self.worker_pids) | ({self.pid} if self.pid else set())
-        by_proc = sorted({g.index for g in samples if g.index is not None and g.processes
-                          and any(p.pid in pids for p in g.processes)})
-        if by_proc:
-            return by_proc
-        return list(range(self.base_gpu_id, self.base_gpu_id + self.gpus_per_node))
+    baseline: Baseline
+    monitor: DriftMonitor
+    last: Alert | None = None
+    history: list[Alert] = field(default_factory=list)
+    raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
+    notified: int = 0  # of those, how many were notified
+    cleared_notified: int = 0
 
 
 @dataclass
@@ -92,6 +69,7 @@ class HostView:
     state: ConnectionState = field(default_factory=lambda: ConnectionState("connecting"))
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     last_update: float | None = None  # wall clock of the last line or GPU sample received
+    notices: deque[str] = field(default_factory=lambda: deque(maxlen=50))  # about the host
 
     @property
     def stale(self) -> bool:
@@ -158,18 +136,32 @@ class FleetSession:
     """The hosts of one specmon session and what each has sent; mutated on one event loop."""
 
     def __init__(self, hosts: Iterable[str] = (), *, window_s: float = DEFAULT_WINDOW_S,
-                 baselines: BaselineLookup | None = None,
+                 baselines: BaselineLookup | None = None, store: BaselineSaver | None = None,
+                 params: DriftParams | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.hosts: dict[str, HostView] = {}
         self.window_s = window_s
         self.baselines = baselines
+        self.store = store
+        self.params = params
         self.clock = clock
-        self.monitors: dict[tuple[str, str], DriftMonitor] = {}
+        self.watches: dict[tuple[str, str], Watch] = {}
         self.baseline_names: dict[tuple[str, str], str] = {}
-        self.alerts: dict[tuple[str, str], Alert] = {}
+        self.alerts: dict[tuple[str, str], Alert] = {}  # active (not cleared) alerts
+        self.record_listeners: list[RecordListener] = []
+        self.alert_listeners: list[AlertListener] = []
         self._looked_up: set[tuple[str, str]] = set()
+        self._declared_at: dict[tuple[str, str], float] = {}
+        self._sglang_seen: set[tuple[str, str]] = set()
         for h in hosts:
             self.host(h)
+
+    @classmethod
+    def of(cls, session: Session, **kw: Any) -> FleetSession:
+        """A fleet of one around an existing Session (tests, replay): shown as connected."""
+        fleet = cls(**kw)
+        fleet.hosts[session.host] = HostView(session.host, session, ConnectionState("connected"))
+        return fleet
 
     def host(self, name: str) -> HostView:
         hv = self.hosts.get(name)
@@ -177,21 +169,103 @@ class FleetSession:
             hv = self.hosts[name] = HostView(name, Session(host=name))
         return hv
 
-    # -- writes (from the feeds) -------------------------------------------------------------
-    def set_state(self, host: str, state: ConnectionState) -> None:
+    def server(self, host: str, server: str) -> ServerState:
+        return self.host(host).session.server(server)
+
+    def servers(self) -> list[tuple[str, ServerState]]:
+        """(host, server) of every server, hosts in their order."""
+        return [(h, s) for h, hv in self.hosts.items() for s in hv.session.servers.values()]
+
+    # -- the feed events (specmon.session.events.FeedSink) ------------------------------------
+    def declare_server(self, host: str, server: str, role: str | None, path: str | None) -> None:
+        s = self.server(host, server)
+        if role:
+            s.role = role
+        s.path = path
+        s.stale = self.host(host).stale
+        if s.status == "unknown":
+            s.status = "starting"
+        self._declared_at.setdefault((host, server), self.clock())
+        self._lookup_baseline(host, server)
+
+    def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
+        """Apply each line once, in order; every listener sees each applied line."""
+        if not items:
+            return
+        hv = self.host(host)
+        s = hv.session.server(server)
+        key = (host, server)
+        if key not in self._looked_up:
+            self._lookup_baseline(host, server)
+        w = self.watches.get(key)
+        for it in items:
+            s.apply(it.text, it.record, it.t)
+            if it.record is not None:
+                if w is not None:
+                    w.monitor.observe(it.record, it.t)
+                self._sglang_seen.add(key)
+            for fn in self.record_listeners:
+                fn(host, server, it)
+        hv.last_update = now = self.clock()
+        s.tail_status = self._silent_text(host, server, now)  # lines came: not missing now
+        s.stale = hv.stale
+
+    def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
+        hv = self.host(host)
+        if samples:
+            hv.session.set_gpus(list(samples))
+            hv.last_update = self.clock()
+        hv.session.gpu_error = error
+
+    def server_exited(self, host: str, server: str, code: int | None) -> None:
+        self.server(host, server).process_exited(code)
+
+    def notice(self, host: str, server: str, text: str) -> None:
+        if server == "*":  # about the host, not one server
+            self.host(host).notices.append(text)
+        else:
+            self.server(host, server).notices.append(text)
+
+    def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
+        then = "waiting for it to appear" if reason == "no such file" else "retrying"
+        self.server(host, server).tail_status = f"{reason}: {path} ({then})"
+
+    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
+        self.server(host, server).set_probe(probe)
+
+    def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
+        self.server(host, server).pids = set(pids)
+
+    def host_state(self, host: str, state: ConnectionState) -> None:
         hv = self.host(host)
         hv.state = state
-        hv.session.connection = "connected" if state.state == "connected" else \
-            f"{host}: {state.describe()}"
         for s in hv.session.servers.values():
             s.stale = hv.stale
 
-    def set_servers(self, host: str, infos: Iterable[ServerInfo]) -> None:
-        hv = self.host(host)
-        hv.infos = {i.name: i for i in infos}
+    def host_servers(self, host: str, infos: Iterable[ServerInfo]) -> None:
+        self.host(host).infos = {i.name: i for i in infos}
 
-    def touch(self, host: str) -> None:
-        self.host(host).last_update = self.clock()
+    def request_baseline(self, host: str, server: str) -> None:
+        """Headless: record and watch; a failure is a notice on the server."""
+        try:
+            self.record_baseline(host, server)
+        except Exception as exc:  # noqa: BLE001 - too few samples, a store error: one line
+            self.notice(host, server, f"baseline not recorded: {exc}")
+
+    def reset_host(self, host: str, fresh: Session) -> None:
+        """Start the host over from `fresh` (a replay seeking backwards): its servers, GPUs and
+        drift state; the Session object is kept (the UI holds it)."""
+        session = self.host(host).session
+        session.servers.clear()
+        session.servers.update(fresh.servers)
+        session.gpus = []
+        session.gpu_history.clear()
+        session.gpu_error = None
+        for key in [k for k in self.watches if k[0] == host]:
+            del self.watches[key]
+            self.alerts.pop(key, None)
+        self._looked_up = {k for k in self._looked_up if k[0] != host}
+        self._sglang_seen = {k for k in self._sglang_seen if k[0] != host}
 
     # -- multi-node --------------------------------------------------------------------------
     def logical_servers(self) -> list[LogicalServer]:
@@ -229,35 +303,134 @@ class FleetSession:
             out.extend((h, g) for g in samples if g.index in idx)
         return out
 
-    # -- drift -------------------------------------------------------------------------------
+    # -- drift: one owner ---------------------------------------------------------------------
     def monitor(self, host: str, server: str) -> DriftMonitor | None:
-        return self.monitors.get((host, server))
+        w = self.watches.get((host, server))
+        return w.monitor if w is not None else None
 
-    def update_alerts(self, now: float | None = None) -> None:
-        """Feed new decode points to each server's drift monitor (idempotent; cheap at 1 Hz)."""
+    def _lookup_baseline(self, host: str, server: str) -> None:
+        key = (host, server)
+        if self.baselines is None or key in self._looked_up or key in self.watches:
+            return
+        self._looked_up.add(key)
+        b = self.baselines(host, server, self.server(host, server).role)
+        if b is not None:
+            self.watch(host, server, b)
+
+    def watch(self, host: str, server: str, baseline: Baseline) -> None:
+        """Compare what the server sends from now on with `baseline`; alerts get causes from
+        the recorded vs the live fingerprint."""
+        session = self.host(host).session
+        state = session.server(server)
+        explain = make_explainer(baseline.fingerprint, lambda: live_fingerprint(session, state))
+        mon = DriftMonitor(baseline.stats, self.params, label=baseline.server_label,
+                           explain=explain)
+        self.watches[(host, server)] = Watch(baseline, mon)
+        self._looked_up.add((host, server))
+        self.baseline_names[(host, server)] = baseline.name
+        state.fingerprint = baseline.fingerprint
+        best = baseline.stats.best()
+        session.baselines.append({
+            "name": baseline.name, "server": server, "host": baseline.host,
+            "created_at": baseline.created_at,
+            "median_tok_s": best.median_thr if best else None, "n": best.n if best else None,
+            "stratum": best.stratum.describe() if best else None,
+        })
+
+    def record_baseline(self, host: str, server: str, name: str | None = None,
+                        prepare: Callable[[Baseline], None] | None = None) -> Baseline:
+        """The server's current run as its baseline: stored (when there is a store), watched.
+
+        `prepare` sees it before it is stored (the UI redacts its fingerprint there). Raises
+        NotEnoughSamples, or the store's error (OSError, sqlite3.Error, BaselineExists).
+        """
+        session = self.host(host).session
+        b = record_baseline(session, session.server(server), name, self.params, self.clock())
+        if prepare is not None:
+            prepare(b)
+        if self.store is not None:
+            self.store.save(b)
+        self.watch(host, server, b)
+        return b
+
+    def tick(self, now: float | None = None) -> list[tuple[str, str, Alert]]:
+        """1 Hz: refresh every watched server's alert (and causes); the alerts that changed.
+
+        Each change is also appended to the host's `session.alerts` (snapshots carry them) and
+        passed to the alert listeners. Idempotent between records, so the exporter may call it
+        at scrape time too.
+        """
         now = self.clock() if now is None else now
-        for h, hv in self.hosts.items():
-            for name, st in hv.session.servers.items():
-                key = (h, name)
-                mon = self.monitors.get(key)
-                if mon is None and self.baselines is not None and key not in self._looked_up:
-                    self._looked_up.add(key)
-                    b = self.baselines(h, name, st.role)
-                    if b is not None:
-                        mon = self.monitors[key] = DriftMonitor(
-                            b.stats, label=getattr(b, "server_label", None) or name)
-                        self.baseline_names[key] = getattr(b, "name", "") or ""
-                if mon is None:
-                    continue
-                a = mon.update(st, hv.session.gpus, now)
-                if a is None or a.cleared:
-                    self.alerts.pop(key, None)
-                else:
-                    self.alerts[key] = a
+        changed: list[tuple[str, str, Alert]] = []
+        for (h, name), w in self.watches.items():
+            session = self.host(h).session
+            state = session.server(name)
+            alert = w.monitor.update(None, server_gpus(session, state), now)
+            if alert is None:
+                continue
+            if alert.cleared:
+                self.alerts.pop((h, name), None)
+            else:
+                self.alerts[(h, name)] = alert
+            prev = w.last
+            if not alert.cleared and (prev is None or prev.cleared):
+                w.raised += 1
+            w.last = alert
+            if prev is not None and (prev.level, prev.cleared, prev.kind, prev.causes) == (
+                    alert.level, alert.cleared, alert.kind, alert.causes):
+                continue
+            w.history.append(alert)
+            changed.append((h, name, alert))
+            session.alerts.append({
+                "t": now, "server": name, "level": alert.level, "kind": alert.kind,
+                "text": alert.text, "causes": list(alert.causes),
+                "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
+            })
+            for fn in self.alert_listeners:
+                fn(h, name, alert)
+        self._check_silent_tails(now)
+        return changed
+
+    update_alerts = tick  # the exporter's name for it
+
+    def should_notify(self, host: str, server: str, alert: Alert) -> bool:
+        """True once per alert raised (and once when it clears): a change of level or causes
+        of an active alert updates the banner, not another notification."""
+        w = self.watches.get((host, server))
+        if w is None:
+            return False
+        if alert.cleared:
+            if w.cleared_notified < w.raised:
+                w.cleared_notified = w.raised
+                return True
+            return False
+        if w.notified < w.raised:
+            w.notified = w.raised
+            return True
+        return False
+
+    def active_alerts(self) -> list[tuple[str, str, Alert]]:
+        return [(h, s, a) for (h, s), a in self.alerts.items()]
+
+    def _silent_text(self, host: str, server: str, now: float) -> str | None:
+        """Said on the panel of a tailed file that gave no SGLang line for NO_SGLANG_S."""
+        key = (host, server)
+        t0 = self._declared_at.get(key)
+        st = self.server(host, server)
+        if key in self._sglang_seen or t0 is None or now - t0 < NO_SGLANG_S or not st.path:
+            return None
+        return (f"no SGLang line from {st.path} in {NO_SGLANG_S:.0f} s (an idle server, or "
+                "not its log?)")
+
+    def _check_silent_tails(self, now: float) -> None:
+        for h, name in self._declared_at:
+            st = self.server(h, name)
+            if st.tail_status is None:
+                st.tail_status = self._silent_text(h, name, now)
 
     def drift_estimate(self, host: str, server: str) -> Estimate | None:
         """Live vs recorded for the server's current stratum (the active alert's if any)."""
-        mon = self.monitors.get((host, server))
+        mon = self.monitor(host, server)
         if mon is None:
             return None
         a = self.alerts.get((host, server))
@@ -276,7 +449,7 @@ class FleetSession:
         est = self.drift_estimate(host, server)
         if est is not None and est.metric == "tok/s":
             return est.base
-        mon = self.monitors.get((host, server))
+        mon = self.monitor(host, server)
         if mon is None:
             return None
         st = self.host(host).session.servers.get(server)

@@ -350,6 +350,7 @@ class ServerState:
     control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
+    tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
 
     @property
@@ -531,7 +532,6 @@ class Session:
     gpus: list[Any] = field(default_factory=list)  # latest GpuSample per GPU
     gpu_history: dict[int, deque[Any]] = field(default_factory=dict)
     gpu_error: str | None = None
-    connection: str = "connected"
     started_at: float = field(default_factory=time.time)
     alerts: list[dict[str, Any]] = field(default_factory=list)  # every alert raised or cleared
     baselines: list[dict[str, Any]] = field(default_factory=list)  # baselines used, summarised

@@ -187,19 +187,10 @@ class SimGpuHost:
                 g["power_limit_w"] = watts
         self._write_settings(settings)
 
-    def set_app_clocks(self, gpu: int | None, sm_mhz: int, mem_mhz: int = MAX_CLOCK_MEM) -> None:
-        """Like `nvidia-smi -ac MEM,SM`."""
-        settings = self.settings()
-        for g in settings:
-            if gpu is None or g["index"] == gpu:
-                g["app_clock_sm"] = int(min(sm_mhz, MAX_CLOCK_SM))
-                g["app_clock_mem"] = int(min(mem_mhz, MAX_CLOCK_MEM))
-        self._write_settings(settings)
-
     # ------------------------------------------------------------------ servers
     def servers(self) -> list[dict[str, Any]]:
         """Registered servers whose main process is still alive."""
-        out = []
+        out: list[dict[str, Any]] = []
         if not self.servers_dir.is_dir():
             return out
         for p in sorted(self.servers_dir.glob("*.json")):
@@ -210,9 +201,6 @@ class SimGpuHost:
         return out
 
     # ------------------------------------------------------------------ the model
-    def gpu_state(self, index: int, now: float | None = None) -> dict[str, Any]:
-        return self.snapshot(now)[index]
-
     def snapshot(self, now: float | None = None) -> list[dict[str, Any]]:
         now = time.time() if now is None else now
         settings = self.settings()
@@ -258,6 +246,7 @@ class SimGpuHost:
         j = _jitter(f"{i}:{tick}", 1)
         jp = _jitter(f"p{i}:{tick}", 3) * 0.7
         reasons = REASON_NONE
+        clock: float  # MHz, unquantised until clock_q
         if not users:
             clock = IDLE_CLOCK_SM
             power = P_IDLE_NOCTX + jp * 0.1

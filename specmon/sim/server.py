@@ -409,7 +409,9 @@ class SimServer:
         """Messages from the workers; a worker that goes away unasked takes the server down."""
         while self.conns and not self.stop.is_set():
             for conn in wait(list(self.conns), timeout=0.5):
-                rank = self.conns.get(conn)  # type: ignore[call-overload]
+                if not isinstance(conn, Connection):  # wait() hands back what it was given
+                    continue
+                rank = self.conns.get(conn)
                 if rank is None:
                     continue
                 try:
@@ -504,8 +506,13 @@ class SimServer:
     def _warmup(self) -> None:
         """SGLang's own warm-up request: one prefill, a few tokens, an access line."""
         done = threading.Event()
+
+        def sink(_n: int, fin: bool) -> None:
+            if fin:
+                done.set()
+
         with self.lock:
-            self.engine.submit(time.time(), 6, 8, sink=lambda n, fin: fin and done.set())
+            self.engine.submit(time.time(), 6, 8, sink=sink)
         self.wake.set()
         while not done.wait(0.1):
             if self.stop.is_set():

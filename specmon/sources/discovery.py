@@ -204,9 +204,9 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
         if s.log_path is None and s.workers and not s.log_file_arg:
             # Workers usually share the launcher's stderr, but check them too.
             winfo = await agent.request("proc_info", pid=s.workers[0][0], fds=[1, 2])
-            path, problem, _ = log_from_fds(winfo.get("fds", {}))
-            if path is not None:
-                s.log_path, s.log_problem = path, problem
+            wpath, wproblem, _ = log_from_fds(winfo.get("fds", {}))
+            if wpath is not None:
+                s.log_path, s.log_problem = wpath, wproblem
         if probe_log and s.log_path and s.kind == "baseline":
             try:
                 res = await agent.request(

@@ -20,12 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Protocol
 
 from specmon.hosts.agent_client import AgentClient, AgentError, Subscription
@@ -57,7 +55,7 @@ class StreamHost(Protocol):
     A missing program raises OSError (local) or simply yields nothing (SSH exit 127).
     """
 
-    def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncIterator[str]: ...
+    def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncGenerator[str, None]: ...
 
 
 class SnapshotModel(Protocol):
@@ -72,7 +70,7 @@ class SubprocessStreamHost:
     def __init__(self, term_grace: float = 2.0) -> None:
         self.term_grace = term_grace
 
-    async def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncIterator[str]:
+    async def stream(self, argv: list[str], stdin: bytes | None = None) -> AsyncGenerator[str, None]:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
@@ -151,7 +149,7 @@ class NvidiaSmiSource:
         self.clock = clock
         self.status: str | None = None
 
-    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+    def __aiter__(self) -> AsyncGenerator[list[GpuSample], None]:
         return self._run()
 
     async def _help_fields(self) -> tuple[str, ...]:
@@ -172,7 +170,7 @@ class NvidiaSmiSource:
             raise GpuSourceError(classify_smi_failure(lines))
         return choose_smi_fields(text)
 
-    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+    async def _run(self) -> AsyncGenerator[list[GpuSample], None]:
         fields = self.fields or await self._help_fields()
         self.fields = fields
         argv = [
@@ -260,10 +258,10 @@ class RemoteAgentSource:
         self.status: str | None = None
         self.attempts: list[str] = []
 
-    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+    def __aiter__(self) -> AsyncGenerator[list[GpuSample], None]:
         return self._run()
 
-    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+    async def _run(self) -> AsyncGenerator[list[GpuSample], None]:
         label = self.python or self.host.python
         nvml_error: str | None = None
         agent = AgentClient(self.host)
@@ -369,7 +367,7 @@ class LocalNvmlSource:
         self.proc_interval = proc_interval
         self.hello: AgentHello | None = None
 
-    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+    def __aiter__(self) -> AsyncGenerator[list[GpuSample], None]:
         return self._run()
 
     def _open(self) -> Any:
@@ -378,17 +376,18 @@ class LocalNvmlSource:
         nvml = self.nvml
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except Exception as exc:
                 raise GpuSourceError(
                     f"pynvml not importable ({exc}); install nvidia-ml-py"
                 ) from None
+            nvml = pynvml
         try:
             return NvmlCollector(nvml, self.slow_interval, self.proc_interval)
         except Exception as exc:
             raise GpuSourceError(f"{NVML_UNAVAILABLE}: {exc}") from None
 
-    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+    async def _run(self) -> AsyncGenerator[list[GpuSample], None]:
         loop = asyncio.get_running_loop()
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specmon-nvml")
         col = None
@@ -415,26 +414,21 @@ class LocalNvmlSource:
 
 
 class SimGpuSource:
-    """Samples the simulated host's GPU model: `model` is a `SimGpuHost` or its sim dir."""
+    """Samples the simulated host's GPU model (a `specmon.sim.gpu_model.SimGpuHost`)."""
 
     kind = "sim"
 
     def __init__(
         self,
-        model: SnapshotModel | Path | str,
+        model: SnapshotModel,
         interval: float = 1.0,
-        n_gpus: int = 8,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if isinstance(model, (str, os.PathLike)):
-            from specmon.sim.gpu_model import SimGpuHost  # type: ignore[import-not-found]
-
-            model = SimGpuHost(Path(model), n_gpus=n_gpus)
-        self.model: SnapshotModel = model
+        self.model: SnapshotModel = model  # the caller builds it: sources never import the sim
         self.interval = interval
         self.clock = clock
 
-    def __aiter__(self) -> AsyncIterator[list[GpuSample]]:
+    def __aiter__(self) -> AsyncGenerator[list[GpuSample], None]:
         return self._run()
 
     def poll(self) -> list[GpuSample]:
@@ -447,7 +441,7 @@ class SimGpuSource:
             GpuSample.from_agent_json({"source": "sim", **d}, ts=now) for d in snap
         ]
 
-    async def _run(self) -> AsyncIterator[list[GpuSample]]:
+    async def _run(self) -> AsyncGenerator[list[GpuSample], None]:
         while True:
             yield self.poll()
             await asyncio.sleep(self.interval)

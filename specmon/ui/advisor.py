@@ -28,8 +28,8 @@ from specmon.analysis.advisor import (
     segments_from_log,
     speculation_no_longer_pays,
 )
-from specmon.analysis.window import speedup
 from specmon.session.state import ServerState, Session
+from specmon.session.window import speedup
 from specmon.ui.safe import plain
 
 

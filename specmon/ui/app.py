@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.markup import escape
 from textual import events, on
@@ -25,27 +25,33 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
-from specmon.analysis.live import DriftWatcher, NotEnoughSamples, alert_lines, record_baseline
-from specmon.analysis.window import DEFAULT_WINDOW_S
+from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
-from specmon.feed import Feed, LineItem
+from specmon.hosts.base import ConnectionState
+from specmon.parse.gpu import GpuSample
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+from specmon.session.drift import NotEnoughSamples, alert_lines
+from specmon.session.events import Feed, LineItem, ServerInfo
+from specmon.session.fleet import FleetSession
 from specmon.session.state import Session
+from specmon.session.window import DEFAULT_WINDOW_S
 from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model
 from specmon.ui.messages import (
     BaselineRequest,
-    ConnectionChanged,
     GpuUpdate,
+    HostServers,
+    HostStateChanged,
     ServerDeclared,
     ServerExited,
     ServerLines,
     ServerNotice,
     ServerPids,
     ServerProbe,
+    TailMissing,
 )
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
@@ -126,41 +132,58 @@ class HelpScreen(ModalScreen[None]):
 
 
 class _Sink:
-    """FeedSink that turns feed calls into app messages (same event loop)."""
+    """The FeedSink of the TUI: each feed event becomes a message (same event loop); its
+    handler calls the same method of the session model."""
 
     def __init__(self, app: SpecmonApp) -> None:
         self.app = app
 
-    def declare_server(self, server: str, role: str | None, path: str | None) -> None:
-        self.app.post_message(ServerDeclared(server, role, path))
+    def declare_server(self, host: str, server: str, role: str | None, path: str | None) -> None:
+        self.app.post_message(ServerDeclared(host, server, role, path))
 
-    def lines(self, server: str, items: list[LineItem]) -> None:
+    def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
         if items:
-            self.app.post_message(ServerLines(server, items))
+            self.app.post_message(ServerLines(host, server, items))
 
-    def gpus(self, samples: list[Any], error: str | None = None) -> None:
-        self.app.post_message(GpuUpdate(samples, error))
+    def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
+        self.app.post_message(GpuUpdate(host, samples, error))
 
-    def server_exited(self, server: str, code: int | None) -> None:
-        self.app.post_message(ServerExited(server, code))
+    def server_exited(self, host: str, server: str, code: int | None) -> None:
+        self.app.post_message(ServerExited(host, server, code))
 
-    def notice(self, server: str, text: str) -> None:
-        self.app.post_message(ServerNotice(server, text))
+    def notice(self, host: str, server: str, text: str) -> None:
+        self.app.post_message(ServerNotice(host, server, text))
 
-    def connection(self, text: str) -> None:
-        self.app.post_message(ConnectionChanged(text))
+    def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
+        self.app.post_message(TailMissing(host, server, path, reason))
 
-    def server_pids(self, server: str, pids: list[int]) -> None:
-        self.app.post_message(ServerPids(server, pids))
+    def host_state(self, host: str, state: ConnectionState) -> None:
+        self.app.post_message(HostStateChanged(host, state))
 
-    def server_probe(self, server: str, probe: dict[str, Any]) -> None:
-        self.app.post_message(ServerProbe(server, probe))
+    def host_servers(self, host: str, infos: Sequence[ServerInfo]) -> None:
+        self.app.post_message(HostServers(host, infos))
 
-    def request_baseline(self, server: str) -> None:
-        self.app.post_message(BaselineRequest(server))
+    def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
+        self.app.post_message(ServerPids(host, server, pids))
+
+    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
+        self.app.post_message(ServerProbe(host, server, probe))
+
+    def request_baseline(self, host: str, server: str) -> None:
+        self.app.post_message(BaselineRequest(host, server))
+
+
+ServerKey = tuple[str, str]
+
+
+def _redact_baseline(b: Baseline) -> None:
+    b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
 
 
 class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
+    """The one app of every path (connect 1..N hosts, demo, replay): built on the session
+    model (`FleetSession`; a plain `Session` is a fleet of one), fed by one `Feed`."""
+
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
     BINDINGS = [
@@ -184,15 +207,17 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
     CHART_MIN = (160, 48)
 
-    def __init__(self, session: Session, feed: Feed | None = None, *, window_s: float =
-                 DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
-                 keymap: dict[str, str] | None = None, clock: Any = time.time,
+    def __init__(self, session: FleetSession | Session, feed: Feed | None = None, *,
+                 window_s: float = DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
+                 keymap: dict[str, str] | None = None, clock: Callable[[], float] = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
-                 baselines: dict[str, Baseline] | None = None,
                  baseline_store: BaselineStore | None = None,
-                 actions: dict[str, Any] | None = None, fleet: Any = None) -> None:
+                 actions: dict[ServerKey, Any] | None = None, title: str | None = None) -> None:
         super().__init__()
-        self.session = session
+        self.fleet = session if isinstance(session, FleetSession) else \
+            FleetSession.of(session, clock=clock)
+        if baseline_store is not None:
+            self.fleet.store = baseline_store
         self.feed = feed
         self.window_s = window_s
         self.refresh_hz = refresh_hz
@@ -200,29 +225,38 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.clock = clock
         self.show_clock = show_clock
         self.export_dir = export_dir or Path.cwd()
-        self.drift = DriftWatcher(session)
-        self._initial_baselines = dict(baselines or {})
-        self._store = baseline_store
         self.actions = dict(actions or {})
-        self.fleet = fleet  # a FleetSession when several hosts are watched
-        self._pending: dict[str, list[str]] = {}
-        self._panels: dict[str, ServerPanel] = {}
+        self._pending: dict[ServerKey, list[str]] = {}
+        self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
+        self._multi = len(self.fleet.hosts) > 1
+        self.metrics_server: Any = None  # what the command opened for this app (it closes them)
+        self.hosts: list[Any] = []
         self.lines_received = 0
         self.refreshes = 0
         self.chart_metric = METRICS[0]
         self._refresh_requested = False
         self._chart_sig: object = None
         self.compact_logs = True
-        self._run_starts: dict[str, list[int]] = {}
-        self._args_seen: dict[str, int] = {}
-        self.sub_title = plain(session.host)
+        self.sub_title = plain(title or ", ".join(self.fleet.hosts))
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
         """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
         super().notify(plain_lines(message), title=plain(title), severity=severity,
                        timeout=timeout, markup=markup)
+
+    @property
+    def session(self) -> Session:
+        """The shown host's Session (the only one with a single host): export, control."""
+        host = self.active_host()
+        if host is None:
+            host = next(iter(self.fleet.hosts), "local")
+        return self.fleet.host(host).session
+
+    def server_label(self, key: ServerKey) -> str:
+        """How a server is named to the user: its name, with its host when there are several."""
+        return f"{key[0]}/{key[1]}" if self._multi else key[1]
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -233,9 +267,9 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             yield SpeedupDigits("-•--", id="speedup-big")
             yield SpeedupBar("", id="speedup")
             yield DriftPanel("", id="alerts")
-        if self.fleet is not None:
+        if self._multi:
             yield HostsPanel("", id="hosts")
-            # one tab per host; its servers (named host/server) go in its pane
+            # one tab per host; its servers go in its pane
             with TabbedContent(id="host-tabs"):
                 for i, host in enumerate(self.fleet.hosts):
                     with TabPane(Content(plain(host)), id=f"tab-{i}"):  # not markup
@@ -277,14 +311,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def on_mount(self) -> None:
         if self._keymap:
-            self.set_keymap(self._keymap)
+            self.set_keymap(self._keymap)  # the config's [keys], ids checked when it was read
         self._apply_size(self.size.width, self.size.height)
-        for name in self.session.servers:
-            self._ensure_panel(name)
+        for host, st in self.fleet.servers():
+            self._ensure_panel(host, st.name)
+        self.fleet.alert_listeners.append(self._alert_changed)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         self.set_interval(1.0, self.drift_tick)
-        for server, b in self._initial_baselines.items():
-            self._watch(server, b)
         if self.feed is not None:
             self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
                                                 group="feed", exit_on_error=False)
@@ -304,18 +337,23 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.exit()
 
     async def on_unmount(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.fleet.alert_listeners.remove(self._alert_changed)
         await self.stop_feed()
 
-    def _ensure_panel(self, name: str) -> ServerPanel | None:
-        panel = self._panels.get(name)
+    def _ensure_panel(self, host: str, name: str) -> ServerPanel | None:
+        key = (host, name)
+        panel = self._panels.get(key)
         if panel is not None:
             return panel
         try:
-            container = self.query_one(self._container_for(name), Horizontal)
+            container = self.query_one(self._container_for(host), Horizontal)
         except NoMatches:  # the app is shutting down
             return None
-        panel = self._panels[name] = ServerPanel(name, id=f"panel-{safe_id(name)}")
-        state = self.session.server(name)
+        pid = f"panel-{safe_id(name)}" if not self._multi else f"panel-{safe_id(host + '/' + name)}"
+        panel = self._panels[key] = ServerPanel(name, id=pid)
+        panel.host = host
+        state = self.fleet.server(host, name)
         # baseline on the left, speculative on the right
         if state.role == "baseline" and container.children:
             container.mount(panel, before=0)
@@ -325,27 +363,21 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.call_after_refresh(self.refresh_view)
         return panel
 
-    def _host_of(self, server: str) -> str | None:
-        if self.fleet is None:
-            return None
-        host = server.split("/", 1)[0] if "/" in server else None
-        return host if host in self.fleet.hosts else next(iter(self.fleet.hosts), None)
-
-    def _container_for(self, server: str) -> str:
-        host = self._host_of(server)
-        if host is None:
+    def _container_for(self, host: str) -> str:
+        if not self._multi:
             return "#servers"
-        return f"#servers-{list(self.fleet.hosts).index(host)}"
+        hosts = list(self.fleet.hosts)
+        return f"#servers-{hosts.index(host) if host in hosts else 0}"
 
     def active_host(self) -> str | None:
-        """The host of the selected tab (several hosts), else None."""
-        if self.fleet is None:
-            return None
+        """The host of the selected tab (several hosts), else the only host."""
+        hosts = list(self.fleet.hosts)
+        if not self._multi:
+            return hosts[0] if hosts else None
         try:
             active = self.query_one("#host-tabs", TabbedContent).active
         except NoMatches:
-            return None
-        hosts = list(self.fleet.hosts)
+            return hosts[0] if hosts else None
         if active and active.startswith("tab-") and active[4:].isdigit():
             i = int(active[4:])
             return hosts[i] if i < len(hosts) else None
@@ -363,71 +395,60 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                     out.append((h, g, hist))
         return out
 
-    def _role_on(self, role: str, host: str | None) -> Any:
-        for s in self.session.servers.values():
-            if s.role == role and (host is None or self._host_of(s.name) == host):
-                return s
-        return None
-
     def panels(self) -> list[ServerPanel]:
         return [p for p in self._panels.values() if p.is_mounted]
 
-    # --- messages from the feed ---------------------------------------------------------------
+    # --- messages from the feed: each calls the session model's method of the same name -------
 
     @on(ServerDeclared)
     def _declared(self, msg: ServerDeclared) -> None:
-        s = self.session.server(msg.server)
-        if msg.role:
-            s.role = msg.role
-        s.path = msg.path
-        if s.status == "unknown":
-            s.status = "starting"
-        self._ensure_panel(msg.server)
+        self.fleet.declare_server(msg.host, msg.server, msg.role, msg.path)
+        self._ensure_panel(msg.host, msg.server)
 
     @on(ServerLines)
     def _lines(self, msg: ServerLines) -> None:
-        s = self.session.server(msg.server)
-        pending = self._pending.setdefault(msg.server, [])
-        for text, rec, t in msg.items:
-            s.apply(text, rec, t)
-            pending.append(text)
-        s.stale = False
+        self.fleet.lines(msg.host, msg.server, msg.items)
+        self._pending.setdefault((msg.host, msg.server), []).extend(it.text for it in msg.items)
         self.lines_received += len(msg.items)
-        self._ensure_panel(msg.server)
+        self._ensure_panel(msg.host, msg.server)
 
     @on(GpuUpdate)
     def _gpus(self, msg: GpuUpdate) -> None:
-        if msg.samples:
-            self.session.set_gpus(msg.samples)
-        self.session.gpu_error = msg.error
+        self.fleet.gpus(msg.host, msg.samples, msg.error)
 
     @on(ServerExited)
     def _exited(self, msg: ServerExited) -> None:
-        self.session.server(msg.server).process_exited(msg.code)
+        self.fleet.server_exited(msg.host, msg.server, msg.code)
 
     @on(ServerNotice)
     def _notice(self, msg: ServerNotice) -> None:
-        self.session.server(msg.server).notices.append(msg.text)
-        self.notify(f"{msg.server}: {msg.text}", markup=False)
+        self.fleet.notice(msg.host, msg.server, msg.text)
+        who = msg.host if msg.server == "*" else self.server_label((msg.host, msg.server))
+        self.notify(f"{who}: {msg.text}", markup=False)
+
+    @on(TailMissing)
+    def _tail_missing(self, msg: TailMissing) -> None:
+        self.fleet.tail_missing(msg.host, msg.server, msg.path, msg.reason)
 
     @on(ServerProbe)
     def _probe(self, msg: ServerProbe) -> None:
-        self.session.server(msg.server).set_probe(msg.probe)
+        self.fleet.server_probe(msg.host, msg.server, msg.probe)
 
     @on(ServerPids)
     def _pids(self, msg: ServerPids) -> None:
-        self.session.server(msg.server).pids = set(msg.pids)
+        self.fleet.server_pids(msg.host, msg.server, msg.pids)
+
+    @on(HostServers)
+    def _host_servers(self, msg: HostServers) -> None:
+        self.fleet.host_servers(msg.host, msg.infos)
 
     @on(BaselineRequest)
     def _baseline_request(self, msg: BaselineRequest) -> None:
-        self.record_baseline(msg.server)
+        self.record_baseline(msg.host, msg.server)
 
-    @on(ConnectionChanged)
-    def _connection(self, msg: ConnectionChanged) -> None:
-        self.session.connection = msg.text
-        stale = msg.text != "connected"
-        for s in self.session.servers.values():
-            s.stale = stale
+    @on(HostStateChanged)
+    def _host_state(self, msg: HostStateChanged) -> None:
+        self.fleet.host_state(msg.host, msg.state)
 
     # --- periodic refresh ---------------------------------------------------------------------
 
@@ -447,30 +468,47 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         except NoMatches:  # a refresh racing the app's shutdown
             pass
 
+    def connection_text(self) -> str:
+        """'connected', or each host that is not, with its countdown and why (and a connected
+        host with no server to show says its last notice, e.g. nothing found to tail)."""
+        down = []
+        for h, hv in self.fleet.hosts.items():
+            if not hv.stale:
+                if not hv.session.servers and hv.notices:
+                    down.append(f"{h}: {hv.notices[-1]}")
+                continue
+            text = f"{h}: {hv.state.describe()}"
+            if hv.state.state == "reconnecting" and hv.state.reason:
+                text += f" ({hv.state.reason}; last values kept, marked stale)"
+            down.append(text)
+        return "; ".join(down) if down else "connected"
+
     def _refresh_view(self) -> None:
         now = self.clock()
         self.refreshes += 1
         host = self.active_host()
-        base = self._role_on("baseline", host)  # like with like: the same host's servers
-        spec = self._role_on("speculative", host)
-        recorded = self._recorded()
+        hs = self._host_session(host)
+        base = hs.by_role("baseline")  # like with like: the same host's servers
+        spec = hs.by_role("speculative")
+        recorded = self._recorded(host)
         for panel in self.panels():
-            state = self.session.server(panel.server)
-            self._track_runs(state)
-            pending = self._pending.pop(panel.server, None)
+            key = (panel.host, panel.server)
+            state = self.fleet.server(*key)
+            pending = self._pending.pop(key, None)
             view = panel.log_view
             if not self._visible(panel):
                 # scrolled out of view (many servers): no work; its log refills when it shows
                 view.filled = False
                 continue
-            panel.refresh_from(state, now, self.window_s, recorded.get(panel.server, (None,))[0])
+            rec = recorded.get(panel.server, (None,))[0] if panel.host == host else None
+            panel.refresh_from(state, now, self.window_s, rec)
             view.set_source(state.log)
             if not view.filled:
                 view.refill()  # a panel mounted after lines arrived starts with what is kept
             elif pending:
                 view.append(pending)
             view.keep_following()
-        self._show_headline(base, spec, now)
+        self._show_headline(host, base, spec, now)
         chart = self.query_one(ThroughputChart)
         if chart.display and self.has_class("-chart"):
             shown = [s for s in (base, spec) if s is not None]
@@ -481,28 +519,23 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                 self._chart_sig = sig
                 span = max(self.window_s * 10, 600.0)
                 chart.show(chart_model(shown, self.chart_metric, now, self.window_s, span,
-                                       recorded, self._run_starts))
+                                       recorded))
         decoding = any(st.last_line_t is not None and st.decode
                        and now - (st.decode[-1].received or st.decode[-1].t) < 15
-                       for st in self.session.servers.values())
-        servers = sorted(self.session.servers.values(),
+                       for st in hs.servers.values())
+        servers = sorted(hs.servers.values(),
                          key=lambda st: {"baseline": 0, "speculative": 1}.get(st.role or "", 2))
-        if host is not None and self.fleet is not None:
-            hs = self.fleet.host(host).session  # the selected host's own GPUs
-            mine = [st for st in servers if self._host_of(st.name) == host]
-            self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding,
-                                          self._other_node_gpus(host), servers=mine)
-        else:
-            self.query_one(GpuPanel).show(self.session.gpus, self.session.gpu_history,
-                                          self.session.gpu_error, decoding, servers=servers)
-        if self.fleet is not None:
+        self.query_one(GpuPanel).show(hs.gpus, hs.gpu_history, hs.gpu_error, decoding,
+                                      self._other_node_gpus(host) if self._multi and host else (),
+                                      servers=servers)
+        if self._multi:
             self.query_one(HostsPanel).show(self.fleet.summary(now))
         conn = self.query_one("#connection", Static)
-        want = self.session.connection != "connected"
-        if conn.display != want:
-            conn.display = want
-        if want and str(conn.content) != self.session.connection:
-            conn.update(self.session.connection)
+        text = self.connection_text()
+        if conn.display != (text != "connected"):
+            conn.display = text != "connected"
+        if text != "connected" and str(conn.content) != plain(text):
+            conn.update(plain(text))
 
     def _visible(self, widget: Any) -> bool:
         """On screen now: the refresh cost follows the visible panels, not the tailed logs."""
@@ -517,21 +550,17 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             return False
         return r.area > 0 and box.overlaps(r)
 
-    def _track_runs(self, state: Any) -> None:
-        """Run starts for the chart's boundaries: a new `server_args` replaced the arguments, so
-        the next decode line begins a run. (Until the runs model lands in the session, the UI
-        notes the decode-line count at each start it sees.)"""
-        key = id(state.args)
-        seen = self._args_seen.get(state.name)
-        if seen != key and state.args:
-            if seen is not None:
-                self._run_starts.setdefault(state.name, []).append(state.decode_total)
-            self._args_seen[state.name] = key
+    def _host_session(self, host: str | None) -> Session:
+        return self.fleet.host(host).session if host is not None else Session()
 
-    def _recorded(self) -> dict[str, tuple[float | None, float | None]]:
+    def shown_watches(self, host: str | None) -> dict[str, Any]:
+        """The shown host's drift watches, by server name."""
+        return {s: w for (h, s), w in self.fleet.watches.items() if h == host}
+
+    def _recorded(self, host: str | None) -> dict[str, tuple[float | None, float | None]]:
         """server -> (decode tok/s, accept len) medians of its recorded baseline."""
         out: dict[str, tuple[float | None, float | None]] = {}
-        for server, w in self.drift.watches.items():
+        for server, w in self.shown_watches(host).items():
             best = w.baseline.stats.best()
             if best is not None:
                 out[server] = (best.median_thr, best.median_accept)
@@ -540,49 +569,39 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def headline(self) -> HeadlineModel:
         """The headline's model right now (tests read it; the widgets render it)."""
         host = self.active_host()
-        return headline_model(self.session, self._role_on("baseline", host),
-                              self._role_on("speculative", host), self.drift, self.clock(),
-                              self.window_s)
+        hs = self._host_session(host)
+        return headline_model(hs, hs.by_role("baseline"), hs.by_role("speculative"),
+                              self.shown_watches(host), self.clock(), self.window_s)
 
-    def _show_headline(self, base: Any, spec: Any, now: float) -> None:
-        model = headline_model(self.session, base, spec, self.drift, now, self.window_s)
+    def _show_headline(self, host: str | None, base: Any, spec: Any, now: float) -> None:
+        model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
+                               self.window_s)
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
         self.query_one(SpeedupDigits).show(model)
         self.query_one(SpeedupBar).show(model, rows)
         self.query_one(DriftPanel).show(model, rows)
 
-    # --- baselines and drift ------------------------------------------------------------------
+    # --- baselines and drift (the session model owns them; the UI shows and stores) -----------
 
     @property
     def baseline_store(self) -> BaselineStore:
-        if self._store is None:
-            self._store = BaselineStore.open_default()
-        return self._store
+        if self.fleet.store is None:
+            self.fleet.store = BaselineStore.open_default()
+        store = self.fleet.store
+        assert isinstance(store, BaselineStore)
+        return store
 
-    def _watch(self, server: str, b: Baseline) -> None:
-        self.session.server(server).fingerprint = b.fingerprint
-        self.drift.watch(server, b)
-        best = b.stats.best()
-        self.session.baselines.append({
-            "name": b.name, "server": server, "host": b.host, "created_at": b.created_at,
-            "median_tok_s": best.median_thr if best else None, "n": best.n if best else None,
-            "stratum": best.stratum.describe() if best else None,
-        })
-
-    def record_baseline(self, server: str) -> Baseline | None:
+    def record_baseline(self, host: str, server: str) -> Baseline | None:
         """Record the server's current run as its baseline, store it, and watch for drift."""
-        state = self.session.server(server)
+        _ = self.baseline_store  # the default store, unless one was given
         try:
-            b = record_baseline(self.session, state)
-            b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
-            self.baseline_store.save(b)
+            b = self.fleet.record_baseline(host, server, prepare=_redact_baseline)
         except NotEnoughSamples as exc:
             self.notify(str(exc), severity="warning", markup=False)
             return None
         except (OSError, sqlite3.Error, BaselineExists) as exc:
             self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
             return None
-        self._watch(server, b)
         best = b.stats.best()
         what = (f"{best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()}"
                 if best and best.median_thr is not None else "")
@@ -591,50 +610,49 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def drift_tick(self) -> None:
         now = self.clock()
-        if self.fleet is not None:
-            self.fleet.update_alerts(now)  # the exporter's alert gauges follow at 1 Hz too
+        self.fleet.tick(now)  # changes come back through _alert_changed
         self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
-        for server, alert in self.drift.tick(now):
-            self.session.alerts.append({
-                "t": now, "server": server, "level": alert.level, "kind": alert.kind,
-                "text": alert.text, "causes": list(alert.causes),
-                "cause": "; ".join(alert.causes) or None, "cleared": alert.cleared,
-            })
-            if not self.drift.should_notify(server, alert):
-                continue  # the same alert with refreshed causes: the headline shows it
-            if alert.cleared:
-                self.notify(f"{server}: cleared: {alert.text}", markup=False)
-            else:
-                sev = "error" if alert.level == "critical" else (
-                    "warning" if alert.level == "warning" else "information")
-                self.notify("\n".join(alert_lines(server, alert)), severity=sev, markup=False,
-                            timeout=10)
         self._show_alerts()
+
+    def _alert_changed(self, host: str, server: str, alert: Alert) -> None:
+        if not self.fleet.should_notify(host, server, alert):
+            return  # the same alert with refreshed causes: the banner shows it
+        name = self.server_label((host, server))
+        if alert.cleared:
+            self.notify(f"{name}: cleared: {alert.text}", markup=False)
+        else:
+            sev: Literal["information", "warning", "error"] = (
+                "error" if alert.level == "critical" else
+                "warning" if alert.level == "warning" else "information")
+            self.notify("\n".join(alert_lines(name, alert)), severity=sev, markup=False,
+                        timeout=10)
 
     def _show_alerts(self) -> None:
         """Alerts are part of the headline (no banner over the logs): redraw it now."""
         try:
             host = self.active_host()
-            self._show_headline(self._role_on("baseline", host),
-                                self._role_on("speculative", host), self.clock())
+            hs = self._host_session(host)
+            self._show_headline(host, hs.by_role("baseline"), hs.by_role("speculative"),
+                                self.clock())
         except NoMatches:
             return
 
-    def _focused_server(self) -> str | None:
+    def _focused_server(self) -> ServerKey | None:
         node = self.focused
         while node is not None:
             if isinstance(node, ServerPanel):
-                return node.server
+                return (node.host, node.server)
             node = node.parent  # type: ignore[assignment]
-        base = self.session.by_role("baseline")
-        return base.name if base else None
+        host = self.active_host()
+        base = self.fleet.host(host).session.by_role("baseline") if host is not None else None
+        return (host, base.name) if host is not None and base is not None else None
 
     def action_record_baseline(self) -> None:
-        server = self._focused_server()
-        if server is None:
+        key = self._focused_server()
+        if key is None:
             self.notify("focus a server panel first (tab)", severity="warning")
             return
-        self.record_baseline(server)
+        self.record_baseline(*key)
 
     # --- actions ------------------------------------------------------------------------------
 
@@ -737,7 +755,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def action_next_host(self) -> None:
         """Several hosts: show the next host's tab."""
-        if self.fleet is None or not self.fleet.hosts:
+        if not self._multi:
             return
         hosts = list(self.fleet.hosts)
         cur = self.active_host()
@@ -746,7 +764,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.refresh_view()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "next_host" and self.fleet is None:
+        if action == "next_host" and not self._multi:
             return False  # hidden from the footer with a single host
         return True
 

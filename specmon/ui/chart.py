@@ -106,33 +106,16 @@ def _points(s: ServerState, metric: str, span_s: float, end: float | None
     return out, use_log
 
 
-_RUN_CACHE: dict[int, tuple[int, tuple[float, ...]]] = {}
-
-
 def run_starts(s: ServerState) -> tuple[float, ...]:
-    """Log times of the `server_args=` lines the server's kept log holds: where runs began.
-    (The runs model of the session will carry these; until then the log says it.)"""
-    cached = _RUN_CACHE.get(id(s))
-    if cached is not None and cached[0] == s.lines_total:
-        return cached[1]
-    out = []
-    for line in s.log:
-        if "server_args=" in line and line.startswith("["):
-            try:
-                ts = line[1:20]
-                out.append(datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp())
-            except ValueError:
-                continue
-    _RUN_CACHE[id(s)] = (s.lines_total, tuple(out))
-    return tuple(out)
+    """Where the server's runs began, on the record-time axis (the session model's runs)."""
+    return tuple(r.start_t for r in s.runs if r.start_t is not None)
 
 
 def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_s: float,
-                span_s: float, recorded: dict[str, tuple[float | None, float | None]],
-                run_starts_n: dict[str, Sequence[int]] | None = None) -> ChartModel:
+                span_s: float, recorded: dict[str, tuple[float | None, float | None]]
+                ) -> ChartModel:
     """What the chart shows. `recorded`: server -> (tok/s, accept len) of its recorded baseline;
-    `run_starts_n`: server -> decode-line numbers (decode_total before them) where a run began,
-    for logs without dates (with dates, the `server_args` lines' own times are used).
+    run boundaries are the session model's run starts.
 
     x is log time; the shaded window is the span of log time the statistics window (the last
     `window_s` seconds received) covers.
@@ -163,16 +146,7 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
             x = log_time(first_in.rec) if use_log else first_in.t
             if x is not None:
                 win_lo = x if win_lo is None else min(win_lo, x)
-        if use_log:
-            boundaries.extend(run_starts(s))
-            continue
-        offset = s.decode_total - len(s.decode)
-        for n0 in (run_starts_n or {}).get(s.name, ()):
-            i = n0 - offset
-            if 0 <= i < len(s.decode):
-                x = log_time(s.decode[i].rec) if use_log else s.decode[i].t
-                if x is not None:
-                    boundaries.append(x)
+        boundaries.extend(run_starts(s))
     xs = [x for se in out for x in se.xs]
     lo, hi = (min(xs), max(xs)) if xs else (now - span_s, now)
     if hi - lo < 10:

@@ -36,8 +36,12 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+Key = tuple[str, str]  # (host, server), as every server is keyed
+
+
 class ServerControlMixin:
-    """Needs `self.actions: dict[str, Any]`, `self.session`, `_focused_server()`, notify."""
+    """Needs `self.actions: dict[(host, server), Any]`, `self.fleet`, `_focused_server()`,
+    `server_label()`, notify."""
 
     CONTROL_BINDINGS = [
         Binding("u", "server_start", "Start", id="server.start"),
@@ -46,33 +50,40 @@ class ServerControlMixin:
         Binding("o", "server_swap", "Swap", show=False, id="server.swap"),
         Binding("m", "server_bench", "Benchmark", show=False, id="server.bench"),
     ]
-    actions: dict[str, Any]
+    actions: dict[Key, Any]
 
     # --- helpers --------------------------------------------------------------------------------
 
-    def _target(self) -> tuple[str, Any] | tuple[None, None]:
+    def _ctl_state(self, key: Key) -> Any:
         app: Any = self
-        server = app._focused_server()
-        ctl = self.actions.get(server) if server else None
+        return app.fleet.server(*key)
+
+    def _ctl_name(self, key: Key) -> str:
+        app: Any = self
+        return str(app.server_label(key))
+
+    def _target(self) -> tuple[Key | None, Any]:
+        app: Any = self
+        key = app._focused_server()
+        ctl = self.actions.get(key) if key else None
         if ctl is None:
             app.notify("no server control here: start specmon with a config that has this "
                        "server's profile (specmon connect TARGET --config FILE), or run the demo",
                        severity="warning", markup=False)
             return None, None
-        return server, ctl
+        return key, ctl
 
-    def _progress(self, server: str) -> Any:
-        app: Any = self
+    def _progress(self, server: Key) -> Any:
+        state = self._ctl_state(server)
 
         def cb(p: Any) -> None:
-            state = app.session.server(server)
             state.control_text = p.describe() if hasattr(p, "describe") else str(p)
 
         return cb
 
-    def _run(self, server: str, what: str, coro: Any, done: Any = None) -> None:
+    def _run(self, server: Key, what: str, coro: Any, done: Any = None) -> None:
         app: Any = self
-        state = app.session.server(server)
+        state = self._ctl_state(server)
         state.control_text = f"{what}…"
 
         async def work() -> None:
@@ -80,8 +91,8 @@ class ServerControlMixin:
                 result = await coro
             except Exception as exc:  # noqa: BLE001 - every control failure is one line
                 state.control_text = f"{what} failed: {exc}"
-                app.notify(f"{server}: {what} failed: {exc}", severity="error", markup=False,
-                           timeout=10)
+                app.notify(f"{self._ctl_name(server)}: {what} failed: {exc}", severity="error",
+                           markup=False, timeout=10)
                 last = getattr(exc, "last_lines", None)
                 if last:
                     state.notices.extend(last[-5:])
@@ -89,11 +100,12 @@ class ServerControlMixin:
                 return
             # superseded: the panel's own state says what follows (loading, ready, stopped)
             state.control_text = None
-            app.notify(f"{server}: {what} done", markup=False, timeout=4)
+            app.notify(f"{self._ctl_name(server)}: {what} done", markup=False, timeout=4)
             if done is not None:
                 done(result)
 
-        app.run_worker(work(), group=f"control-{server}", exclusive=True, exit_on_error=False)
+        app.run_worker(work(), group=f"control-{server[0]}/{server[1]}", exclusive=True,
+                       exit_on_error=False)
 
     # --- actions --------------------------------------------------------------------------------
 
@@ -113,8 +125,9 @@ class ServerControlMixin:
                 self._run(server, "restart", ctl.restart(self._progress(server)),
                           self._after_start(server))
 
-        app.push_screen(ConfirmScreen(f"Restart {server}? It is stopped (SIGTERM, then SIGKILL "
-                                      "after the grace period) and started again."), answered)
+        app.push_screen(ConfirmScreen(f"Restart {self._ctl_name(server)}? It is stopped (SIGTERM, "
+                                      "then SIGKILL after the grace period) and started again."),
+                        answered)
 
     def action_server_stop(self) -> None:
         app: Any = self
@@ -126,7 +139,7 @@ class ServerControlMixin:
             if yes:
                 self._run(server, "stop", ctl.stop(), lambda r: self._stopped(server, r))
 
-        app.push_screen(ConfirmScreen(f"Stop {server}? Its process group gets SIGTERM, then "
+        app.push_screen(ConfirmScreen(f"Stop {self._ctl_name(server)}? Its process group gets SIGTERM, then "
                                       "SIGKILL after the grace period."), answered)
 
     def action_server_swap(self) -> None:
@@ -134,7 +147,8 @@ class ServerControlMixin:
         server, ctl = self._target()
         if server is None:
             return
-        others = [s for s in self.actions if s != server]
+        # the other server on the same host (a swap frees this host's GPUs)
+        others = [k for k in self.actions if k != server and k[0] == server[0]]
         if not others:
             app.notify("swap needs a second server profile", severity="warning")
             return
@@ -150,21 +164,21 @@ class ServerControlMixin:
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._run(others[0], f"swap ({server} -> {others[0]})", do_swap(),
-                          self._after_start(others[0]))
+                self._run(others[0], f"swap ({self._ctl_name(server)} -> "
+                          f"{self._ctl_name(others[0])})", do_swap(), self._after_start(others[0]))
 
-        app.push_screen(ConfirmScreen(f"Swap: stop {server}, wait for the GPUs, start "
-                                      f"{others[0]}?"), answered)
+        app.push_screen(ConfirmScreen(f"Swap: stop {self._ctl_name(server)}, wait for the GPUs, "
+                                      f"start {self._ctl_name(others[0])}?"), answered)
 
     def action_server_bench(self) -> None:
         server, ctl = self._target()
         if server is not None:
             self._run(server, "benchmark", ctl.benchmark(), lambda r: self._bench_done(server, r))
 
-    def _offer_swap(self, server: str, exc: Exception) -> None:
+    def _offer_swap(self, server: Key, exc: Exception) -> None:
         """GPUs busy with another server we control: offer to stop it and start this one."""
         app: Any = self
-        owners = [o.server for o in getattr(exc, "owners", None) or [] if o.server]
+        owners = [(server[0], o.server) for o in getattr(exc, "owners", None) or [] if o.server]
         other = next((o for o in owners if o in self.actions and o != server), None)
         if other is None:
             return
@@ -183,44 +197,46 @@ class ServerControlMixin:
                 await stop_ctl.stop()
                 return await start_ctl.start(self._progress(server))
 
-            self._run(server, f"swap ({other} -> {server})", do_swap(),
+            self._run(server, f"swap ({self._ctl_name(other)} -> {self._ctl_name(server)})", do_swap(),
                       self._after_start(server))
 
-        app.push_screen(ConfirmScreen(f"{server}: its GPUs are used by {other}. Swap: stop "
-                                      f"{other}, wait for the GPUs, start {server}?"), answered)
+        me, them = self._ctl_name(server), self._ctl_name(other)
+        app.push_screen(ConfirmScreen(f"{me}: its GPUs are used by {them}. Swap: stop "
+                                      f"{them}, wait for the GPUs, start {me}?"), answered)
 
     # --- results --------------------------------------------------------------------------------
 
-    def _after_start(self, server: str) -> Any:
+    def _after_start(self, server: Key) -> Any:
         app: Any = self
 
         def done(result: Any) -> None:
             audit = getattr(result, "audit", None) or getattr(getattr(result, "started", None),
                                                               "audit", None)
-            state = app.session.server(server)
+            state = self._ctl_state(server)
             if audit is not None:
                 state.env_audit = audit
                 for problem in audit.problems():
-                    app.notify(f"{server}: {problem}", severity="warning", markup=False,
-                               timeout=10)
+                    app.notify(f"{self._ctl_name(server)}: {problem}", severity="warning",
+                               markup=False, timeout=10)
 
         return done
 
-    def _stopped(self, server: str, result: Any) -> None:
+    def _stopped(self, server: Key, result: Any) -> None:
         app: Any = self
         remaining = getattr(result, "remaining", None)
         if remaining:
-            app.notify(f"{server}: processes still running after stop: {remaining}",
+            app.notify(f"{self._ctl_name(server)}: processes still running after stop: {remaining}",
                        severity="error", markup=False)
         else:
-            app.notify(f"{server}: stopped; no process of its group remains", markup=False)
+            app.notify(f"{self._ctl_name(server)}: stopped; no process of its group remains",
+                       markup=False)
 
-    def _bench_done(self, server: str, result: Any) -> None:
+    def _bench_done(self, server: Key, result: Any) -> None:
         app: Any = self
-        state = app.session.server(server)
+        state = self._ctl_state(server)
         state.last_bench = result
         data = result.to_json() if hasattr(result, "to_json") else dict(result)
         data.pop("raw", None)
-        app.session.benchmarks.append(data)
+        app.fleet.host(server[0]).session.benchmarks.append(data)
         app.notify(result.describe() if hasattr(result, "describe") else str(result),
                    markup=False, timeout=10)

@@ -1,19 +1,21 @@
 """The headline's view model: is speculation winning right now, and does each baseline still hold?
 
 One adapter (`headline_model`) turns the session's analysis into plain values the widgets render.
-It reads the runs work's typed `SpeedupView` (specmon.analysis.speedup, through
-`analysis.live.session_speedup_view`) and the app's `DriftWatcher`. Pure: no Textual import.
+It reads the typed `SpeedupView` (specmon.session.speedup, through
+`session.drift.session_speedup_view`) and the session model's drift watches of the shown host.
+Pure: no Textual import.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specmon.analysis.live import session_speedup_view
-from specmon.analysis.speedup import SpeedupView
-from specmon.analysis.window import Speedup
+from specmon.session.drift import session_speedup_view
+from specmon.session.speedup import SpeedupView
 from specmon.session.state import ServerState, Session
+from specmon.session.window import Speedup
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class HeadlineModel:
     window_s: float
     reason: str | None  # why N/A
     drift: tuple[DriftState, ...]
-    view: SpeedupView | None = None  # the runs work's model (analysis.speedup): current runs
+    view: SpeedupView | None = None  # the runs work's model (session.speedup): current runs
 
     @property
     def ratio_text(self) -> str:
@@ -57,9 +59,9 @@ def _recorded(watch: Any) -> float | None:
     return best.median_thr if best is not None else None
 
 
-def drift_state(server: str, drift: Any) -> DriftState:
-    """What the drift watcher says about one server, in the headline's words."""
-    watch = drift.watches.get(server) if drift is not None else None
+def drift_state(server: str, watches: Mapping[str, Any]) -> DriftState:
+    """What the server's drift watch says, in the headline's words."""
+    watch = watches.get(server)
     if watch is None:
         return DriftState(server, "none", None, "no recorded baseline", None, None)
     rec = _recorded(watch)
@@ -80,11 +82,13 @@ def drift_state(server: str, drift: Any) -> DriftState:
 
 
 def headline_model(session: Session, base: ServerState | None, spec: ServerState | None,
-                   drift: Any, now: float, window_s: float) -> HeadlineModel:
+                   watches: Mapping[str, Any], now: float, window_s: float) -> HeadlineModel:
     """The one place the headline reads the analysis: the runs work's `SpeedupView` (current
-    runs, the recorded baseline, fingerprint differences) and the drift watcher's alerts."""
-    states = tuple(drift_state(s.name, drift) for s in (base, spec) if s is not None)
-    view = session_speedup_view(session, base, spec, drift, window_s, now)
+    runs, the recorded baseline, fingerprint differences) and the drift watches' alerts
+    (`watches`: server name -> its Watch, on the shown host)."""
+    states = tuple(drift_state(s.name, watches) for s in (base, spec) if s is not None)
+    watch = watches.get(base.name) if base is not None else None
+    view = session_speedup_view(session, base, spec, watch, window_s, now)
     sp = view.detail if view.value is not None else None
     if sp is None:
         return HeadlineModel("na", None, window_s, view.reason, states, view)

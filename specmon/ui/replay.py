@@ -9,7 +9,6 @@ and the SVG screenshot key (s); the live app can mix it in too (it needs `.sessi
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Footer, Static
 
-from specmon.export.replay import ReplayFeed, replay_session
 from specmon.export.snapshot import (
     Snapshot,
 )
+from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.safe import plain
 
@@ -76,7 +75,7 @@ class ReplayApp(SpecmonApp):
             return False  # hidden from the footer and the help, and not run
         return super().check_action(action, parameters)
 
-    def record_baseline(self, server: str) -> None:
+    def record_baseline(self, host: str, server: str) -> None:
         """Never in a replay: a snapshot's scenario may ask for one; the store is not touched."""
         self.notify(f"replay is read-only: no baseline recorded for {server}", markup=False,
                     timeout=3)
@@ -102,12 +101,7 @@ class ReplayApp(SpecmonApp):
 
     @on(ReplayReset)
     def _reset(self, _msg: ReplayReset) -> None:
-        fresh = replay_session(self.snapshot)
-        self.session.servers.clear()
-        self.session.servers.update(fresh.servers)
-        self.session.gpus = []
-        self.session.gpu_history.clear()
-        self.session.gpu_error = None
+        self.fleet.reset_host(self.replay.host, replay_session(self.snapshot))
         self._pending.clear()
         for panel in self.panels():
             view = panel.log_view
@@ -156,20 +150,3 @@ class ReplayApp(SpecmonApp):
     def action_slower(self) -> None:
         self.replay.slower()
         self.refresh_view()
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    """CLI handler: load (one clear line on a bad file), then run the app."""
-    from specmon.cli import CliError
-    from specmon.export.snapshot import SnapshotError, read_snapshot
-
-    try:
-        snap = read_snapshot(args.snapshot)
-    except SnapshotError as exc:
-        raise CliError(str(exc)) from None
-    if not 0 < args.speed < float("inf"):  # NaN fails this too
-        raise CliError(f"--speed must be a positive number, got {args.speed}")
-    app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
-                    source_name=Path(args.snapshot).name)
-    app.run()
-    return 0

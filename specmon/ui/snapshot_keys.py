@@ -56,15 +56,16 @@ class SnapshotKeysMixin:
 
         app.run_worker(write, thread=True, group="export", exit_on_error=False)
 
-    def action_screenshot(self) -> None:
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Save an SVG screenshot into the export folder (App's signature; both ignored)."""
         app: Any = self
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            path = self.export_dir / f"specmon-{_safe(app.session.host)}-{_stamp()}.svg"
+            out = self.export_dir / f"specmon-{_safe(app.session.host)}-{_stamp()}.svg"
             # the screen shows raw log lines: the file gets every secret masked
-            atomic_write_bytes(path, redact_svg(app.export_screenshot()).encode("utf-8"))
+            atomic_write_bytes(out, redact_svg(app.export_screenshot()).encode("utf-8"))
         except OSError as exc:
             app.notify(f"screenshot failed: {exc.strerror or exc} ({self.export_dir})",
                        severity="error", markup=False)
             return
-        app.notify(f"screenshot written: {path}", markup=False)
+        app.notify(f"screenshot written: {out}", markup=False)

@@ -21,9 +21,12 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Digits, Input, Log, Static
 
-from specmon.analysis.speedup import format_speedup
 from specmon.analysis.stats import median
-from specmon.analysis.window import (
+from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
+from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.session.speedup import format_speedup
+from specmon.session.state import ServerState
+from specmon.session.window import (
     MIN_N,
     WindowStats,
     current_stats,
@@ -31,9 +34,6 @@ from specmon.analysis.window import (
     run_stats_text,
     window_points,
 )
-from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
-from specmon.parse.sglang import BatchRecord, parse_line
-from specmon.session.state import ServerState
 from specmon.ui.headline import HeadlineModel
 from specmon.ui.safe import plain
 
@@ -556,6 +556,8 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
 class ServerPanel(Vertical):
     """One server: title, start-up/control state, labelled numbers, a fixed-scale trend, its log."""
 
+    host: str = ""  # which host's server (the app sets it: servers are keyed (host, server))
+
     DEFAULT_CLASSES = "server-panel"
 
     def __init__(self, server: str, *, id: str | None = None) -> None:
@@ -622,6 +624,8 @@ def _startup_pieces(state: ServerState, width: int = 200) -> list[Piece]:
 
     if state.control_text:
         line(plain(state.control_text), "italic")
+    if state.tail_status:  # why no line arrives: "no such file: ... (waiting)", a silent file
+        line(plain(state.tail_status), "bold")
     audit = state.env_audit
     if audit is not None:
         problems = audit.problems()

@@ -164,7 +164,8 @@ async def test_swap_checks_every_precondition_before_stopping(hp, tmp_path):
 
 
 async def test_restart_key_asks_first(tmp_path):
-    from specmon.feeds.demo import DemoFeed, default_servers, demo_actions, group_members
+    from specmon.control.local import group_members
+    from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
     from specmon.session.state import Session
     from specmon.ui.app import SpecmonApp
     from specmon.ui.control_keys import ConfirmScreen

@@ -17,7 +17,7 @@ async def test_hostile_lines_and_a_nan_point_do_not_kill_the_live_ui() -> None:
     session = populated_session(10)
     lines = [x.replace("2025-07-06 09:10:11", "2026-11-29 10:00:30") for x in REGRESSION_LINES]
     lines += [decode_line(40, 90.0).replace("90.00", "1e400"), decode_line(41, 91.0)]
-    feed = ScriptFeed([("baseline", lines)], clock=T0 + 12)
+    feed = ScriptFeed([("baseline", lines)], clock=T0 + 12, host=session.host)
     app = SpecmonApp(session, feed, show_clock=False, clock=lambda: T0 + 12)
     async with app.run_test(size=(160, 50)) as pilot:
         await feed.done.wait()

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from hostile.strategies import HOSTILE_LINES, REGRESSION_LINES
-from specmon.commands.parse_cmd import MAX_LINE, summarise_buffer, summarise_general
+from specmon.analysis.logfile import MAX_LINE, summarise_buffer, summarise_general
 from specmon.jsonout import dumps
 from specmon.parse.sglang import BatchRecord, parse_line
 

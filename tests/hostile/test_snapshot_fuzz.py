@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from snapshot_data import BASE_ARGS, SPEC_ARGS, T0, decode_line, write_record
 
 from hostile.strategies import mutated_docs
-from specmon.export.replay import ReplayFeed
 from specmon.export.report import build_blocks, render_html, render_markdown
 from specmon.export.snapshot import SnapshotError, decode, encode, snapshot_from_record, to_doc
+from specmon.feeds.replay import ReplayFeed
 
 
 def _base_doc(tmp_path_factory) -> dict:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from specmon.analysis.drift import BaselineStats, rr_bucket
 from specmon.analysis.fingerprint import Fingerprint
-from specmon.analysis.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
 from specmon.session.state import Run, ServerState
+from specmon.session.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""`specmon parse`: offline analysis of SGLang logs, and the JSON contract other tools build on."""
+"""SGLang log files read offline: FILE, '-' or .gz into records (`iter_json`) or a per-batch-size
+`LogSummary` (`summarise`, in parallel workers for large files).
+
+The one module of analysis/ that reads files: the offline commands (`parse`, `check`,
+`baseline record`) all read logs through it, so a gzip, stdin or damaged file behaves the same
+in each; everything it computes is the pure `parse/` and `LogSummary` code.
+"""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import os
@@ -10,11 +15,10 @@ import re
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 from specmon.analysis.logsummary import LogSummary
-from specmon.cli import CliError
-from specmon.jsonout import dumps
+from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
 
@@ -55,64 +59,6 @@ def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
             + b"\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    if getattr(args, "runs", False):
-        return list_runs(args.files, args.json)
-    if args.json:
-        out = sys.stdout
-        found = 0
-        for name in args.files:
-            for obj in iter_json(name, "all"):
-                found += 1
-                if args.kind != "all" and obj["kind"] != args.kind:
-                    continue
-                out.write(dumps(obj))
-                out.write("\n")
-        if not found:
-            print("specmon parse: no SGLang lines found", file=sys.stderr)
-            return NO_LINES
-        return 0
-    total = LogSummary()
-    for name in args.files:
-        try:
-            total.merge(summarise(name))
-        except PartialRead as exc:
-            total.merge(exc.summary)
-            print(total.render())  # what was read before the damage is still reported
-            raise
-    if not total.recognised and not total.events:
-        print(total.render())
-        print("specmon parse: no SGLang lines found", file=sys.stderr)
-        return NO_LINES
-    print(total.render())
-    return 0
-
-
-def list_runs(files: list[str], as_json: bool) -> int:
-    """`specmon parse --runs`: each log's runs, as the session model splits them."""
-    from specmon.analysis.runs import read_runs, run_row
-
-    for name in files:
-        fh = open_input(name)
-        try:
-            state = read_runs(_lines(fh, name), name)
-        finally:
-            if fh is not sys.stdin.buffer:
-                fh.close()
-        rows = [run_row(r) for r in state.runs]
-        if as_json:
-            for row in rows:
-                print(dumps({"file": name, **row}))
-            continue
-        print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
-        for row in rows:
-            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
-            print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
-                  f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
-                  f"{row['decode_lines']} decode lines{dp}; {row['args']}")
-    return 0
-
-
 class PartialRead(CliError):
     """A read error part-way through a file; carries the summary of what was read."""
 
@@ -136,16 +82,16 @@ def open_input(name: str) -> BinaryIO:
             raise CliError(f"{name}: permission denied") from None
         except OSError as exc:
             raise CliError(f"{name}: cannot open ({exc.strerror})") from None
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
     if buffered.peek(2)[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=buffered)  # type: ignore[return-value]
     return buffered
 
 
-def iter_json(name: str, kind: str) -> Iterator[dict]:
+def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
     try:
-        for line_no, raw in enumerate(_lines(fh, name), 1):
+        for line_no, raw in enumerate(read_lines(fh, name), 1):
             rec = parse_line(raw)
             if rec is None:
                 continue
@@ -157,7 +103,7 @@ def iter_json(name: str, kind: str) -> Iterator[dict]:
             fh.close()
 
 
-def _lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
+def read_lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
     n = 0
     try:
         for line in capped_lines(fh):

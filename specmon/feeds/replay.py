@@ -1,4 +1,4 @@
-"""Replay a snapshot through the same `FeedSink` the live feeds use, on a virtual clock.
+"""Replay a snapshot through the same `FeedSink` events the live feeds send, on a virtual clock.
 
 The UI cannot tell a replay from a live session: lines arrive with their recorded receive times,
 GPU samples at theirs, alerts re-fire as notices at theirs. The app is given `feed.now` as its
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.export.snapshot import Snapshot
-from specmon.feed import FeedSink, LineItem
+from specmon.hosts.base import ConnectionState
+from specmon.session.events import FeedSink, LineItem
 from specmon.session.state import ServerState, Session
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -38,7 +39,7 @@ def _timeline(snap: Snapshot) -> list[_Event]:
     for s in snap.servers:
         for e in s.entries:
             text = e.line if e.line is not None else NOT_KEPT
-            events.append(_Event(e.t, "lines", s.name, (text, e.record, e.t)))
+            events.append(_Event(e.t, "lines", s.name, LineItem(text, e.record, e.t)))
         if s.exit_code is not None and s.entries:
             events.append(_Event(s.entries[-1].t, "exit", s.name, s.exit_code))
     batch: list[Any] = []
@@ -159,14 +160,16 @@ class ReplayFeed:
     def seek_by(self, dt: float) -> None:
         self.seek(self.now() + dt)
 
-    async def stop_server(self, server: str) -> None:
-        """A replay is read-only: nothing to stop."""
-
     # --- pushing ------------------------------------------------------------------------------
 
+    @property
+    def host(self) -> str:
+        return self.snap.host
+
     def _declare(self, sink: FeedSink) -> None:
+        sink.host_state(self.host, ConnectionState("connected"))  # recorded data: never stale
         for s in self.snap.servers:
-            sink.declare_server(s.name, s.role, s.path)
+            sink.declare_server(self.host, s.name, s.role, s.path)
 
     def _push_due(self, sink: FeedSink, now: float) -> None:
         end = bisect.bisect_right(self._times, now)
@@ -175,7 +178,7 @@ class ReplayFeed:
 
         def flush() -> None:
             for name in order:
-                sink.lines(name, pending[name])
+                sink.lines(self.host, name, pending[name])
                 self.pushed_lines += len(pending[name])
             pending.clear()
             order.clear()
@@ -189,11 +192,11 @@ class ReplayFeed:
                 continue
             flush()  # keep lines before an exit/alert/GPU poll ahead of it
             if ev.kind == "gpus":
-                sink.gpus(list(ev.payload))
+                sink.gpus(self.host, list(ev.payload))
             elif ev.kind == "exit":
-                sink.server_exited(ev.server, ev.payload)
+                sink.server_exited(self.host, ev.server, ev.payload)
             elif ev.kind == "alert":
-                sink.notice(ev.server, ev.payload)
+                sink.notice(self.host, ev.server, ev.payload)
         flush()
         self._next = max(self._next, end)
 

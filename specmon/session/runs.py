@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.analysis.stats import median
-from specmon.analysis.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 from specmon.parse.sglang import parse_line
 from specmon.session.state import Run, ServerState
+from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
 WHOLE_RUN = math.inf
 

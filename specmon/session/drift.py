@@ -1,20 +1,21 @@
-"""Baselines and drift on live sessions: record from what a server just did, watch it after.
+"""Baselines on live sessions: record one from what a server just did, and the live
+fingerprint its alerts are explained against.
 
-Pure glue between the session (what was received) and the drift detector / fingerprints; the UI
-calls it, the UI does not compute any of it.
+Glue between the session (what was received) and the pure drift detector / fingerprints; the
+session model (`FleetSession`) owns the monitors and calls these, the UI computes none of it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
-from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, baseline_from_records
-from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states, make_explainer
-from specmon.analysis.speedup import SpeedupView, fingerprint_differences, speedup_view
+from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
+from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
 from specmon.session.state import Run, ServerState, Session
 
 
@@ -82,75 +83,6 @@ def record_baseline(session: Session, state: ServerState, name: str | None = Non
                                             "decode_points": len(run.decode)})
 
 
-@dataclass
-class Watch:
-    """One server watched against one recorded baseline."""
-
-    baseline: Baseline
-    monitor: DriftMonitor
-    last: Alert | None = None
-    history: list[Alert] = field(default_factory=list)
-    raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
-    notified: int = 0  # of those, how many were notified
-    cleared_notified: int = 0
-
-
-class DriftWatcher:
-    """All watched servers of a session; `tick` at ~1 Hz returns alerts that changed."""
-
-    def __init__(self, session: Session, params: DriftParams | None = None) -> None:
-        self.session = session
-        self.params = params
-        self.watches: dict[str, Watch] = {}
-
-    def watch(self, server: str, baseline: Baseline) -> None:
-        state = self.session.server(server)
-        explain = make_explainer(baseline.fingerprint,
-                                 lambda: live_fingerprint(self.session, state))
-        mon = DriftMonitor(baseline.stats, self.params, label=baseline.server_label,
-                           explain=explain)
-        # only what arrives from now on is compared: the recording window is the baseline
-        mon.skip_to(state)
-        self.watches[server] = Watch(baseline, mon)
-
-    def tick(self, now: float) -> list[tuple[str, Alert]]:
-        changed: list[tuple[str, Alert]] = []
-        for server, w in self.watches.items():
-            state = self.session.server(server)
-            alert = w.monitor.update(state, server_gpus(self.session, state), now)
-            if alert is None:
-                continue
-            prev = w.last
-            if not alert.cleared and (prev is None or prev.cleared):
-                w.raised += 1
-            if prev is None or (prev.level, prev.cleared, prev.kind) != (
-                    alert.level, alert.cleared, alert.kind) or prev.causes != alert.causes:
-                changed.append((server, alert))
-                w.history.append(alert)
-            w.last = alert
-        return changed
-
-    def should_notify(self, server: str, alert: Alert) -> bool:
-        """True once per alert raised (and once when it clears): a change of level or causes
-        of an active alert updates the banner, not another notification."""
-        w = self.watches.get(server)
-        if w is None:
-            return False
-        if alert.cleared:
-            if w.cleared_notified < w.raised:
-                w.cleared_notified = w.raised
-                return True
-            return False
-        if w.notified < w.raised:
-            w.notified = w.raised
-            return True
-        return False
-
-    def active(self) -> list[tuple[str, Alert]]:
-        return [(s, w.last) for s, w in self.watches.items()
-                if w.last is not None and not w.last.cleared]
-
-
 def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) -> list[str]:
     lines = [f"{server}: {alert.text}"]
     for c in causes if causes is not None else alert.causes:
@@ -159,16 +91,15 @@ def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) 
 
 
 def session_speedup_view(session: Session, base: ServerState | None, spec: ServerState | None,
-                         watcher: DriftWatcher | None, window_s: float, now: float) -> SpeedupView:
+                         watch: Any, window_s: float, now: float) -> SpeedupView:
     """The speedup bar's model: current runs, the baseline's recorded value and its drift
-    alert (when one is watched), and the differences between the two runs' fingerprints."""
+    alert (`watch`: the baseline server's `Watch` in the session model, when it is watched),
+    and the differences between the two runs' fingerprints."""
     recorded = None
     active = False
-    if base is not None and watcher is not None:
-        w = watcher.watches.get(base.name)
-        if w is not None:
-            recorded = w.baseline.stats
-            active = w.last is not None and not w.last.cleared and w.last.level != "info"
+    if base is not None and watch is not None:
+        recorded = watch.baseline.stats
+        active = watch.last is not None and not watch.last.cleared and watch.last.level != "info"
     diffs: list[str] = []
     if base is not None and spec is not None and base.runs and spec.runs:
         diffs = fingerprint_differences(run_fingerprint(session, base),

@@ -1,0 +1,101 @@
+"""A server's fingerprint gathered through its host: the agent's `proc_info`/`read` ops and the
+stdlib probe run with the server's own interpreter.
+
+This is the I/O half of fingerprints; `specmon.analysis.fingerprint` stays pure (it builds and
+diffs fingerprints from what this module read).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from specmon.analysis.fingerprint import (
+    NCCL_CONF_PATHS,
+    EnvSnapshot,
+    Fingerprint,
+    _str,
+    env_from_mapping,
+    fingerprint_from,
+    gpu_states,
+    parse_conf,
+)
+from specmon.parse.gpu import GpuSample
+
+
+async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
+                  workers: Sequence[tuple[int, str]] = (), server_info: Mapping[str, Any] | None = None,
+                  nccl_lines: Iterable[str] = (), gpus: Sequence[GpuSample] = (),
+                  host: Any = None, python: str | None = None) -> Fingerprint:
+    """Gather a fingerprint through the host agent (`proc_info`, `read`) and an optional Host.
+
+    `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call; `host.run`
+    runs the stdlib probe (SGLang version, modified files, host info) with the server's python.
+    """
+    async def env_of(pid: int, title: str) -> EnvSnapshot:
+        try:
+            info = await agent.request("proc_info", pid=pid, fds=[], environ_prefixes=[""])
+        except Exception as exc:  # noqa: BLE001 - the process may be gone; say so
+            return EnvSnapshot(pid, title, f"error: {exc}")
+        return env_from_mapping(info.get("environ"), pid, title, info.get("environ_status"))
+
+    launcher = await env_of(launcher_pid, "launcher")
+    worker_envs = [await env_of(pid, title) for pid, title in workers]
+    conf: dict[str, dict[str, str] | None] = {}
+    home = None
+    # HOME is hashed in the snapshot; ask for it directly
+    try:
+        info = await agent.request("proc_info", pid=launcher_pid, fds=[], environ_prefixes=["HOME"])
+        home = (info.get("environ") or {}).get("HOME")
+    except Exception:  # noqa: BLE001
+        home = None
+    for spec in NCCL_CONF_PATHS:
+        path: str | None = spec
+        if spec == "$NCCL_CONF_FILE":
+            path = launcher.vars.get("NCCL_CONF_FILE")
+        elif spec.startswith("~/"):
+            path = f"{home}/{spec[2:]}" if home else None
+        if not path:
+            continue
+        conf[spec] = await _read_conf(agent, path)
+    probe: dict[str, Any] = {}
+    if host is not None:
+        probe = await run_probe(host, python or (argv[0] if argv and "python" in argv[0] else "python3"))
+    return fingerprint_from(
+        server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or probe.get(
+            "version"), nccl_lines=nccl_lines, launcher=launcher, workers=worker_envs, nccl_conf=conf,
+        modified_files=probe.get("modified_files"), modified_method=probe.get("method"),
+        gpus=gpu_states(gpus), host=probe.get("host"),
+        server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
+
+
+async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
+    import base64
+
+    try:
+        res = await agent.request("read", path=path, offset=0, size=1 << 16)
+    except Exception:  # noqa: BLE001 - absent or unreadable: no file
+        return None
+    return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
+
+
+async def run_probe(host: Any, python: str, pythonpath: str | None = None) -> dict[str, Any]:
+    """Run the stdlib probe on the host with the server's interpreter; {} on failure.
+
+    `pythonpath`: the server's PYTHONPATH, when SGLang is installed there (the probe must see
+    the install the server imports, not another one).
+    """
+    import json
+
+    from specmon.sources.fp_probe import probe_source
+
+    src: str = probe_source()
+    cmd = [python, "-c", src]
+    if pythonpath is not None:
+        cmd = ["env", f"PYTHONPATH={pythonpath}", *cmd]
+    try:
+        res = await host.run(cmd, timeout=60.0)
+        return dict(json.loads(res.stdout)) if res.rc == 0 else {}
+    except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
+        return {}

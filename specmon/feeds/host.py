@@ -1,0 +1,218 @@
+"""One feed per real host (SSH or local): `HostFeed`; `HostFeeds` runs several side by side.
+
+A single host is a fleet of one: `connect box`, `connect a b c`, `--prometheus`, `--config` and
+`record` all run HostFeeds into the one session model through `FeedSink` (one method per event,
+servers keyed by (host, server)).
+
+A host never blocks the others: connecting, discovery and reconnects run per host; a host whose
+first connection fails is retried with backoff (unless its key or login was refused: those need
+the user), and its last values stay in the session, marked stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
+from specmon.hosts.agent_client import AgentClient
+from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
+from specmon.parse.gpu import GpuSample
+from specmon.session.events import FeedSink, ServerInfo
+from specmon.sources.discovery import DiscoveredServer, discover
+from specmon.sources.gpu import RemoteAgentSource
+from specmon.sources.tail import LogLine, LogTailer, TailSpec
+
+
+def _roles_from_names(specs: list[TailSpec]) -> dict[str, str]:
+    """A --log NAME containing 'base' or 'spec'/'eagle'/'mtp' sets the role (as in connect)."""
+    roles = {}
+    for spec in specs:
+        low = spec.name.lower()
+        if "spec" in low or "eagle" in low or "mtp" in low:
+            roles[spec.name] = "speculative"
+        elif "base" in low:
+            roles[spec.name] = "baseline"
+    return roles
+
+
+class HostFeed:
+    """One host: connect (retrying), discover or take --log files, tail node-0 logs, poll GPUs."""
+
+    def __init__(self, host: Host, specs: list[TailSpec] | None = None, *,
+                 history_lines: int | None = 2000, gpu_interval: float = 1.0,
+                 gpu_retry_s: float = 10.0, python: str | None = None,
+                 tap: Callable[[str, LogLine], None] | None = None,
+                 gpu_tap: Callable[[str, list[GpuSample]], None] | None = None,
+                 roles: dict[str, str] | None = None,
+                 retry_max_s: float = 30.0) -> None:
+        self.host = host
+        self.specs = list(specs or [])
+        self.history_lines = history_lines
+        self.gpu_interval = gpu_interval
+        self.gpu_retry_s = gpu_retry_s
+        self.python = python
+        self.tap = tap
+        self.gpu_tap = gpu_tap
+        self.retry_max_s = retry_max_s
+        self.roles = {**_roles_from_names(self.specs), **(roles or {})}
+        self.discovered: list[DiscoveredServer] = []
+        self._connecting = False
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    def _delay(self, attempt: int) -> float:
+        backoff = getattr(self.host, "backoff", None)
+        if callable(backoff):
+            return float(backoff(attempt))
+        return min(self.retry_max_s, 2.0 ** attempt)
+
+    async def _connect(self, sink: FeedSink) -> bool:
+        """Connect, retrying transient failures with backoff; False if refused for good."""
+        attempt = 0
+        self._connecting = True
+        try:
+            while self.host.state.state != "connected":
+                try:
+                    await self.host.connect()
+                except (HostKeyError, HostAuthError) as exc:
+                    sink.host_state(self.name, ConnectionState("failed", reason=str(exc)))
+                    return False
+                except HostError as exc:
+                    delay = self._delay(attempt)
+                    attempt += 1
+                    sink.host_state(self.name, ConnectionState(
+                        "reconnecting", reason=str(exc), next_in_s=delay,
+                        retry_at=time.monotonic() + delay, attempt=attempt))
+                    await asyncio.sleep(delay)
+        finally:
+            self._connecting = False
+        sink.host_state(self.name, self.host.state)
+        return True
+
+    async def _discover(self, sink: FeedSink) -> None:
+        """Discovery through the agent, retried while the host is away."""
+        attempt = 0
+        while True:
+            try:
+                await self.host.wait_connected()
+                agent = AgentClient(self.host)
+                await agent.start()
+                try:
+                    self.discovered = await discover(agent)
+                finally:
+                    await agent.close()
+                return
+            except (HostKeyError, HostAuthError):
+                raise
+            except HostError as exc:
+                if self.host.state.state in ("failed", "closed"):
+                    raise
+                await asyncio.sleep(min(self._delay(attempt), 5.0))
+                attempt += 1
+                sink.notice(self.name, "*", f"discovery failed, retrying: {exc}")
+
+    async def run(self, sink: FeedSink) -> None:
+        def on_state(st: ConnectionState) -> None:
+            # while _connect retries, it reports "reconnecting in Ns" itself; the host's own
+            # connecting/failed flips of each attempt would only be noise
+            if not (self._connecting and st.state in ("connecting", "failed")):
+                sink.host_state(self.name, st)
+
+        remove = self.host.add_state_listener(on_state)
+        sink.host_state(self.name, self.host.state)
+        try:
+            if not await self._connect(sink):
+                return
+            infos: list[ServerInfo] = []
+            if not self.specs:
+                await self._discover(sink)
+                for s in self.discovered:
+                    info = ServerInfo.from_discovered(s)
+                    infos.append(info)
+                    if info.node_rank > 0:
+                        continue  # logs come from node 0; this node adds its GPUs
+                    if s.log_path:
+                        self.specs.append(TailSpec(s.name, s.log_path))
+                        self.roles[s.name] = s.kind
+                    else:
+                        sink.notice(self.name, s.name, s.describe())
+                if not self.specs:
+                    sink.notice(self.name, "*", "no SGLang server with a readable log found; "
+                                "pass --log NAME=PATH")
+            else:
+                infos = [ServerInfo(s.name, self.roles.get(s.name)) for s in self.specs]
+            sink.host_servers(self.name, infos)
+            for spec in self.specs:
+                role = self.roles.get(spec.name)
+                sink.declare_server(self.name, spec.name,
+                                    role if role in ("baseline", "speculative") else None,
+                                    spec.path)
+            python = self.python or next(
+                (s.argv[0] for s in self.discovered
+                 if s.argv and "python" in s.argv[0].rsplit("/", 1)[-1]), None)
+            gtap = None
+            if self.gpu_tap is not None:
+                gouter = self.gpu_tap
+
+                def gtap(samples: list[GpuSample]) -> None:
+                    gouter(self.name, samples)
+
+            tasks = [asyncio.create_task(pump_gpus(
+                RemoteAgentSource(self.host, self.gpu_interval, python=python), self.name, sink,
+                retry_s=self.gpu_retry_s, tap=gtap))]
+            if self.specs:
+                tap = None
+                if self.tap is not None:
+                    outer = self.tap
+
+                    def tap(ev: LogLine) -> None:
+                        outer(self.name, ev)
+
+                tasks.append(asyncio.create_task(pump_tail(
+                    LogTailer(self.host, self.specs, history_lines=self.history_lines), self.name,
+                    sink, tap=tap)))
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                await cancel_all(tasks)
+        finally:
+            remove()
+            with contextlib.suppress(Exception):
+                await self.host.close()
+
+
+class HostFeeds:
+    """Runs one HostFeed per host concurrently; a host's failure never stops the others."""
+
+    def __init__(self, feeds: list[HostFeed]) -> None:
+        names = [f.name for f in feeds]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"host names must be unique; repeated: {', '.join(sorted(dup))}")
+        self.feeds = feeds
+
+    async def _one(self, feed: HostFeed, sink: FeedSink) -> None:
+        try:
+            await feed.run(sink)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one host's failure is that host's state
+            text = str(exc).strip().splitlines()
+            sink.host_state(feed.name, ConnectionState(
+                "failed", reason=text[0] if text else type(exc).__name__))
+
+    async def run(self, sink: FeedSink) -> None:
+        tasks = [asyncio.create_task(self._one(f, sink)) for f in self.feeds]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await cancel_all(tasks)
+            # Local children (agents, tails) were just sent SIGTERM; let them be reaped before
+            # the loop may close, or their transports complain from __del__ afterwards.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.2)
