@@ -47,6 +47,14 @@ extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus
 """
 
 
+
+def capture_toasts(app) -> list[str]:  # noqa: ANN001 - a SpecmonApp
+    """Every toast's text from now on (the app still shows them)."""
+    toasts: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (toasts.append(str(message)), notify(message, **kw))[1]
+    return toasts
+
 async def test_connect_with_config_starts_and_stops_a_profile(tmp_path):
     cfg = tmp_path / "specmon.toml"
     cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + """
@@ -73,10 +81,7 @@ NCCL_PROTO = "LL"
             assert all(w.env.get("NCCL_PROTO") == "LL" for w in workers)
             await pilot.press("x")
             await pilot.pause(0.3)
-            toasts: list[str] = []
-            notify = app.notify
-            app.notify = lambda message, **kw: (toasts.append(str(message)),  # type: ignore
-                                                notify(message, **kw))[1]
+            toasts = capture_toasts(app)
             await pilot.press("y")
             await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
             assert st.control_text is None  # the status line cleared once the stop was done
@@ -162,10 +167,7 @@ async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remap
             assert 1 <= samples[0].value <= n  # this window of the same points, not doubled
             await pilot.press("x")
             await pilot.pause(0.3)
-            toasts: list[str] = []
-            notify = app.notify
-            app.notify = lambda message, **kw: (toasts.append(str(message)),  # type: ignore
-                                                notify(message, **kw))[1]
+            toasts = capture_toasts(app)
             await pilot.press("y")
             await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
             assert st.control_text is None  # the status line cleared once the stop was done
