@@ -14,13 +14,13 @@ import asyncio
 import math
 import re
 
+from uikit import phantom_baseline_app
+
 from specmon.analysis.drift import lag1, neff
 from specmon.analysis.stats import mad, median
-from specmon.feeds.demo import DemoFeed, default_servers
-from specmon.session.baselines import BaselineStore
-from specmon.session.state import Run, Session
+from specmon.feeds.demo import DemoFeed
+from specmon.session.state import Run
 from specmon.sim.dist import PATCHED
-from specmon.ui.app import SpecmonApp
 from specmon.ui.widgets import SpeedupBar
 
 BAR = re.compile(r"speedup\s+(\d+\.\d\d)x vs live baseline (\d+\.\d) \(run (\d+)\)")
@@ -57,13 +57,8 @@ def run_ratio_ci(base: Run, spec: Run, rr: int) -> tuple[float, float, float] | 
 
 
 async def test_phantom_baseline_three_phases_honest_speedup_and_causes(tmp_path):
-    servers = default_servers()
-    for s in servers:
-        s.args += ["--startup-s", "0.5"]
-    feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
-                    phase_lines=50)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False,
-                     baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
+    app = phantom_baseline_app(tmp_path)
+    feed = app.feed
     toasts: list[str] = []
     notify = app.notify
 

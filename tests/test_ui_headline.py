@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import statistics
 
-from specmon.feeds.demo import DemoFeed, default_servers, group_members
-from specmon.session.baselines import BaselineStore
-from specmon.session.state import Session
+from uikit import phantom_baseline_app
+
+from specmon.feeds.demo import group_members
 from specmon.ui.app import SpecmonApp
 from specmon.ui.headline import drift_state, headline_model
 from specmon.ui.widgets import DriftPanel, SpeedupBar, SpeedupDigits
@@ -66,13 +66,8 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
 
 
 async def test_headline_follows_the_phantom_baseline_scenario(tmp_path):
-    servers = default_servers()
-    for s in servers:
-        s.args += ["--startup-s", "0.5"]
-    feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
-                    phase_lines=50)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False,
-                     baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
+    app = phantom_baseline_app(tmp_path)
+    feed = app.feed
     seen: list[tuple[str, str, float | None]] = []
     toasts: list[str] = []
     notify = app.notify

@@ -179,3 +179,19 @@ def demo_app(drift: bool, **kwargs):  # noqa: ANN201 - a SpecmonApp
     from specmon.ui.app import SpecmonApp
 
     return SpecmonApp(demo_fleet(drift), clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
+
+
+def phantom_baseline_app(tmp_path):  # noqa: ANN001, ANN201 - a SpecmonApp over the demo
+    """The live demo's phantom-baseline scenario (real simulated servers, fast start-up, short
+    phases) in an app whose baselines go to a store under `tmp_path`."""
+    from specmon.feeds.demo import DemoFeed, default_servers
+    from specmon.session.baselines import BaselineStore
+    from specmon.ui.app import SpecmonApp
+
+    servers = default_servers()
+    for s in servers:
+        s.args += ["--startup-s", "0.5"]
+    feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
+                    phase_lines=50)
+    return SpecmonApp(Session(host="demo"), feed, show_clock=False,
+                      baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
