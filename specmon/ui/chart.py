@@ -11,7 +11,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from textual.app import ComposeResult
 from textual.color import Color
@@ -63,45 +62,20 @@ def metric_value(rec: object, metric: str) -> float | None:
     return float(v) if v is not None and math.isfinite(v) and v > 0 else None
 
 
-_TS_CACHE: dict[str, float] = {}
-
-
-def log_time(rec: object) -> float | None:
-    """The time SGLang printed on the line, as seconds on a UTC-naive axis (shown as printed;
-    host time zones never enter), or None when the line carries no date."""
-    ts = getattr(rec, "timestamp", None)
-    if not ts:
-        return None
-    v = _TS_CACHE.get(ts)
-    if v is None:
-        try:
-            v = datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            return None
-        if len(_TS_CACHE) > 50_000:
-            _TS_CACHE.clear()
-        _TS_CACHE[ts] = v
-    return v
-
-
 def _points(s: ServerState, metric: str, span_s: float, end: float | None
             ) -> tuple[list[tuple[float, float]], bool]:
-    """(x, value) of the server's decode points over the last `span_s` of its log time (receive
-    time when lines carry no date); newest first is how they are walked, oldest first returned."""
+    """(x, value) of the server's decode points over the last `span_s` of record time (the time
+    SGLang printed; receive time for lines without one), oldest first; and whether the newest
+    point carries SGLang's own time."""
     out: list[tuple[float, float]] = []
-    use_log = bool(s.decode) and log_time(s.decode[-1].rec) is not None
-    last = None
+    use_log = bool(s.decode) and s.decode[-1].t_log
+    last = end if end is not None else (s.decode[-1].t if s.decode else None)
     for p in reversed(s.decode):
-        x = log_time(p.rec) if use_log else p.t
-        if x is None:
-            continue
-        if last is None:
-            last = end if end is not None else x
-        if x < last - span_s:
+        if last is not None and p.t < last - span_s:
             break
         v = metric_value(p.rec, metric)
         if v is not None:
-            out.append((x, v))
+            out.append((p.t, v))
     out.reverse()
     return out, use_log
 
@@ -117,10 +91,10 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
     """What the chart shows. `recorded`: server -> (tok/s, accept len) of its recorded baseline;
     run boundaries are the session model's run starts.
 
-    x is log time; the shaded window is the span of log time the statistics window (the last
-    `window_s` seconds received) covers.
+    x is record time (the session model's `DecodePoint.t`); the shaded window is what the
+    statistics cover: the last `window_s` of each server's current run.
     """
-    ends = [log_time(s.decode[-1].rec) or s.decode[-1].t for s in servers if s.decode]
+    ends = [s.decode[-1].t for s in servers if s.decode]
     end = max(ends) if ends else None
     out = []
     any_log = False
@@ -136,16 +110,12 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
         if pts and kept[-1] is not pts[-1]:
             kept.append(pts[-1])
         out.append(Series(s.name, s.role, tuple(t for t, _ in kept), tuple(v for _, v in kept)))
-        # the window's first point, on the log-time axis
-        first_in = None
-        for p in reversed(s.decode):
-            if p.t < now - window_s:
-                break
-            first_in = p
-        if first_in is not None:
-            x = log_time(first_in.rec) if use_log else first_in.t
-            if x is not None:
-                win_lo = x if win_lo is None else min(win_lo, x)
+        # the statistics window: the last window_s of the current run's record time
+        if s.decode:
+            x = s.decode[-1].t - window_s
+            if s.run.start_t is not None:
+                x = max(x, s.run.start_t)
+            win_lo = x if win_lo is None else min(win_lo, x)
         boundaries.extend(run_starts(s))
     xs = [x for se in out for x in se.xs]
     lo, hi = (min(xs), max(xs)) if xs else (now - span_s, now)
@@ -255,8 +225,8 @@ class ThroughputChart(Vertical):
         plt.xlim(lo, hi)
         plt.ylim(bottom, top)
         ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
-        fmt = time.gmtime if model.log_time else time.localtime
-        plt.xticks(ticks, [time.strftime("%H:%M:%S", fmt(t)) for t in ticks])
+        # record times are SGLang's naive local stamps (or receive times): shown as printed
+        plt.xticks(ticks, [time.strftime("%H:%M:%S", time.localtime(t)) for t in ticks])
         plt.xfrequency(5)
         widget.refresh()
 
