@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from specmon.commands.options import add_json, add_running_req
 from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -25,21 +26,15 @@ if TYPE_CHECKING:
 MAX_DECODE_LINES = 2_000_000  # per file: records are kept in memory
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "advise",
-        help="recommend speculative settings from logs (exit 0, 3 too little data, 2 usage)",
-        description="Fit the acceptance profile and speculative cost model to the runs in the "
-        "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
-        "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Fit the acceptance profile and speculative cost model to the runs in the "
+                     "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
+                     "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.")
     p.add_argument("spec_logs", nargs="+", metavar="SPEC_LOG",
                    help="speculative server log(s); several runs at different settings help")
     p.add_argument("--baseline-log", metavar="LOG", help="the baseline (non-speculative) log")
-    p.add_argument("--running-req", type=int, metavar="N",
-                   help="batch size to advise for (default: the most common one)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    add_running_req(p, "batch size to advise for (default: the most common one)")
+    add_json(p)
 
 
 def read_segments(name: str) -> list[Segment]:

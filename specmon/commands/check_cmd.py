@@ -11,11 +11,25 @@ import sys
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
+from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Stream a decode log through the drift detector and print the verdict. "
+                     "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.")
+    p.add_argument("log", metavar="LOG", help="SGLang log file, or '-' for stdin")
+    p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
+    p.add_argument("--baseline-value", metavar="TOKS", type=float,
+                   help="a known baseline gen throughput (tok/s) instead of a recorded baseline")
+    p.add_argument("--baseline-spread", metavar="PCT", type=float,
+                   help="per-sample robust spread of --baseline-value in %% (default: the live spread)")
+    add_running_req(p, "compare only lines at this #running-req")
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,9 +24,20 @@ from specmon.commands.hostargs import (
     plans_from_args,
     print_notes,
 )
+from specmon.commands.options import add_config, add_export_dir, add_hosts
 from specmon.errors import CliError
 from specmon.hosts import HostError
 from specmon.sources.tail import TailSpec
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Connect to TARGET over SSH (or 'local'), find its SGLang servers (or tail "
+                     "--log NAME=PATH), and show them live. A --log NAME containing 'base' or 'spec' "
+                     "sets the server's role; otherwise it is read from the log.")
+    add_hosts(p)
+    add_config(p, "its server profiles on TARGET are tailed and get start/stop/restart/swap/benchmark "
+               "keys; with no TARGET its [hosts.NAME] are watched")
+    add_export_dir(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,17 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.jsonout import dumps
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Parse SGLang log files. FILE may be '-' for stdin; .gz is read transparently."
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per recognised line")
+    p.add_argument("--kind", choices=["decode", "prefill", "all"], default="all",
+                   help="which records to emit with --json (default: all)")
+    p.add_argument("--runs", action="store_true",
+                   help="list each log's server runs (start, end, args, decode lines); with --json "
+                   "one object per run")
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "runs", False):
         return list_runs(args.files, args.json)
