@@ -42,7 +42,7 @@ def log_lines(n: int, level: float, seed: int, start_s: int = 0, spec: bool = Fa
 
 
 @pytest.fixture()
-def datadir(tmp_path, monkeypatch) -> Path:
+def store_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "data"
     monkeypatch.setenv("SPECMON_DATA_DIR", str(d))
     return d
@@ -121,7 +121,7 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
 
 # --- CLI: baseline record / list / show / delete -------------------------------------------------
 
-def test_baseline_commands(tmp_path, datadir, capsys):
+def test_baseline_commands(tmp_path, store_dir, capsys):
     log = write(tmp_path, "base.log", log_lines(70, 88.8, 1, nccl=NCCL))
     info = json.dumps({"version": "0.5.9", "tp_size": 8})
     assert main(["baseline", "record", "tuned", "--log", log, "--server-info", info, "--server", "s1"]) == 0
@@ -145,7 +145,7 @@ def test_baseline_commands(tmp_path, datadir, capsys):
     assert "no baseline named 'tuned'" in capsys.readouterr().err
 
 
-def test_record_refuses_too_few_samples_and_bad_input(tmp_path, datadir, capsys):
+def test_record_refuses_too_few_samples_and_bad_input(tmp_path, store_dir, capsys):
     short = write(tmp_path, "short.log", log_lines(20, 88.8, 2))
     assert main(["baseline", "record", "x", "--log", short]) == 2
     assert "not enough clean decode samples" in capsys.readouterr().err
@@ -158,7 +158,7 @@ def test_record_refuses_too_few_samples_and_bad_input(tmp_path, datadir, capsys)
 
 # --- CLI: check ----------------------------------------------------------------------------------
 
-def test_check_exit_codes_and_json_shape(tmp_path, datadir, capsys):
+def test_check_exit_codes_and_json_shape(tmp_path, store_dir, capsys):
     base = write(tmp_path, "base.log", log_lines(70, 88.8, 4, nccl=NCCL))
     assert main(["baseline", "record", "tuned", "--log", base]) == 0
     capsys.readouterr()
@@ -195,7 +195,7 @@ def test_check_exit_codes_and_json_shape(tmp_path, datadir, capsys):
     capsys.readouterr()
 
 
-def test_check_reads_stdin(tmp_path, datadir, monkeypatch, capsys):
+def test_check_reads_stdin(tmp_path, store_dir, monkeypatch, capsys):
     import io
 
     data = ("\n".join(log_lines(60, 82.2, 9)) + "\n").encode()
@@ -212,14 +212,14 @@ def test_check_reads_stdin(tmp_path, datadir, monkeypatch, capsys):
     (["--baseline-spread", "2"], "needs --baseline-value"),
     (["--baseline-value", "80", "--running-req", "0"], "--running-req"),
 ])
-def test_check_usage_errors_exit_2(tmp_path, datadir, capsys, argv, msg):
+def test_check_usage_errors_exit_2(tmp_path, store_dir, capsys, argv, msg):
     log = write(tmp_path, "x.log", log_lines(5, 88.8, 10))
     assert main(["check", log, *argv]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_check_subprocess_exit_code_and_no_textual(tmp_path, datadir):
+def test_check_subprocess_exit_code_and_no_textual(tmp_path, store_dir):
     slow = write(tmp_path, "slow.log", log_lines(60, 62.9, 11))
     code = ("import sys; from specmon.cli import main; rc = main(sys.argv[1:]); "
             "assert 'textual' not in sys.modules; sys.exit(rc)")
