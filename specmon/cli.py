@@ -225,6 +225,9 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline-spread", metavar="PCT", type=float,
                    help="per-sample robust spread of --baseline-value in %% (default: the live spread)")
     p.add_argument("--running-req", metavar="N", type=int, help="compare only lines at this #running-req")
+    p.add_argument("--run", metavar="N", type=int,
+                   help="judge server run N of the log (default: the last); every run's first "
+                   "alert is listed with its own cause")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_check)
 

@@ -30,7 +30,9 @@ def _run(start: float, seconds: float, env: dict[str, str], patch: float, clock:
             "speculative_eagle_topk": spec.eagle_topk if spec else None,
             "speculative_num_draft_tokens": spec.num_draft_tokens if spec else None}
     out = [formats.line(VERSION, start, formats.server_args_message(VERSION, args))]
-    wenv = {**env, "NCCL_DEBUG": "INFO"}
+    from specmon.sim.server import sglang_env_edits
+
+    wenv = {**env, "NCCL_DEBUG": "INFO", **sglang_env_edits(VERSION, False, False)}
     for rank in range(TP):
         out += nccl_debug_lines(wenv, rank, 4000 + rank, 4100 + rank, TP)
     cfg = EngineConfig(tp_size=TP, spec=spec, load_concurrency=1, seed=seed, patch_overhead=patch)
