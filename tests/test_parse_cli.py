@@ -212,3 +212,34 @@ def test_parse_speaks_in_runs_on_the_phantom_baseline_log(tmp_path):
 def test_parse_one_run_log_keeps_one_summary(small_log):
     res = run(str(small_log))
     assert res.returncode == 0 and b"==== run" not in res.stdout and b"server runs" not in res.stdout
+
+
+def test_parse_runs_and_compare_show_the_same_per_run_medians(tmp_path):
+    """One truth (issue 21): `parse --runs --json` and `compare --json` give the same median,
+    p10, p90 and n for the same run at the same batch size (one window code, no second median)."""
+    from phantomlogs import write_logs
+
+    base, spec = write_logs(tmp_path)
+    res = run(str(base), "--runs", "--json")
+    runs = {o["run"]: o["by_running_req"] for o in map(json.loads, res.stdout.splitlines())}
+    assert list(runs) == [1, 2, 3]
+    sres = run(str(spec), "--runs", "--json")
+    (srun,) = [json.loads(x) for x in sres.stdout.splitlines()]
+    lines = base.read_text().splitlines()
+    starts = [i for i, x in enumerate(lines) if "server_args=" in x] + [len(lines)]
+    for k in (1, 2, 3):  # compare takes each log's last run: the baseline cut after run k
+        cut = tmp_path / f"base{k}.log"
+        cut.write_text("\n".join(lines[:starts[k]]) + "\n")
+        cmp = subprocess.run([sys.executable, "-m", "specmon", "compare", str(cut), str(spec),
+                              "--json"], capture_output=True, timeout=120)
+        assert cmp.returncode == 0, cmp.stderr
+        d = json.loads(cmp.stdout)
+        b, s = d["baseline"], d["speculative"]
+        assert b["run"] == k
+        (row,) = [r for r in runs[k] if r["running_req"] == d["speedup"]["running_req"]]
+        assert (b["median_tok_s"], b["p10"], b["p90"], b["n"]) == (
+            row["median_tok_s"], row["p10"], row["p90"], row["n"])
+        (srow,) = [r for r in srun["by_running_req"] if r["running_req"] == row["running_req"]]
+        assert (s["median_tok_s"], s["n"], s["accept_len_median"]) == (
+            srow["median_tok_s"], srow["n"], srow["accept_len_median"])
+        assert srow["accept_len_median"] is not None and 2.0 < srow["accept_len_median"] < 3.0
