@@ -207,6 +207,14 @@ def test_parse_speaks_in_runs_on_the_phantom_baseline_log(tmp_path):
         assert row["running_req"] == 1 and row["n"] == int(n) == o["decode_lines"]
         assert row["median_tok_s"] == pytest.approx(w, abs=1e-4) == pytest.approx(float(med), abs=0.006)
         assert row["p10"] < row["median_tok_s"] < row["p90"] and row["accept_len_median"] is None
+    # a damaged .gz of the same log: the runs read before the damage are still reported
+    packed = gzip.compress(log.read_bytes())
+    bad = tmp_path / "base.log.gz"
+    bad.write_bytes(packed[: len(packed) * 3 // 4])
+    res = run(str(bad))
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "read error" in err and len(err.strip().splitlines()) == 1
+    assert re.findall(r"^==== run (\d)", res.stdout.decode(), re.M)[:2] == ["1", "2"]
 
 
 def test_parse_one_run_log_keeps_one_summary(small_log):

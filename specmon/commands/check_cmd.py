@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import deque
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
@@ -21,6 +22,7 @@ from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
+MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts stays bounded)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         return DriftMonitor(stats, params, label=label, running_req=args.running_req), LogEvidence()
 
     state = ServerState(args.log)  # the session's run model: where one run ends, the next starts
-    runs: list[dict[str, Any]] = []
+    runs: deque[dict[str, Any]] = deque(maxlen=MAX_RUNS_LISTED)
     monitor, evidence = fresh()
     run_no = 0
 
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         if fh is not sys.stdin.buffer:
             fh.close()
     close_run()
-    out = judged(runs, args.run, args.log, result(monitor, fp_recorded, evidence))
+    out = judged(list(runs), args.run, args.log, result(monitor, fp_recorded, evidence), run_no)
     if args.json:
         print(dumps(out))
     else:
@@ -110,11 +112,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def judged(runs: list[dict[str, Any]], k: int | None, log: str,
-           empty: dict[str, Any]) -> dict[str, Any]:
+           empty: dict[str, Any], total: int) -> dict[str, Any]:
     """The judged run's result (the last, or run k) at the top, with `run`, `runs_total` and
-    every run's first alert and causes under `runs`."""
+    every (kept) run's first alert and causes under `runs`."""
     if k is not None and not any(r["run"] == k for r in runs):
-        have = f"runs 1..{runs[-1]['run']}" if runs else "no run"
+        if runs and k < runs[0]["run"]:
+            raise CliError(f"{log}: run {k} is not kept (the last {len(runs)} of {total} runs "
+                           "are)")
+        have = f"runs 1..{total}" if runs else "no run"
         raise CliError(f"{log}: no run {k} (the log holds {have})")
     if not runs:  # nothing SGLang printed: insufficient, as before
         return {"run": None, "runs_total": 0, **empty, "runs": []}
@@ -123,7 +128,7 @@ def judged(runs: list[dict[str, Any]], k: int | None, log: str,
                 "live": r["live"], "delta_pct": r["delta_pct"],
                 "first_alert_line": r["first_alert_line"], "alert": r["alert"],
                 "causes": r["causes"]} for r in runs]
-    return {"run": pick["run"], "runs_total": len(runs), "start": pick["start"],
+    return {"run": pick["run"], "runs_total": total, "start": pick["start"],
             **{x: v for x, v in pick.items() if x not in ("run", "start")}, "runs": summary}
 
 

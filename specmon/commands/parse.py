@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,48 +88,46 @@ class RunPart:
                 f"{args_summary(self.args)}")
 
 
-def split_summaries(lines: Iterable[bytes], parts: list[RunPart] | None = None) -> list[RunPart]:
-    """Per-run summaries of a log's lines. A `server_args` line starts a new run unless the
-    current one has printed no batch line and no server_args yet (ServerState._run_boundary's
-    rule; tests/test_parse_cli.py holds the two to the same runs). `parts` (filled in place)
-    keeps what was read before a read error."""
-    parts = [] if parts is None else parts
-    parts.append(RunPart(1))
+def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
+    """Per-run summaries of a log's lines, each yielded when the next run starts (memory: one
+    run's summary, whatever the number of runs). A `server_args` line starts a new run unless
+    the current one has printed no batch line and no server_args yet (ServerState's
+    `_run_boundary` rule; tests/test_parse_cli.py holds the two to the same runs). On a read
+    error the run read so far is yielded, then the error raised."""
+    cur = RunPart(1)
     pending: list[bytes] = []
+    size = 0
 
     def flush() -> None:
         if pending:
-            parts[-1].summary.merge(summarise_buffer(b"".join(pending)))
+            cur.summary.merge(summarise_buffer(b"".join(pending)))
             pending.clear()
 
     try:
-        _split(lines, parts, pending, flush)
-    finally:
-        flush()
-    return parts
-
-
-def _split(lines: Iterable[bytes], parts: list[RunPart], pending: list[bytes],
-           flush: Callable[[], None]) -> None:
-    size = 0
-    for line in lines:
-        if not line.endswith(b"\n"):
-            line += b"\n"
-        if MARK in line:
-            rec = parse_line(line)
-            if isinstance(rec, EventRecord) and rec.kind == "server_args":
+        for line in lines:
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            if MARK in line:
+                rec = parse_line(line)
+                if isinstance(rec, EventRecord) and rec.kind == "server_args":
+                    flush()
+                    size = 0
+                    if cur.summary.recognised or cur.has_args:
+                        done, cur = cur, RunPart(cur.index + 1)
+                        yield done
+                    cur.args, cur.has_args = dict(rec.data), True
+                    cur.start = cur.start or rec.timestamp or rec.time_of_day
+            pending.append(line)
+            size += len(line)
+            if size >= RUN_CHUNK:
                 flush()
-                cur = parts[-1]
-                if cur.summary.recognised or cur.has_args:
-                    cur = RunPart(cur.index + 1)
-                    parts.append(cur)
-                cur.args, cur.has_args = dict(rec.data), True
-                cur.start = cur.start or rec.timestamp or rec.time_of_day
-        pending.append(line)
-        size += len(line)
-        if size >= RUN_CHUNK:
-            flush()
-            size = 0
+                size = 0
+    except CliError:
+        flush()
+        yield cur  # what was read before the damage is still reported
+        raise
+    flush()
+    yield cur
 
 
 def _may_hold_runs(name: str) -> bool:
@@ -165,34 +163,41 @@ def _may_hold_runs(name: str) -> bool:
 
 
 def summary_by_run(files: list[str]) -> int:
-    """Each file's runs, one section each (a one-run file: one section without a run header)."""
+    """Each file's runs, one section each, printed as each run ends (a one-run file: its
+    summary without a run header)."""
     found = False
     for name in files:
         fh = open_input(name)
-        parts: list[RunPart] = []
+        first: RunPart | None = None
+        n = 0
         try:
-            split_summaries(read_lines(fh, name), parts)
-        except CliError:
-            print(render_runs(name, parts))  # what was read before the damage is still reported
-            raise
+            for part in iter_runs(read_lines(fh, name)):
+                n += 1
+                found = found or bool(part.summary.recognised or part.has_args)
+                if n == 1:
+                    first = part
+                    continue
+                if n == 2 and first is not None:
+                    print(f"{name}: several server runs; one section per run (no number spans "
+                          "two runs)")
+                    print(section(first))
+                print(section(part))
         finally:
             if fh is not sys.stdin.buffer:
                 fh.close()
-        found = found or any(p.summary.recognised or p.has_args for p in parts)
-        print(render_runs(name, parts))
+            if n == 1 and first is not None:
+                print(f"{name}: 1 run\n" + first.summary.render())
+            elif n > 1:
+                print(f"\n{name}: {n} server runs")
     if not found:
         print("specmon parse: no SGLang lines found", file=sys.stderr)
         return NO_LINES
     return 0
 
 
-def render_runs(name: str, parts: list[RunPart]) -> str:
-    if len(parts) == 1:
-        return f"{name}: 1 run\n" + parts[0].summary.render()
-    out = [f"{name}: {len(parts)} server runs; one section per run (no number spans two runs)"]
-    for p in parts:
-        out += ["", "=" * 4 + f" {p.header()}"]
-        out += ["  " + x if x else x for x in p.summary.render().splitlines()]
+def section(p: RunPart) -> str:
+    out = ["", "=" * 4 + f" {p.header()}"]
+    out += ["  " + x if x else x for x in p.summary.render().splitlines()]
     return "\n".join(out)
 
 
