@@ -227,3 +227,43 @@ def test_check_subprocess_exit_code_and_no_textual(tmp_path, store_dir):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1, p.stderr
     assert "-29" in p.stdout or "-28" in p.stdout or "-30" in p.stdout
+
+
+def test_check_judges_runs_each_with_its_own_cause(tmp_path, store_dir, capsys):
+    """Issue 21 on the phantom-baseline scenario's log (tuned ~88.8, no NCCL ~62.9, power cap
+    + patched file ~82.2): the last run is judged and named, `--run N` picks another, and each
+    run's first alert comes with that run's cause (run 2: the NCCL variables)."""
+    from phantomlogs import baseline_lines
+
+    lines = baseline_lines()
+    starts = [i + 1 for i, x in enumerate(lines) if "server_args=" in x]  # 1-based line numbers
+    assert len(starts) == 3
+    tuned = write(tmp_path, "tuned.log", lines[:starts[1] - 1])
+    assert main(["baseline", "record", "tuned", "--log", tuned]) == 0
+    capsys.readouterr()
+    log = write(tmp_path, "base.log", lines)
+    assert main(["check", log, "--baseline", "tuned", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["run"] == 3 and d["runs_total"] == 3 and d["verdict"] == "drift"
+    assert 79 < d["live"]["median"] < 85 and starts[2] < d["first_alert_line"]
+    r1, r2, r3 = d["runs"]
+    assert [r["run"] for r in d["runs"]] == [1, 2, 3] and r3["causes"] == d["causes"]
+    assert r1["verdict"] == "ok" and r1["first_alert_line"] is None and r1["causes"] == []
+    assert r2["verdict"] == "drift" and 60 < r2["live"]["median"] < 66
+    assert starts[1] < r2["first_alert_line"] < starts[2]  # run 2's own alert ...
+    assert r2["causes"][0] == ("TP workers lack NCCL_ALGO=Ring, NCCL_P2P_LEVEL=NVL, NCCL_PROTO=LL "
+                               "that the recorded run had")  # ... with run 2's own cause
+    assert not any("NCCL" in c and "lack" in c for c in r3["causes"])  # run 3 has its tuning back
+    assert [r["start"] for r in d["runs"]] == [x[1:20] for x in (lines[s - 1] for s in starts)]
+
+    assert main(["check", log, "--baseline", "tuned", "--run", "2", "--json"]) == 1
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["run"] == 2 and d2["causes"] == r2["causes"] and d2["first_alert_line"] == r2[
+        "first_alert_line"] and d2["runs"] == d["runs"]
+    assert main(["check", log, "--baseline", "tuned", "--run", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("verdict: ok\n") and "judged: run 1 of 3 (from " in text
+    assert "  run 2 (from " in text and "cause: TP workers lack NCCL_ALGO=Ring" in text
+    assert main(["check", log, "--baseline", "tuned", "--run", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no run 4 (the log holds runs 1..3)") and len(err.splitlines()) == 1
