@@ -117,6 +117,23 @@ async def test_changed_host_key_is_always_refused(sshd_server, tmp_path):
     assert kh.read_text() == before
 
 
+async def test_changed_host_key_under_the_default_config_alias_uses_its_port(
+        sshd_server, tmp_path, monkeypatch):
+    """No --ssh-config: ~/.ssh/config's alias (with Port) is what connect() and the key
+    lookup read; the changed key is named for [127.0.0.1]:PORT, not looked up on port 22."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    kh = tmp_path / "known_hosts"
+    sshd_server.write_known_hosts(kh, key=keygen(tmp_path / "other_key"))
+    sshd_server.write_client_config(home / ".ssh" / "config", kh)
+    host = SshHost("testbox", reconnect_base=0.1)
+    with pytest.raises(HostKeyChanged) as info:
+        await host.connect()
+    assert f"HOST KEY CHANGED for [127.0.0.1]:{sshd_server.port}" in str(info.value)
+    assert fingerprint(sshd_server.host_key.with_suffix(".pub")) in str(info.value)
+
+
 async def test_wrong_client_key_is_an_auth_error(sshd_server, tmp_path):
     stranger = keygen(tmp_path / "stranger")
     host = make_host(sshd_server, tmp_path, client_keys=[str(stranger)])
