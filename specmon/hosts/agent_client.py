@@ -26,6 +26,7 @@ import json
 import shlex
 import time
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from specmon.hosts.agent_protocol import (
 from specmon.hosts.base import Host, HostError, HostProcess
 
 __all__ = ["AGENT_PATH", "AgentClient", "AgentError", "ProtocolError", "Subscription",
-           "agent_source", "bootstrap_command"]
+           "agent_source", "bootstrap_command", "shielded"]
 
 AGENT_PATH = Path(__file__).resolve().parents[1] / "hostside" / "agent.py"
 HEARTBEAT_S = 20.0  # the agent exits after idle_timeout (120 s) without input
@@ -70,6 +71,21 @@ def bootstrap_command(python: str, source: bytes) -> str:
         "exec(compile(b,'specmon-agent','exec'),{'__name__':'__main__','AGENT_SOURCE':b})\n"
     )
     return f"exec {shlex.quote(python)} -u -c {shlex.quote(code)}"
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: asyncio does not log "exception was never retrieved"
+
+
+async def shielded(aw: Awaitable[Any]) -> Any:
+    """Await `aw` (a teardown step: tail_stop, nvml_stop, close) shielded from the caller's
+    cancellation. When the caller is cancelled meanwhile, the step still runs to its end, and
+    its failure (typically "the agent went away" as the channel closes) is retrieved here
+    instead of surfacing at exit as asyncio's "Task exception was never retrieved"."""
+    task = asyncio.ensure_future(aw)
+    task.add_done_callback(_retrieve)
+    return await asyncio.shield(task)
 
 
 class Subscription:

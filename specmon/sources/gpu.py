@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from specmon.hosts.agent_client import AgentClient, AgentError, Subscription
+from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
 from specmon.parse.gpu import (
     AgentHello,
@@ -300,11 +300,10 @@ class RemoteAgentSource:
                 agent.unsubscribe(sub)
                 if not agent.closed.is_set():
                     with contextlib.suppress(Exception):
-                        await asyncio.shield(agent.request("nvml_stop", stream=sub.keys[0],
-                                                           timeout=5.0))
+                        await shielded(agent.request("nvml_stop", stream=sub.keys[0], timeout=5.0))
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.shield(agent.close())
+                await shielded(agent.close())
         if not self.fallback_smi:
             raise GpuSourceError(self._no_agent_message(nvml_error))
         self.kind = "nvidia-smi"

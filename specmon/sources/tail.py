@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription
+from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
 
 DEFAULT_HISTORY_LINES = 2000
@@ -224,11 +224,10 @@ class LogTailer:
                 if not client.closed.is_set():
                     for key in sub.keys:
                         with contextlib.suppress(Exception):
-                            await asyncio.shield(client.request("tail_stop", tail=key,
-                                                                timeout=5.0))
+                            await shielded(client.request("tail_stop", tail=key, timeout=5.0))
                 client.unsubscribe(sub)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(client.close())
+                    await shielded(client.close())
             if self._stopped:
                 break
             if error is not None:
