@@ -77,6 +77,12 @@ def add_host_args(p: argparse.ArgumentParser) -> None:
         "always refused",
     )
     p.add_argument(
+        "--all-users",
+        action="store_true",
+        help="discovery lists every user's servers, not only yours (shown, never trusted: "
+        "their logs are not tailed unless --log names them)",
+    )
+    p.add_argument(
         "--history",
         type=int,
         default=2000,

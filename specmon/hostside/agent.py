@@ -10,7 +10,8 @@ silent for `idle_timeout`, so a dropped SSH connection leaves nothing behind.
 
 Protocol (version 2), one JSON object per line in each direction:
 
-* agent -> client, first line: {"t": "hello", "v": 2, "pid", "python", "host", "ops": [...]}
+* agent -> client, first line: {"t": "hello", "v": 2, "pid", "uid", "python", "host",
+  "ops": [...]} ("uid": the connecting user's, whose processes discovery lists)
 * client -> agent: {"id": N, "op": OP, ...arguments}; a request without "id" gets no reply
   (used for "tail_credit", which is sent once per delivered batch)
 * agent -> client: {"t": "reply", "id": N, "ok": true, "result": ...}
@@ -55,6 +56,10 @@ TICK_BUDGET = 8 << 20  # bytes read per tail per tick, so one busy file cannot s
 DEFAULT_WINDOW = 4 << 20  # line bytes a tail may have in flight before the client credits them
 CREDIT_SLACK = 1 << 16  # the smallest read while credit is left (lines may overshoot it)
 CHECK_BYTES = 64  # bytes before a resume offset that the client hashes (copytruncate check)
+# After a rotation the writer may go on appending to the old inode (until it reopens its log,
+# or for good): the old file is followed until it has not grown for this long, then the tail
+# moves to the new file. Moving at once would lose whatever is written to the old file later.
+ROTATE_QUIET_S = 1.0
 GPU_SCHEMA = 1
 AGENT_NAME = "specmon-agent"
 
@@ -157,6 +162,7 @@ class Tail:
         self.history_end = None  # size at start: "history_end" is reported once we pass it
         self.pending_start = None  # arguments of a tail_start that failed, retried on poll
         self.last_error = None
+        self.quiet_since = None  # (monotonic time, pos): when the rotated-away file last grew
         # flow control: line cost the client may still receive (None: no limit)
         self.credit = window
 
@@ -168,6 +174,7 @@ class Tail:
         self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
         self.pos = self.line_start = offset
         self.buf, self.cut = b"", None
+        self.quiet_since = None
         return st
 
     def start(self, resume_ino=None, resume_dev=None, resume_off=None, history=2000,
@@ -447,7 +454,8 @@ class Tail:
         if st is not None and (st.st_ino != self.ino or st.st_dev != self.dev):
             # Rotated, and the old file is read to its end (above). Open the new one before
             # letting the old go: while the new file cannot be read (permission denied),
-            # that is reported and the old inode is still followed.
+            # that is reported and the old inode is still followed; and it is followed until
+            # it has been quiet for ROTATE_QUIET_S (its writer may still be appending).
             try:
                 nf = open(self.path, "rb")
             except FileNotFoundError:
@@ -456,6 +464,13 @@ class Tail:
             except OSError as e:
                 out.extend(self.error(e))
                 return False
+            now = time.monotonic()
+            if self.quiet_since is None or self.quiet_since[1] != self.pos:
+                self.quiet_since = (now, self.pos)
+            if now - self.quiet_since[0] < ROTATE_QUIET_S:
+                nf.close()
+                return False
+            self.quiet_since = None
             self._flush_partial(out)
             old_ino = self.ino
             self.f.close()
@@ -526,15 +541,21 @@ def _pids():
 
 
 def op_procs(req):
-    """All processes: [pid, ppid, uid, argv] (argv capped at 8 KiB)."""
+    """The connecting user's processes (every user's with "all_users"): [pid, ppid, uid,
+    argv] (argv capped at 8 KiB). Another user's process is shown, never trusted: nothing
+    of it (argv[0], exe, environment, log) is executed, and its log is not tailed."""
+    me = os.geteuid()
+    every = bool(req.get("all_users"))
     res = []
     for pid in _pids():
-        st = proc_stat(pid)
-        argv = proc_cmdline(pid, 8192)
         try:
             uid = os.stat("/proc/%d" % pid).st_uid
         except OSError:
             continue
+        if uid != me and not every:
+            continue
+        st = proc_stat(pid)
+        argv = proc_cmdline(pid, 8192)
         if st is None or argv is None:
             continue
         res.append([pid, st["ppid"], uid, argv])
@@ -553,6 +574,9 @@ def _fd_info(pid, fd):
         info["regular"] = stat.S_ISREG(st.st_mode)
         info["ino"] = st.st_ino
         info["size"] = st.st_size
+        # by its path, as the connecting user (not through the /proc link, which would be
+        # specmon's help): only such a file may be tailed
+        info["readable"] = target.startswith("/") and os.access(target, os.R_OK)
     except OSError as e:
         info["regular"] = False
         info["error"] = e.strerror
@@ -615,7 +639,7 @@ def op_stat(req):
     except OSError:
         return None
     return {"ino": st.st_ino, "dev": st.st_dev, "size": st.st_size, "mtime": st.st_mtime,
-            "regular": stat.S_ISREG(st.st_mode)}
+            "regular": stat.S_ISREG(st.st_mode), "readable": os.access(req["path"], os.R_OK)}
 
 
 # -- server control: ONE recorded process group -------------------------------------------
@@ -834,8 +858,8 @@ def op_owners(req):
 
 # -- the RECORD-hash probe of an installed distribution ------------------------------------
 def _python_path(python, why=None):
-    """sys.path of another interpreter on this host (the server's), or None; `why` (a list)
-    receives the reason when it cannot be had."""
+    """sys.path of the interpreter the user configured, or None; `why` (a list) receives the
+    reason when it cannot be had. Never called with a path taken from another process."""
     if not python or python == sys.executable:
         return None  # (a venv's python is a link to the same binary: ask it all the same)
     try:
@@ -931,8 +955,8 @@ def _own_source():
 
 
 def _probe_in(python, name):
-    """Run this program's probe mode in `python` (for an agent too old for importlib.metadata
-    on a host whose server runs a newer Python)."""
+    """Run this program's probe mode in `python`, the interpreter the user configured (for an
+    agent too old for importlib.metadata)."""
     src = _own_source()
     if not src:
         return None
@@ -946,12 +970,52 @@ def _probe_in(python, name):
     return res if isinstance(res, dict) else None
 
 
+def _site_dirs(pid):
+    """Where the connecting user's own process `pid` imports from, found by READING (never
+    running anything): its PYTHONPATH and its interpreter prefix's lib/python*/site-packages.
+    None for another user's process (nothing of it is trusted) or when nothing is found."""
+    try:
+        if os.stat("/proc/%d" % pid).st_uid != os.geteuid():
+            return None
+    except OSError:
+        return None
+    dirs = []
+    try:
+        raw = _read_bytes("/proc/%d/environ" % pid, 1 << 20)
+    except OSError:
+        raw = b""
+    for item in raw.split(b"\0"):
+        if item.startswith(b"PYTHONPATH="):
+            dirs.extend(d for d in item[11:].decode("utf-8", "replace").split(":") if d)
+    argv = proc_cmdline(pid) or []
+    if argv and os.path.isabs(argv[0]) and os.path.basename(argv[0]).startswith("python"):
+        prefix = os.path.dirname(os.path.dirname(argv[0]))
+        lib = os.path.join(prefix, "lib")
+        try:
+            names = sorted(os.listdir(lib))
+        except OSError:
+            names = []
+        for n in names:
+            if n.startswith("python"):
+                dirs.append(os.path.join(lib, n, "site-packages"))
+    dirs = [d for d in dirs if os.path.isdir(d)]
+    return dirs or None
+
+
 def op_probe(req):
-    """SGLang's version and modified files as the server's interpreter (`python`) sees them,
-    plus host facts."""
+    """SGLang's version and modified files, plus host facts. Looked up in `path` (folders
+    the client names), else the interpreter the user configured (`python`), else where the
+    user's own server process `pid` imports from, else this agent's own interpreter."""
     name = req.get("dist") or "sglang"
     python = req.get("python")
-    version, method, files = modified_files(name, _python_path(python))
+    path = req.get("path")
+    if path is not None:
+        path = [str(d) for d in path if d]
+    elif python:
+        path = _python_path(python)
+    elif req.get("pid") is not None:
+        path = _site_dirs(int(req["pid"]))
+    version, method, files = modified_files(name, path)
     if method == "unavailable: no importlib.metadata" and python:
         res = _probe_in(python, name)
         if res is not None:
@@ -1305,8 +1369,8 @@ def _load_pynvml_from(d):
 def import_pynvml(python=None):
     """(module, None) or (None, error text).
 
-    With `python` (the server's interpreter), its pynvml is preferred: it is what the server
-    itself uses with this driver. nvidia-ml-py is pure Python (ctypes), so it loads into this
+    With `python` (an interpreter the user configured, never one taken from a process), its
+    pynvml is preferred. nvidia-ml-py is pure Python (ctypes), so it loads into this
     interpreter too. Otherwise, or when that one has none, our own `import pynvml`."""
     if python in _PYNVML:
         return _PYNVML[python]
@@ -1496,6 +1560,7 @@ class Agent:
 
     def run(self):
         _emit(self.out, [{"t": "hello", "v": PROTOCOL_VERSION, "pid": os.getpid(),
+                          "uid": os.geteuid(),
                           "python": sys.version.split()[0], "host": socket.gethostname(),
                           "ops": sorted(self.ops) + ["exit"]}])
         busy = False

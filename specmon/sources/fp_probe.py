@@ -2,8 +2,10 @@
 facts): client side. The probe itself lives in the host agent (specmon/hostside/agent.py:
 `modified_files`, `host_info`, op "probe"); this module asks for it.
 
-- `probe(agent, python)`: through the host's running agent (no new process for the probe;
-  the server's interpreter is asked only for its sys.path).
+- `probe(agent, ...)`: through the host's running agent (no new process for the probe). It
+  looks in folders the caller names, or the interpreter the user configured, or (read, never
+  run) where the user's own server process imports from; never in a path taken from another
+  user's process.
 - `probe_source()`: the agent program for a one-shot `python -c SOURCE [DIST]` that prints
   the probe as one JSON line, where no agent handle is at hand.
 """
@@ -19,9 +21,17 @@ __all__ = ["host_info", "modified_files", "probe", "probe_source"]
 
 
 async def probe(agent: AgentClient, python: str | None = None, dist: str = "sglang",
-                timeout: float = 60.0) -> dict[str, Any]:
-    """{"version", "method", "modified_files", "host"} as `python` (the server's) sees them."""
-    res = await agent.request("probe", timeout=timeout, python=python, dist=dist)
+                timeout: float = 60.0, *, pid: int | None = None,
+                path: list[str] | None = None) -> dict[str, Any]:
+    """{"version", "method", "modified_files", "host"}: SGLang as found in `path`, else as the
+    configured interpreter `python` sees it, else where server process `pid` (the user's own)
+    imports from, else in the agent's own interpreter."""
+    args: dict[str, Any] = {"python": python, "dist": dist}
+    if pid is not None:
+        args["pid"] = pid
+    if path is not None:
+        args["path"] = path
+    res = await agent.request("probe", timeout=timeout, **args)
     return dict(res) if isinstance(res, dict) else {}
 
 
