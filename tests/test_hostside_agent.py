@@ -37,6 +37,32 @@ async def test_probe_op_uses_the_servers_interpreter_path(tmp_path):
         assert (await probe(agent, None))["method"] == "unavailable: sglang not installed"
 
 
+async def test_probe_by_pid_reads_the_servers_install_and_runs_nothing(tmp_path):
+    """probe(pid=...): the agent finds where the user's own server imports from by reading
+    (its interpreter prefix's site-packages), never by running its argv[0]."""
+    import subprocess
+
+    site = tmp_path / "venv" / "lib" / "python3.99" / "site-packages"
+    site.mkdir(parents=True)
+    _fake_dist(site, b"patched = True\n", b"original = True\n")
+    ran = tmp_path / "ran"
+    fake_py = tmp_path / "venv" / "bin" / "python3"
+    fake_py.parent.mkdir()
+    fake_py.write_text(f"#!/bin/sh\ntouch {ran}\nexec {sys.executable} \"$@\"\n")
+    fake_py.chmod(0o755)
+    server = subprocess.Popen(["bash", "-c", f"exec -a {fake_py} sleep 60"],
+                              start_new_session=True)
+    try:
+        async with AgentClient(LocalHost()) as agent:
+            res = await probe(agent, pid=server.pid)
+            assert (res["version"], res["method"], res["modified_files"]) == (
+                "0.5.9", "RECORD", ["sglang/mod.py"])
+        assert not ran.exists()
+    finally:
+        server.kill()
+        server.wait()
+
+
 async def test_proc_stat_and_control_ops_share_the_tail_and_gpu_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(SHIM))
     monkeypatch.setenv("SPECMON_FAKE_NVML", json.dumps({"gpus": 1, "state": "idle"}))
