@@ -99,7 +99,7 @@ def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(t
                                                                               monkeypatch):
     """A host whose python3 is 3.6/3.7 (no importlib.metadata) runs the probe in the server's
     newer interpreter instead of answering "unavailable"."""
-    from specmon.hostside import agent
+    from specmon.hostside import procs as agent
 
     site = tmp_path / "site"
     site.mkdir()
@@ -112,3 +112,26 @@ def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(t
     res = agent.op_probe({"dist": "sglang", "python": str(server_py)})
     assert (res["version"], res["method"], res["modified_files"]) == (
         "0.5.9", "RECORD", ["sglang/mod.py"])
+
+
+def test_the_client_takes_the_protocol_from_the_agents_own_module():
+    """One truth: the version, message types and tail events the client checks are the
+    agent's (hostside/protocol.py); every message type has a check, and the bundle the client
+    ships is exactly the modules of that folder, loaded as a package in a bare interpreter."""
+    import subprocess
+
+    from specmon.hosts import agent_protocol
+    from specmon.hosts.agent_client import agent_source
+    from specmon.hostside import protocol
+
+    assert set(agent_protocol._CHECKS) == set(protocol.MESSAGE_TYPES)
+    assert agent_protocol.TAIL_EVENTS == frozenset(protocol.TAIL_EVENTS)
+    assert agent_protocol.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
+    names = [n for n, _ in json.loads(agent_source())]
+    assert names == list(protocol.MODULES)
+    folder = {p.stem for p in Path(protocol.__file__).parent.glob("*.py")}
+    assert folder - set(names) == {"__init__", "agent"}  # the package file and the run-as-file entry
+    code = protocol.one_shot_code(agent_source(), ["probe", "no-such-dist-xyz"])
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["method"].startswith("unavailable")

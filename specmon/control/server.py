@@ -2,7 +2,7 @@
 
 Everything runs on the host through `hosts/`: the launch (`setsid env K=V ... ARGV`, output
 appended to the log, a 0600 pidfile in the run dir with pid, pgid, sid, start time and command
-line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/agent.py:
+line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/control.py:
 the recorded group only, leader start time and command line verified in the same host process
 that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port

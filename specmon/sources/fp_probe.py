@@ -1,5 +1,5 @@
 """The RECORD-hash probe (SGLang version, files that differ from the wheel's RECORD, host
-facts): client side. The probe itself lives in the host agent (specmon/hostside/agent.py:
+facts): client side. The probe itself lives in the host agent (specmon/hostside/procs.py:
 `modified_files`, `host_info`, op "probe"); this module asks for it.
 
 - `probe(agent, ...)`: through the host's running agent (no new process for the probe). It
@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from specmon.hosts.agent_client import AgentClient, agent_source
-from specmon.hostside.agent import host_info, modified_files
+from specmon.hostside.procs import host_info, modified_files
+from specmon.hostside.protocol import one_shot_code
 
 __all__ = ["host_info", "modified_files", "probe", "probe_source"]
 
@@ -36,5 +37,5 @@ async def probe(agent: AgentClient, python: str | None = None, dist: str = "sgla
 
 
 def probe_source() -> str:
-    """`python -c` code: the agent run in its one-shot probe mode."""
-    return "import sys\nsys.argv[1:1] = ['probe']\n" + agent_source().decode("utf-8")
+    """`python -c` code: the agent (its bundle embedded) run in its one-shot probe mode."""
+    return one_shot_code(agent_source(), ["probe"])

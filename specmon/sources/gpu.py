@@ -1,6 +1,6 @@
 """Async GPU telemetry sources: each yields one `list[GpuSample]` per poll.
 
-- `RemoteAgentSource`: NVML samples from the host's one agent (specmon/hostside/agent.py, op
+- `RemoteAgentSource`: NVML samples from the host's one agent (specmon/hostside/, op
   nvml_start), pynvml found in the agent's interpreter or the server's; falls back to
   `NvidiaSmiSource` when there is no pynvml (or NVML fails in Python).
 - `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
@@ -370,7 +370,7 @@ class LocalNvmlSource:
         return self._run()
 
     def _open(self) -> Any:
-        from specmon.hostside.agent import NvmlCollector
+        from specmon.hostside.nvml import NvmlCollector
 
         nvml = self.nvml
         if nvml is None:

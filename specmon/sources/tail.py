@@ -19,6 +19,7 @@ from typing import Any
 
 from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
+from specmon.hostside import protocol as hostside_protocol
 
 DEFAULT_HISTORY_LINES = 2000
 
@@ -43,8 +44,10 @@ class TailSpec:
         return cls(name, path)
 
 
-CHECK_BYTES = 64  # bytes before a resume offset whose hash the agent verifies (copytruncate)
-WINDOW = 4 << 20  # line bytes per tail in flight between the agent and the consumer
+# bytes before a resume offset whose hash the agent verifies (copytruncate); line bytes per
+# tail in flight between the agent and the consumer: the protocol's own constants
+CHECK_BYTES = hostside_protocol.CHECK_BYTES
+WINDOW = hostside_protocol.DEFAULT_WINDOW
 
 
 @dataclass
