@@ -110,7 +110,8 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
     fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines())
     history = None if args.whole_file else args.history
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history, python=p.python,
-                               roles=roles.get(p.host.name)) for p in plans])
+                               roles=roles.get(p.host.name), all_users=p.all_users)
+                      for p in plans])
     server = None
     if listen is not None:
         from specmon.export.prometheus import registry_for, serve

@@ -37,6 +37,9 @@ def add_hosts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", type=int, default=2000, metavar="N",
                    help="lines of existing log to read on first connect (default: 2000)")
     p.add_argument("--whole-file", action="store_true", help="read each log from its start")
+    p.add_argument("--all-users", action="store_true",
+                   help="discovery lists every user's servers, not only yours (shown, never trusted: "
+                   "their logs are not tailed unless --log names them)")
     add_ssh(p)
 
 

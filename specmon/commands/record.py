@@ -144,7 +144,8 @@ async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str
             out.flush()
 
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history_lines, python=p.python,
-                               tap=tap, gpu_tap=gpu_tap, gpu_retry_s=gpu_retry_s)
+                               tap=tap, gpu_tap=gpu_tap, gpu_retry_s=gpu_retry_s,
+                               all_users=p.all_users)
                       for p in plans])
     server = None
     if listen is not None:
