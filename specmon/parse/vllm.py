@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from specmon.errors import CliError
 from specmon.parse.sglang import (
     INVALID,
     BatchRecord,
@@ -637,3 +638,33 @@ def join_records(records: Any) -> list[Record]:
         out.extend(j.push(rec))
     out.extend(j.flush())
     return out
+
+
+class MixedEngines(CliError):
+    """A log holding both SGLang's and vLLM's stats lines: one server prints one engine's."""
+
+
+class EngineGuard:
+    """Remembers which engine a log's records came from; a second engine is an error naming
+    both lines (concatenated logs of two servers would mix their intervals into one series)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.engine: str | None = None
+        self.first_line: int | None = None
+
+    def check(self, rec: Record | None, line_no: int | None = None) -> None:
+        eng = engine_of(rec)
+        if eng is None:
+            return
+        if self.engine is None:
+            self.engine, self.first_line = eng, line_no
+        elif eng != self.engine:
+            where = f"line {line_no}" if line_no is not None else "a line"
+            since = f" (since line {self.first_line})" if self.first_line is not None else ""
+            raise MixedEngines(
+                f"{self.name}: {where} is a {_LABEL[eng]} line in a {_LABEL[self.engine]} log"
+                f"{since}: a log that mixes engines cannot be read as one server; split it")
+
+
+_LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
