@@ -146,3 +146,41 @@ def test_summary_labels_vllm_throughput() -> None:
     r = cli("parse", str(SPEC_LOG))
     assert r.returncode == 0, r.stderr
     assert "vLLM 'Avg generation throughput'" in r.stdout and "accept len" in r.stdout
+
+
+def test_baseline_record_and_check_on_vllm_logs(tmp_path: Path) -> None:
+    env_home = {"HOME": str(tmp_path)}
+    import os
+    env = {**os.environ, **env_home}
+
+    def run(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "specmon", *a], capture_output=True, text=True,
+                              timeout=120, env=env)
+    r = run("baseline", "record", "vs", "--log", str(SPEC_LOG))
+    assert r.returncode == 0, r.stderr
+    ok = run("check", "--baseline", "vs", "--json", str(SPEC_LOG))
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert out["verdict"] == "ok" and out["live"]["n"] >= 20
+
+
+def test_advise_uses_measured_per_position_profile() -> None:
+    r = cli("advise", str(SPEC_LOG), "--baseline-log", str(BASE_LOG), "--json")
+    assert r.returncode == 0, r.stderr
+    adv = json.loads(r.stdout)
+    assert any("per-position acceptance" in a and "rest on it" in a for a in adv["assumptions"])
+    assert not any("constant per-position acceptance" in a for a in adv["assumptions"])
+    assert adv["flags"].startswith("--speculative-config '{\"method\": \"eagle3\"")
+    # the profile is the drafted-weighted mean of the printed rates, computed here independently
+    from specmon.analysis.advisor import best_profile, measure, split_runs
+    from specmon.parse.vllm import join_records
+    segs = split_runs(join_records(parse_line(x) for x in SPEC_LOG.read_text().splitlines()), "s")
+    m = measure(segs[0], 16)
+    assert m is not None and m.per_position is not None
+    prof = best_profile([m])
+    assert prof is not None and prof.survival == m.per_position
+    from specmon.analysis.advisor import clean_lines
+    lines = [x for x in clean_lines(segs[0].records) if x.running_req == 16]
+    w = sum(x.spec["drafted"] for x in lines)
+    want0 = sum(x.spec["per_position"][0] * x.spec["drafted"] for x in lines) / w
+    assert prof.survival[0] == pytest.approx(want0)

@@ -668,3 +668,25 @@ class EngineGuard:
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def same_line(a: BatchRecord, b: BatchRecord) -> bool:
+    """Whether two records came from the same line (a joined vLLM record equals its line's
+    fresh parse except for what the spec line added)."""
+    if a == b:
+        return True
+    if not (isinstance(a, VllmDecodeRecord) and isinstance(b, VllmDecodeRecord)):
+        return False
+    keep = ("spec", "accept_len", "accept_rate", "accept_len_note")
+    return all(getattr(a, f) == getattr(b, f) for f in a.__dataclass_fields__ if f not in keep)
+
+
+def sglang_equivalents(data: dict[str, Any]) -> dict[str, int]:
+    """vLLM's config in SGLang's argument names where they mean the same: vLLM drafts chains of
+    k tokens (`num_spec_tokens`), which SGLang calls steps k, topk 1, draft tokens k + 1."""
+    k = data.get("speculative_num_tokens")
+    if not data.get("speculative_algorithm") or not isinstance(k, int) or isinstance(k, bool) \
+            or k <= 0:
+        return {}
+    return {"speculative_num_steps": k, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": k + 1}

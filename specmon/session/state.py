@@ -15,7 +15,7 @@ from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
-from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, VllmEventRecord
+from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, VllmEventRecord, sglang_equivalents
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -182,15 +182,11 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
 
 
 def vllm_spec_args(args: dict[str, Any], non_default: Any) -> None:
-    """vLLM's config in SGLang's argument names, where they mean the same: vLLM drafts chains
-    of k tokens (`num_spec_tokens`), which SGLang calls steps k, topk 1, draft tokens k + 1."""
+    """A vLLM run's args: its `non-default args` and SGLang's names for its k (parse/vllm.py)."""
     if isinstance(non_default, dict):
         args["non_default_args"] = non_default
-    k = args.get("speculative_num_tokens")
-    if args.get("speculative_algorithm") and isinstance(k, int) and k > 0:
-        args.setdefault("speculative_num_steps", k)
-        args.setdefault("speculative_eagle_topk", 1)
-        args.setdefault("speculative_num_draft_tokens", k + 1)
+    for key, v in sglang_equivalents(args).items():
+        args.setdefault(key, v)
 
 
 @dataclass
