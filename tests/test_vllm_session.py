@@ -135,7 +135,7 @@ def test_compare_cli_on_vllm_logs_labels_throughput() -> None:
     base = res["baseline"]["median_tok_s"]
     spec = res["speculative"]["median_tok_s"]
     assert res["speedup"]["value"] == pytest.approx(spec / base, rel=0.02)
-    assert any("prefill steps included" in n for n in res["notes"])
+    assert any("prefill steps incl." in n for n in res["notes"])
     assert not any("decode-only gen throughput" in n for n in res["notes"])
     direct = compare(read_runs(BASE_LOG.read_text().splitlines()),
                      read_runs(SPEC_LOG.read_text().splitlines()))
@@ -184,3 +184,38 @@ def test_advise_uses_measured_per_position_profile() -> None:
     w = sum(x.spec["drafted"] for x in lines)
     want0 = sum(x.spec["per_position"][0] * x.spec["drafted"] for x in lines) / w
     assert prof.survival[0] == pytest.approx(want0)
+
+
+def test_accepted_throughput_after_idle_gap_uses_the_interval() -> None:
+    """0.10.2+ divides the first spec line after an idle stretch by the whole gap; specmon's
+    accepted tok/s is Accepted over the engine's measured interval instead."""
+    pts = list(read_runs(SPEC_LOG.read_text().splitlines()).runs[0].decode)
+    after = pts[20]  # the generator put a 300 s idle stretch before the 21st interval
+    assert after.t - pts[19].t > 300
+    acc = after.rec.spec["accepted"]
+    assert after.rec.spec["accepted_throughput"] == pytest.approx(acc / 310.0, abs=0.01)  # printed
+    assert after.rec.accepted_tok_s == pytest.approx(acc / 10.0)
+    assert "idle" in (after.rec.accepted_tok_s_note or "")
+    normal = pts[21]
+    assert normal.rec.accepted_tok_s == pytest.approx(normal.rec.spec["accepted"] / 10.0)
+    assert normal.rec.accepted_tok_s_note is None
+    assert "assumed" in (pts[0].rec.accepted_tok_s_note or "")
+
+
+def test_ui_server_panel_rows_for_vllm() -> None:
+    """The server panel's rows (the UI's model) say what vLLM's numbers are."""
+    from specmon.ui.widgets import summary_rows
+
+    state = read_runs(SPEC_LOG.read_text().splitlines(), "spec")
+    last = state.last_decode
+    assert last is not None
+    rows = {r[0]: r for r in summary_rows(state, now=state.runs[-1].decode[-1].t, window_s=1e9)}
+    assert "prefill steps incl." in rows["last interval"][2]
+    assert "decode-only" not in rows["last interval"][2]
+    assert rows["accepted"][1] == f"{last.accept_rate:.2f}"
+    pp = last.spec["per_position"]
+    assert " ".join(f"{x:.2f}" for x in pp) in rows["accepted"][2]
+    assert rows["KV cache"][1] == f"{last.kv_cache_usage_pct:.1f}%"
+    base = read_runs(BASE_LOG.read_text().splitlines(), "base")
+    brows = {r[0]: r for r in summary_rows(base, now=0.0, window_s=1e9)}
+    assert "accepted" not in brows and "accept len" not in brows

@@ -43,6 +43,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from specmon.errors import CliError
@@ -154,6 +155,11 @@ class VllmDecodeRecord(BatchRecord):
     cpu_kv_cache_usage_pct: float | None = None  # V0 only
     spec: dict[str, Any] | None = None  # the joined spec line's data (SpecJoiner)
     accept_len_note: str | None = None  # how accept_len was obtained when not as printed
+    # accepted draft tokens per second over this engine's stats interval (SpecJoiner): Accepted
+    # over the time since the engine's previous line, or over its usual interval after an idle
+    # gap (0.10.2+ prints an `Accepted throughput` divided by the whole gap there)
+    accepted_tok_s: float | None = None
+    accepted_tok_s_note: str | None = None
     date_inferred: bool = False  # the year of `timestamp` was inferred (vLLM prints none)
 
     def to_json(self) -> dict[str, Any]:
@@ -175,6 +181,9 @@ class VllmDecodeRecord(BatchRecord):
             out["accept_rate"] = self.accept_rate
             if self.accept_len_note:
                 out["accept_len_note"] = self.accept_len_note
+            out["accepted_tok_s"] = self.accepted_tok_s
+            if self.accepted_tok_s_note:
+                out["accepted_tok_s_note"] = self.accepted_tok_s_note
         if self.invalid:
             out["invalid"] = list(self.invalid)
         return out
@@ -571,6 +580,7 @@ class SpecJoiner:
         self._held: VllmDecodeRecord | None = None
         self._last: VllmDecodeRecord | None = None
         self._v0_prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        self._clock = IntervalClock()
 
     def push(self, rec: Record | None) -> list[Record]:
         if rec is None:
@@ -584,6 +594,7 @@ class SpecJoiner:
             target = self._held or self._last
             if target is not None and target.spec is None and _same_process(target, rec):
                 attach(target, rec.data)
+                self._clock.accepted_rate(target)
             if self._held is not None:
                 out.append(self._held)
                 self._held = None
@@ -594,18 +605,82 @@ class SpecJoiner:
             self._held = None
         if isinstance(rec, VllmDecodeRecord):
             self._last = rec
+            self._clock.see(rec)
             if self.hold:
                 self._held = rec
                 return out
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
             self._v0_prev.clear()
             self._last = None
+            self._clock = IntervalClock()
         out.append(rec)
         return out
 
     def flush(self) -> list[Record]:
         held, self._held = self._held, None
         return [held] if held is not None else []
+
+
+DEFAULT_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL's default
+IDLE_FACTOR = 1.5  # a gap this many usual intervals long held idle intervals (nothing printed)
+
+
+def _seconds(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+class IntervalClock:
+    """Each engine's stats interval from the times its lines were printed, for an accepted
+    tok/s that does not inherit 0.10.2+'s idle-gap error."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[int | None, int | None], float] = {}
+        self._gap: dict[int, float] = {}  # id(record) -> seconds since its engine's previous line
+        self._steps: list[float] = []  # recent gaps that were not idle stretches
+
+    def see(self, rec: VllmDecodeRecord) -> None:
+        t = _seconds(rec.timestamp)
+        if t is None:
+            return
+        key = (rec.pid, rec.dp_rank)
+        prev = self._prev.get(key)
+        self._prev[key] = t
+        if prev is not None and t > prev:
+            gap = t - prev
+            self._gap[id(rec)] = gap
+            if len(self._gap) > 64:
+                self._gap.pop(next(iter(self._gap)))
+            if gap <= IDLE_FACTOR * self.usual():
+                self._steps = (self._steps + [gap])[-32:]
+
+    def usual(self) -> float:
+        if not self._steps:
+            return DEFAULT_INTERVAL_S
+        s = sorted(self._steps)
+        return s[len(s) // 2]
+
+    def accepted_rate(self, rec: VllmDecodeRecord) -> None:
+        acc = rec.spec.get("accepted") if rec.spec else None
+        if not isinstance(acc, int) or rec.spec is None or rec.spec.get("layout") == "V0":
+            return
+        gap = self._gap.pop(id(rec), None)
+        usual = self.usual()
+        if gap is not None and gap <= IDLE_FACTOR * usual:
+            rec.accepted_tok_s = acc / gap
+            return
+        rec.accepted_tok_s = acc / usual
+        basis = (f"the engine's usual stats interval ({usual:.1f} s, measured)" if self._steps
+                 else f"vLLM's default stats interval ({usual:.0f} s, assumed)")
+        if gap is None:
+            rec.accepted_tok_s_note = f"first line of the engine: over {basis}"
+        else:
+            rec.accepted_tok_s_note = (f"after {gap:.0f} s without a line (idle): over {basis}, "
+                                       "not the whole gap as vLLM 0.10.2+ prints it")
 
 
 def _same_process(dec: VllmDecodeRecord, spec: VllmEventRecord) -> bool:
@@ -690,3 +765,10 @@ def sglang_equivalents(data: dict[str, Any]) -> dict[str, int]:
         return {}
     return {"speculative_num_steps": k, "speculative_eagle_topk": 1,
             "speculative_num_draft_tokens": k + 1}
+
+
+def throughput_label(engine: str | None) -> str:
+    """What a server's logged throughput is, in the words every front end uses."""
+    if engine == ENGINE:
+        return "vLLM gen throughput: all tokens emitted per ~10 s interval, prefill steps incl."
+    return "decode-only"

@@ -16,7 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
-from specmon.parse.vllm import EngineGuard
+from specmon.parse.vllm import EngineGuard, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -135,7 +135,10 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         if len(groups) > 1 or groups and st.engine != "vllm":  # vLLM names even a lone engine 000
             notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
         silent = [k for k in run.silent_groups() if k is not None]
-        if silent:
+        if silent and st.engine == "vllm":
+            notes.append(f"{label} run {run.index}: engine(s) {', '.join(map(str, silent))} printed "
+                         "no line before the end (vLLM prints nothing while an engine is idle)")
+        elif silent:
             notes.append(f"{label} run {run.index}: DP group(s) {', '.join(map(str, silent))} stopped "
                          "logging before the end")
         if run.untimed:
@@ -153,9 +156,8 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         notes.append(why)
     elif rr is not None:
         if "vllm" in (base.engine, spec.engine):
-            notes.append(f"medians at #running-req {rr}, whole runs, of vLLM's 'Avg generation "
-                         "throughput': every token emitted per ~10 s stats interval, prefill "
-                         "steps included (not decode-only)")
+            notes.append(f"medians at #running-req {rr}, whole runs, of {throughput_label('vllm')} "
+                         "(not decode-only)")
         else:
             notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
     result = {

@@ -370,6 +370,9 @@ class ServerState:
     _joiner: SpecJoiner | None = None
     _held_received: float = 0.0
     _spec_seen_run: int | None = None  # the run in which a vLLM spec line arrived
+    # the records the last `apply` made ready, with their receive times: the line's own record,
+    # or (vLLM) an engine line joined with its spec line, possibly one line later
+    last_released: list[tuple[Record, float]] = field(default_factory=list)
 
     @property
     def run(self) -> Run:
@@ -459,6 +462,7 @@ class ServerState:
                     self.in_traceback = False  # "SomeError: message" ends it
         if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
             return self._apply_vllm(rec, t)
+        self.last_released = [(rec, t)] if rec is not None else []
         return self._apply_record(rec, t)
 
     def _apply_vllm(self, rec: Record | None, t: float) -> list[DecodePoint]:
@@ -486,8 +490,10 @@ class ServerState:
         else:
             out = j.push(rec)
         done: list[DecodePoint] = []
+        self.last_released = []
         for r in out:
             rt = held_t if isinstance(r, VllmDecodeRecord) and r is not rec else t
+            self.last_released.append((r, rt))
             done.extend(self._apply_record(r, rt))
         return done
 
@@ -501,7 +507,9 @@ class ServerState:
         if self._joiner is None:
             return []
         done: list[DecodePoint] = []
+        self.last_released = []
         for r in self._joiner.flush():
+            self.last_released.append((r, self._held_received))
             done.extend(self._apply_record(r, self._held_received))
         return done
 
