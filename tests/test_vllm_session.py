@@ -219,3 +219,54 @@ def test_ui_server_panel_rows_for_vllm() -> None:
     base = read_runs(BASE_LOG.read_text().splitlines(), "base")
     brows = {r[0]: r for r in summary_rows(base, now=0.0, window_s=1e9)}
     assert "accepted" not in brows and "accept len" not in brows
+
+
+def test_metrics_exporter_labels_vllm_servers() -> None:
+    """specmon's own /metrics: a vLLM server's throughput and accept length, and what they are."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.export.prometheus import registry_for
+    from specmon.session.events import LineItem
+    from specmon.session.fleet import FleetSession
+
+    fleet = FleetSession(["h"])
+    lines = SPEC_LOG.read_text().splitlines()
+    fleet.lines("h", "vspec", [LineItem(x, parse_line(x), 1000.0 + i) for i, x in enumerate(lines)])
+    state = fleet.host("h").session.servers["vspec"]
+    text = generate_latest(registry_for(fleet, clock=lambda: 2000.0)).decode()
+    fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    info = [s for s in fams["specmon_server_engine_info"] if s.labels["server"] == "vspec"]
+    assert len(info) == 1 and info[0].labels["engine"] == "vllm"
+    assert "prefill steps incl." in info[0].labels["throughput"]
+    acc = [s.value for s in fams.get("specmon_server_accept_length", [])
+           if s.labels["server"] == "vspec"]
+    assert acc and 2.7 < acc[0] < 2.95  # the joined, bonus-included accept length
+    assert state.role == "speculative"
+
+
+def test_export_and_report_from_a_recording(tmp_path: Path) -> None:
+    import os
+    rows = []
+    for i, (name, path) in enumerate((("vspec", SPEC_LOG), ("vbase", BASE_LOG))):
+        for j, line in enumerate(path.read_text().splitlines()):
+            rows.append({"server": name, "path": f"/logs/{name}.log", "offset": j * 400,
+                         "line": line, "received_at": 1.79e9 + j * 5 + i * 0.1, "record": None})
+    rows.sort(key=lambda r: r["received_at"])
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    snap = tmp_path / "snap.json"
+    for args in (("export", str(rec), "-o", str(snap)),
+                 ("report", str(snap), "-o", str(tmp_path / "rep.md"))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+    md = (tmp_path / "rep.md").read_text()
+    assert "vLLM servers: throughput is" in md and "prefill steps incl." in md
+    assert "accept rate (vLLM's counts" in md
+    from specmon.export.snapshot import read_snapshot
+    s = read_snapshot(str(snap))
+    dec = [e.record for sv in s.servers if sv.name == "vspec" for e in sv.entries
+           if getattr(e.record, "kind", None) == "decode"]
+    assert dec and all(getattr(d, "spec", None) is not None for d in dec)  # lossless round trip
