@@ -270,3 +270,36 @@ def test_export_and_report_from_a_recording(tmp_path: Path) -> None:
     dec = [e.record for sv in s.servers if sv.name == "vspec" for e in sv.entries
            if getattr(e.record, "kind", None) == "decode"]
     assert dec and all(getattr(d, "spec", None) is not None for d in dec)  # lossless round trip
+
+
+async def test_ui_replay_of_vllm_servers_shows_speedup_and_labels(tmp_path: Path) -> None:
+    """The UI on a recording of two vLLM servers: the headline's speedup and its wording."""
+    import asyncio
+
+    from specmon.export.snapshot import snapshot_from_record
+    from specmon.ui.replay import ReplayApp
+    from specmon.ui.widgets import SpeedupBar
+
+    rows = []
+    for i, (name, path) in enumerate((("speculative", SPEC_LOG), ("baseline", BASE_LOG))):
+        for j, line in enumerate(path.read_text().splitlines()):
+            rows.append({"server": name, "path": f"/logs/{name}.log", "offset": j * 400,
+                         "line": line, "received_at": 1.79e9 + j * 5 + i * 0.1, "record": None})
+    rows.sort(key=lambda r: r["received_at"])
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    snap = snapshot_from_record(str(rec))
+    app = ReplayApp(snap, playing=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("G")
+        for _ in range(400):
+            s = app.session.servers.get("speculative")
+            if s is not None and s.decode_total >= 39:
+                break
+            await asyncio.sleep(0.02)
+        await pilot.pause()
+        app.refresh_view()
+        await pilot.pause()
+        bar = str(app.query_one(SpeedupBar).content)
+        assert "speedup" in bar and "N/A" not in bar.split("\n")[0], bar
+        assert "vLLM gen throughput" in bar and "decode-only" not in bar
