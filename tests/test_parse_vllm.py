@@ -244,3 +244,26 @@ def test_joiner_pairs_spec_with_its_engine_and_diffs_v0() -> None:
     assert out[0].data["accepted"] is None  # first cumulative line: no interval yet
     assert (out[1].data["accepted"], out[1].data["drafted"], out[1].data["emitted_interval"]) == (0, 10, 2)
     assert out[1].data["mean_accept_len"] == pytest.approx(2 * 5 / 10)
+
+
+def test_hostile_lines_never_raise_and_stay_bounded() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    head = "(APIServer pid=1) INFO 05-01 10:00:00 [m.py:1] "
+    bodies = st.sampled_from([
+        "SpecDecoding metrics: ", "Engine 000: Avg prompt throughput: ", "Speculative metrics: ",
+        "Initializing a V1 LLM engine (v1) with config: ", "non-default args: "])
+
+    @settings(max_examples=300, deadline=None)
+    @given(bodies, st.text(max_size=300))
+    def check(body: str, tail: str) -> None:
+        rec = parse_line(head + body + tail)
+        assert rec is None or rec.to_json()["engine"] == "vllm"
+
+    check()
+    many = head + F2 % (50.0, 2.0, 10, 20, ", ".join(["0.500"] * 10_000))
+    rec = parse_line(many)
+    assert isinstance(rec, VllmEventRecord) and len(rec.data["per_position"]) == 64
+    deep = head + "non-default args: " + "{'a': " * 5000 + "1" + "}" * 5000
+    assert parse_line(deep) is None  # literal_eval's recursion limit: not a crash
