@@ -267,3 +267,12 @@ def test_hostile_lines_never_raise_and_stay_bounded() -> None:
     assert isinstance(rec, VllmEventRecord) and len(rec.data["per_position"]) == 64
     deep = head + "non-default args: " + "{'a': " * 5000 + "1" + "}" * 5000
     assert parse_line(deep) is None  # literal_eval's recursion limit: not a crash
+
+
+def test_non_default_args_keep_only_known_keys_no_secrets() -> None:
+    rec = parse_line("(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: "
+                     "{'model': 'm', 'api_key': ['sk-live-abcdef1234567890'], "
+                     "'hf_token': 'hf_abcdefghijklmnopqrstuvwxyz12', 'max_num_seqs': 64}")
+    assert isinstance(rec, VllmEventRecord)
+    assert rec.data["args"] == {"model": "m", "max_num_seqs": 64}
+    assert "sk-live" not in json.dumps(rec.to_json())

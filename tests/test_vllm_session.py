@@ -303,3 +303,14 @@ async def test_ui_replay_of_vllm_servers_shows_speedup_and_labels(tmp_path: Path
         bar = str(app.query_one(SpeedupBar).content)
         assert "speedup" in bar and "N/A" not in bar.split("\n")[0], bar
         assert "vLLM gen throughput" in bar and "decode-only" not in bar
+
+
+def test_live_log_mixing_engines_is_said() -> None:
+    state = ServerState("x")
+    sg = ("[2026-02-26 19:16:00 TP0] Decode batch, #running-req: 1, #token: 900, token usage: 0.04, "
+          "gen throughput (token/s): 80.00, #queue-req: 0")
+    vl = SPEC_LOG.read_text().splitlines()[1]
+    for line in (sg, vl, sg, vl):
+        state.apply(line, parse_line(line), 1.0)
+    assert state.mixed_engines
+    assert sum("mixes SGLang and vLLM" in n for n in state.notices) == 1  # said once

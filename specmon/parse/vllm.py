@@ -125,6 +125,17 @@ _RE_SIZES = {
 }
 _RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
+# The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
+# secret on the command line (`api_key`, `hf_token`, ...) never leaves the parser.
+NON_DEFAULT_KEYS = frozenset({
+    "model", "served_model_name", "speculative_config", "tensor_parallel_size",
+    "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local",
+    "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "enable_prefix_caching", "enable_chunked_prefill", "gpu_memory_utilization", "dtype",
+    "kv_cache_dtype", "quantization", "enforce_eager", "async_scheduling", "block_size",
+    "num_speculative_tokens_per_batch_size", "disable_by_batch_size", "aggregate_engine_logging",
+    "disable_log_stats", "port",
+})
 
 
 @dataclass(slots=True)
@@ -483,7 +494,8 @@ def _non_default(head: _Head, msg: str) -> VllmEventRecord | None:
     if not isinstance(args, dict):
         return None
     safe = {str(k): v for k, v in args.items()
-            if isinstance(v, (str, int, float, bool, type(None), list, dict))
+            if str(k) in NON_DEFAULT_KEYS
+            and isinstance(v, (str, int, float, bool, type(None), list, dict))
             and not (isinstance(v, float) and not math.isfinite(v))}
     return VllmEventRecord("vllm_args", head.timestamp, head.time_of_day, data={"args": safe},
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)

@@ -15,7 +15,13 @@ from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
-from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, VllmEventRecord, sglang_equivalents
+from specmon.parse.vllm import (
+    SpecJoiner,
+    VllmDecodeRecord,
+    VllmEventRecord,
+    engine_of,
+    sglang_equivalents,
+)
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -179,6 +185,9 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
                        all(p.t_log for p in points), len(points))
+
+
+_ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def vllm_spec_args(args: dict[str, Any], non_default: Any) -> None:
@@ -373,6 +382,8 @@ class ServerState:
     # the records the last `apply` made ready, with their receive times: the line's own record,
     # or (vLLM) an engine line joined with its spec line, possibly one line later
     last_released: list[tuple[Record, float]] = field(default_factory=list)
+    _engine_seen: str | None = None  # the engine of the first engine-specific record
+    mixed_engines: bool = False  # SGLang and vLLM stats lines in one log (said in `notices`)
 
     @property
     def run(self) -> Run:
@@ -460,6 +471,15 @@ class ServerState:
                 if (text and not text.startswith((" ", "\t")) and ":" in text
                         and not text.startswith("Traceback")):
                     self.in_traceback = False  # "SomeError: message" ends it
+        eng = engine_of(rec)
+        if eng is not None and eng != self._engine_seen:
+            if self._engine_seen is None:
+                self._engine_seen = eng
+            elif not self.mixed_engines:
+                self.mixed_engines = True
+                self.notices.append(f"this log mixes {_ENGINE_NAME[self._engine_seen]} and "
+                                    f"{_ENGINE_NAME[eng]} stats lines: they are not one server; "
+                                    "tail each server's own log")
         if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
             return self._apply_vllm(rec, t)
         self.last_released = [(rec, t)] if rec is not None else []
