@@ -75,6 +75,12 @@ def test_dp_engines_summed_and_config_copies_one_run() -> None:
     assert (p.groups, p.rec.running_req, p.rec.gen_throughput) == (2, 12, 1500.0)
     # weighted by each engine's throughput, as SGLang DP groups are
     assert p.rec.accept_len == pytest.approx((2.8 * 1000 + 2.2 * 500) / 1500)
+    # vLLM's counts summed: the rate from the sums, per-position rates weighted by drafts
+    assert p.rec.accept_rate == pytest.approx((1800 + 600) / (3000 + 1500))
+    assert p.rec.spec["per_position"] == pytest.approx(
+        [(0.8 * 3000 + 0.6 * 1500) / 4500, (0.6 * 3000 + 0.4 * 1500) / 4500,
+         (0.4 * 3000 + 0.2 * 1500) / 4500])
+    assert p.rec.kv_cache_usage_pct == 1.0 and p.rec.prompt_throughput == 0.0
 
 
 def test_live_baseline_points_not_delayed_spec_points_joined() -> None:

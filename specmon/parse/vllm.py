@@ -784,3 +784,44 @@ def throughput_label(engine: str | None) -> str:
     if engine == ENGINE:
         return "vLLM gen throughput: all tokens emitted per ~10 s interval, prefill steps incl."
     return "decode-only"
+
+
+def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDecodeRecord:
+    """The server-level record of one interval of a DP server from its engines' records:
+    `server` holds what SGLang's DP sum computes (throughput, Running, Waiting summed, accept len
+    weighted by throughput); the vLLM parts are added here: prompt tok/s and accepted tok/s
+    summed, KV usage the mean (as vLLM's own aggregated line), the acceptance counts summed and
+    the rate and per-position rates from those sums."""
+    out = VllmDecodeRecord(kind="decode")
+    for f in BatchRecord.__dataclass_fields__:
+        setattr(out, f, getattr(server, f))
+
+    def total(name: str) -> float | None:
+        vals = [getattr(r, name) for r in recs]
+        return None if any(v is None for v in vals) else float(sum(vals))
+
+    out.prompt_throughput = total("prompt_throughput")
+    out.accepted_tok_s = total("accepted_tok_s")
+    kv = [r.kv_cache_usage_pct for r in recs if r.kv_cache_usage_pct is not None]
+    out.kv_cache_usage_pct = sum(kv) / len(kv) if len(kv) == len(recs) else None
+    out.kv_device = recs[0].kv_device
+    out.process, out.pid = recs[0].process, recs[0].pid
+    specs = [r.spec for r in recs]
+    if all(s is not None for s in specs):
+        acc = [s.get("accepted") if s else None for s in specs]
+        dra = [s.get("drafted") if s else None for s in specs]
+        if all(isinstance(x, int) for x in acc + dra):
+            a, d = sum(x for x in acc if isinstance(x, int)), sum(x for x in dra if isinstance(x, int))
+            spec: dict[str, Any] = {"accepted": a, "drafted": d, "engines": len(recs)}
+            out.accept_rate = a / d if d > 0 else None
+            pps = [s.get("per_position") if s else None for s in specs]
+            if all(isinstance(p, list) and p and all(isinstance(x, float) for x in p)
+                   and len(p) == len(pps[0] or []) for p in pps) and d > 0:
+                # drafts per engine = drafted / k (chains of k): weights for the rates
+                spec["per_position"] = [
+                    sum((p or [])[i] * (x or 0) for p, x in zip(pps, dra, strict=True)) / d
+                    for i in range(len(pps[0] or []))]
+            out.spec = spec
+    notes = {r.accept_len_note for r in recs if r.accept_len_note}
+    out.accept_len_note = "; ".join(sorted(notes)) if notes else None
+    return out

@@ -19,6 +19,7 @@ from specmon.parse.vllm import (
     SpecJoiner,
     VllmDecodeRecord,
     VllmEventRecord,
+    combine_engines,
     engine_of,
     sglang_equivalents,
 )
@@ -182,6 +183,9 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
         gen_throughput=sum(x for x in thr if x is not None) if None not in thr else None,
         queue_req=sum(x for x in queue if x is not None) if None not in queue else None,
     )
+    vrecs = [r for r in recs if isinstance(r, VllmDecodeRecord)]
+    if len(vrecs) == len(recs):  # vLLM DP engines: keep their own parts too
+        rec = combine_engines(vrecs, rec)
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
                        all(p.t_log for p in points), len(points))
