@@ -320,3 +320,44 @@ def test_live_log_mixing_engines_is_said() -> None:
         state.apply(line, parse_line(line), 1.0)
     assert state.mixed_engines
     assert sum("mixes SGLang and vLLM" in n for n in state.notices) == 1  # said once
+
+
+def test_real_record_of_vllm_logs_then_report(tmp_path: Path) -> None:
+    """`specmon record local --whole-file` tails two vLLM logs; each row carries its vLLM record;
+    `export` + `report` of that recording give the vLLM speedup."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "rec.jsonl"
+    want = len(SPEC_LOG.read_text().splitlines()) + len(BASE_LOG.read_text().splitlines())
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "record", "local", "--whole-file",
+                             "--log", f"vbase={BASE_LOG}", "--log", f"vspec={SPEC_LOG}",
+                             "--out", str(out)], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    try:
+        for _ in range(3000):
+            if out.exists() and out.read_bytes().count(b"\n") >= want:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    rows = [json.loads(x) for x in out.read_text().splitlines() if '"line"' in x]
+    assert len(rows) == want
+    kinds = {r["record"]["kind"] for r in rows if r["record"]}
+    assert {"decode", "spec", "server_args"} <= kinds
+    assert {r["record"]["engine"] for r in rows if r["record"]} == {"vllm"}
+    snap, md = tmp_path / "s.json", tmp_path / "r.md"
+    for args in (("export", str(out), "-o", str(snap)), ("report", str(snap), "-o", str(md))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "**Speedup 2.1" in text and "vLLM servers: throughput is" in text
