@@ -148,6 +148,14 @@ def test_compare_cli_on_vllm_logs_labels_throughput() -> None:
     assert direct.result["speedup"]["value"] == res["speedup"]["value"]  # one truth
 
 
+def test_runs_listing_names_vllm_config() -> None:
+    r = cli("parse", "--runs", "--json", str(SPEC_LOG))
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.splitlines()[0])
+    assert row["args"] == "vLLM 0.11.0, model Qwen/Qwen3-8B, tp 1, eagle3 k 3 draft org/Qwen3-8B-eagle3"
+    assert row["decode_lines"] == 40 and row["start_reason"] == "server_args"
+
+
 def test_summary_labels_vllm_throughput() -> None:
     r = cli("parse", str(SPEC_LOG))
     assert r.returncode == 0, r.stderr

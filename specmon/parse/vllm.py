@@ -26,7 +26,13 @@ API (what other modules use):
   engine printed just before it (the spec line has no engine id) and fills in the SGLang-shaped
   `accept_len` (normalised to "bonus included": 0.8.5 prints it without the bonus; detected from
   the per-position rates and corrected, saying so in `accept_len_note`) and `accept_rate`.
-* `engine_of(record) -> "vllm" | "sglang" | None`: which server printed a record (mixed logs).
+* `engine_of(record) -> "vllm" | "sglang" | None`: which server printed a record;
+  `EngineGuard(name).check(record, line_no)` raises `MixedEngines` (a one-line `CliError`) when a
+  log mixes the two.
+* `sglang_equivalents(server_args_data)`: vLLM's k as SGLang's steps / topk 1 / draft tokens k+1;
+  `throughput_label(engine)`: what a server's logged throughput counts, in every front end's
+  words; `combine_engines` (DP engines' records -> one server-level record), `same_line`.
+* Counters (`/metrics`) are read by `specmon.parse.vllm_metrics`.
 
 Every record's `to_json()` carries `"engine": "vllm"`. Line preprocessing: `\\r` (continuation
 lines, tqdm) and ANSI colour are dropped; `VLLM_LOGGING_PREFIX` or a leading container timestamp

@@ -53,7 +53,13 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("speculative_algorithm"):
+    if args.get("engine_version"):  # vLLM's config line: its own words for k and the draft
+        parts.insert(0, f"vLLM {args['engine_version']}")
+        if args.get("speculative_algorithm"):
+            draft = args.get("speculative_draft_model_path")
+            parts.append(f"{args['speculative_algorithm']} k {args.get('speculative_num_tokens')}"
+                         + (f" draft {draft}" if draft else ""))
+    elif args.get("speculative_algorithm"):
         parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
                      f"topk {args.get('speculative_eagle_topk')} "
                      f"draft {args.get('speculative_num_draft_tokens')}")
