@@ -28,7 +28,11 @@ def _real() -> list[dict]:
     return [json.loads(x) for x in (DATA / "real-lines.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", _real(), ids=lambda r: r["source"].split(" ")[0].rsplit("/", 2)[-2] + "-" + r["kind"])
+def _row_id(r: dict) -> str:
+    return r["source"].split(" ")[0].rsplit("/", 2)[-2] + "-" + r["kind"]
+
+
+@pytest.mark.parametrize("row", _real(), ids=_row_id)
 def test_real_lines(row: dict) -> None:
     rec = parse_line(row["line"])
     if row["kind"] == "other":
@@ -279,3 +283,21 @@ def test_non_default_args_keep_only_known_keys_no_secrets() -> None:
     assert isinstance(rec, VllmEventRecord)
     assert rec.data["args"] == {"model": "m", "max_num_seqs": 64}
     assert "sk-live" not in json.dumps(rec.to_json())
+
+
+def test_joiner_two_api_servers_interleaved() -> None:
+    """External DP load balancing: `(APIServer_DP0 pid=A)` and `(APIServer_DP1 pid=B)` print
+    into one file; each spec line joins its own process's engine line."""
+    def eng(dp: int, pid: int, gen: float) -> str:
+        return (f"(APIServer_DP{dp} pid={pid}) INFO 05-20 10:42:11 [loggers.py:271] "
+                + "Engine %03d: " % dp + THR_080 % (0.0, gen, 8, 0, 1.0, 0.0))
+
+    def spec(dp: int, pid: int, acc: int) -> str:
+        return (f"(APIServer_DP{dp} pid={pid}) INFO 05-20 10:42:11 [metrics.py:120] "
+                + F3 % (1 + acc / 1000, acc / 10, 300.0, acc, 3000, "0.500, 0.300, 0.100", 30.0))
+
+    lines = [eng(1, 22, 900.0), eng(0, 11, 800.0), spec(1, 22, 600), spec(0, 11, 900)]
+    recs = [r for r in join_records(parse_line(x) for x in lines) if isinstance(r, VllmDecodeRecord)]
+    by_dp = {r.dp_rank: r for r in recs}
+    assert by_dp[1].spec is not None and by_dp[1].spec["accepted"] == 600
+    assert by_dp[0].spec is not None and by_dp[0].spec["accepted"] == 900

@@ -597,6 +597,9 @@ class SpecJoiner:
         self.hold = hold
         self._held: VllmDecodeRecord | None = None
         self._last: VllmDecodeRecord | None = None
+        # several API servers in one file (`(APIServer_DP1 pid=N)`, external DP load balancing):
+        # a spec line belongs to the last engine line of its own process
+        self._last_by_pid: dict[int, VllmDecodeRecord] = {}
         self._v0_prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
         self._clock = IntervalClock()
 
@@ -610,6 +613,8 @@ class SpecJoiner:
                 rec.data = _v0_interval(self._v0_prev.get(key), rec.data)
                 self._v0_prev[key] = rec.data
             target = self._held or self._last
+            if target is not None and not _same_process(target, rec) and rec.pid is not None:
+                target = self._last_by_pid.get(rec.pid)
             if target is not None and target.spec is None and _same_process(target, rec):
                 attach(target, rec.data)
                 self._clock.accepted_rate(target)
@@ -623,6 +628,10 @@ class SpecJoiner:
             self._held = None
         if isinstance(rec, VllmDecodeRecord):
             self._last = rec
+            if rec.pid is not None:
+                if len(self._last_by_pid) >= 256 and rec.pid not in self._last_by_pid:
+                    self._last_by_pid.clear()  # bounded: a hostile log cannot grow it
+                self._last_by_pid[rec.pid] = rec
             self._clock.see(rec)
             if self.hold:
                 self._held = rec
@@ -630,6 +639,7 @@ class SpecJoiner:
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
             self._v0_prev.clear()
             self._last = None
+            self._last_by_pid.clear()
             self._clock = IntervalClock()
         out.append(rec)
         return out
