@@ -205,13 +205,23 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
 _VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:")
 
 
+_VLLM_LINE = re.compile(rb"^[^\n]*(?:Avg prompt throughput|SpecDecoding metrics|"
+                        rb"Speculative metrics:)[^\n]*", re.M)
+
+
 def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
-    """A vLLM log: every line through the parser, spec lines joined onto their engine's line."""
+    """A vLLM log: its stats lines through the parser, spec lines joined onto their engine's
+    line. Only lines with a vLLM stats marker can make a summary record; a buffer that also holds
+    SGLang batch lines goes line by line, so the mixed-engines error names the line."""
     guard = EngineGuard(s.name)
     joiner = SpecJoiner()
-    for line_no, line in enumerate(buf.split(b"\n"), 1):
+    if b"Decode batch" in buf or b"Prefill batch" in buf:
+        lines: Iterator[tuple[int, bytes]] = enumerate(buf.split(b"\n"), 1)
+    else:
+        lines = ((0, m.group()) for m in _VLLM_LINE.finditer(buf))
+    for line_no, line in lines:
         rec = parse_line(line[:MAX_LINE]) if line else None
-        guard.check(rec, line_no)
+        guard.check(rec, line_no or None)
         for r in joiner.push(rec):
             s.add_record(r)
     for r in joiner.flush():

@@ -45,6 +45,7 @@ handles the Dec -> Jan rollover.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import time
@@ -55,6 +56,8 @@ from typing import Any
 from specmon.errors import CliError
 from specmon.parse.sglang import (
     INVALID,
+    MAX_INT_DIGITS,
+    MAX_THROUGHPUT,
     BatchRecord,
     EventRecord,
     Record,
@@ -72,10 +75,13 @@ MARKERS = ("Avg prompt throughput", "SpecDecoding metrics", "Speculative metrics
 _RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RE_CONTAINER_TS = re.compile(
     r"^\s*(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(?:Z|[+-]\d{2}:?\d{2})?\s")
+# The level starts the header proper; the process tag, when there is one, ends just before it
+# (searched separately in the short prefix: one optional leading group would be tried at every
+# position of the line).
 _RE_HEADER = re.compile(
-    r"(?:\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\)\s+)?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d{2}-\d{2}) "
+    r"\b(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d{2}-\d{2}) "
     r"(?P<hms>\d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3})\d*)?\s+\[?(?P<file>[^\]\s]+?):(?P<lineno>\d+)\]\s")
+_RE_TAG = re.compile(r"\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\)\s+\Z")
 
 # --- throughput line --------------------------------------------------------------------------
 _RE_ENGINE = re.compile(
@@ -267,7 +273,17 @@ def clean(line: str | bytes) -> str:
 
 def infer_year(month: int, day: int, now: float | None = None) -> int:
     """The latest year that does not put MM-DD more than a day after `now` (default: the clock)."""
-    now = time.time() if now is None else now
+    if now is None:  # per line: the answer changes at most once an hour matters, so cache it
+        return _year_now(month, day, int(time.time() // 600))
+    return _infer_year(month, day, now)
+
+
+@functools.lru_cache(maxsize=512)
+def _year_now(month: int, day: int, bucket: int) -> int:
+    return _infer_year(month, day, bucket * 600.0)
+
+
+def _infer_year(month: int, day: int, now: float) -> int:
     today, tomorrow = time.localtime(now), time.localtime(now + 86_400)
     if (month, day) == (tomorrow.tm_mon, tomorrow.tm_mday):  # clock skew, time zones
         return tomorrow.tm_year
@@ -301,8 +317,9 @@ def _head(text: str) -> _Head | None:
             if m.group("ms"):
                 ts += f".{m.group('ms')}"
             inferred = True
-    proc = m.group("proc")
-    pid = small_int(m.group("pid")) if m.group("pid") else None
+    tag = _RE_TAG.search(text, max(0, m.start() - 200), m.start())
+    proc = tag.group("proc") if tag else None
+    pid = small_int(tag.group("pid")) if tag else None
     return _Head(text[m.end():], ts, None if ts else m.group("hms"), proc, pid, inferred)
 
 
@@ -311,6 +328,10 @@ def _head(text: str) -> _Head | None:
 def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
          integer: bool = False) -> float | int | None:
     """A printed value; nan/inf/negative/absurd -> None with `name` added to `invalid`."""
+    if text.isdigit() and len(text) <= MAX_INT_DIGITS:  # the common case, fast
+        return int(text) if integer else _bounded(float(text), name, invalid, pct)
+    if not integer and _RE_PLAIN_FLOAT.match(text):
+        return _bounded(float(text), name, invalid, pct)
     v = read_number(text)
     if v is None:
         return None
@@ -328,6 +349,16 @@ def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
         invalid.append(name)
         return None
     return c
+
+
+_RE_PLAIN_FLOAT = re.compile(r"\d{1,15}\.\d{1,6}\Z")
+
+
+def _bounded(v: float, name: str, invalid: list[str], pct: bool) -> float | None:
+    if (pct and v > 100.0 + 1e-9) or (name.endswith("throughput") and v > MAX_THROUGHPUT):
+        invalid.append(name)
+        return None
+    return v
 
 
 def _float(text: str, name: str, invalid: list[str], pct: bool = False) -> float | None:
@@ -361,12 +392,11 @@ def _decode(head: _Head, msg: str) -> VllmDecodeRecord | None:
     rec.gen_throughput = _float(body.group("gen"), "gen_throughput", inv)
     rec.running_req = _int(body.group("running"), "running_req", inv)
     rest = msg[body.end():]
-    w = _RE_WAITING.search(rest) or _RE_PENDING.search(rest)
+    w = _RE_WAITING.search(rest) or ("Pending" in rest and _RE_PENDING.search(rest)) or None
     if w:
         rec.queue_req = _int(w.group(1), "queue_req", inv)
-    for rx, name in ((_RE_SWAPPED, "swapped_req"), (_RE_DEFERRED, "deferred_req"),
-                     (_RE_CORRUPTED, "corrupted_req"), (_RE_PREEMPT, "preemptions")):
-        m = rx.search(rest)
+    for rx, name, mark in _OPTIONAL_COUNTS:
+        m = rx.search(rest) if mark in rest else None  # the substring test is ~20x cheaper
         if m:
             setattr(rec, name, _int(m.group(1), name, inv))
     for m in _RE_KV.finditer(rest):
@@ -375,18 +405,24 @@ def _decode(head: _Head, msg: str) -> VllmDecodeRecord | None:
         elif rec.kv_cache_usage_pct is None:
             rec.kv_device = m.group("dev")
             rec.kv_cache_usage_pct = _float(m.group("v"), "kv_cache_usage_pct", inv, True)
-    for rx, name in ((_RE_PREFIX, "prefix_cache_hit_pct"),
-                     (_RE_EXT_PREFIX, "external_prefix_cache_hit_pct"),
-                     (_RE_MM, "mm_cache_hit_pct")):
-        m = rx.search(rest)
+    for rx, name, mark in _OPTIONAL_RATES:
+        m = rx.search(rest) if mark in rest else None
         if m:
             setattr(rec, name, _float(m.group(1), name, inv, True))
-    f = _RE_KV_FETCH.search(rest)
+    f = _RE_KV_FETCH.search(rest) if "KV fetch" in rest else None
     if f:
         rec.kv_fetch_waiting = small_int(f.group(1))
         rec.kv_fetch_in_progress = small_int(f.group(2))
         rec.kv_fetch_completed_waiting = small_int(f.group(3))
     return rec
+
+
+_OPTIONAL_COUNTS = ((_RE_SWAPPED, "swapped_req", "Swapped"), (_RE_DEFERRED, "deferred_req", "Deferred"),
+                    (_RE_CORRUPTED, "corrupted_req", "Corrupted"),
+                    (_RE_PREEMPT, "preemptions", "Preemptions"))
+_OPTIONAL_RATES = ((_RE_PREFIX, "prefix_cache_hit_pct", "refix cache hit rate"),
+                   (_RE_EXT_PREFIX, "external_prefix_cache_hit_pct", "External prefix"),
+                   (_RE_MM, "mm_cache_hit_pct", "MM cache"))
 
 
 def _per_position(text: str, inv: list[str]) -> list[float | None]:
