@@ -53,7 +53,7 @@ def best_of(cmd: list[str], repeat: int) -> tuple[float, str]:
     best, out = float("inf"), ""
     for _ in range(repeat):
         t = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         best = min(best, time.perf_counter() - t)
         out = r.stdout
     return best, out
