@@ -53,6 +53,9 @@ def test_085_accept_length_gets_its_bonus() -> None:
     rec = state.runs[0].decode[0].rec
     assert rec.accept_len == pytest.approx(2.82)
     assert "0.8.5" in (rec.accept_len_note or "")
+    res = compare(state, state).result
+    assert any("vLLM 0.8.5 printed them, without the bonus token: 1 added" in n
+               for n in res["notes"])
 
 
 def test_dp_engines_summed_and_config_copies_one_run() -> None:

@@ -21,7 +21,7 @@ from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
-from specmon.parse.vllm import VllmDecodeRecord, throughput_label
+from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.session.state import DecodePoint
 from specmon.session.window import (
     MIN_N,
@@ -453,11 +453,14 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         if measured:  # vLLM prints its counts: the rate is measured, not recomputed
             acc_n = sum(r.spec.get("accepted") or 0 for r in measured if r.spec)
             dra_n = sum(r.spec.get("drafted") or 0 for r in measured if r.spec)
+            fixed = sum(1 for r in measured if r.accept_len_note == BONUS_NOTE)
             b.append(("p", f"{s.name}: accept length (tokens per verify round, bonus included) "
                            f"median {_num(med)}, p10 {_num(quantile_sorted(acc, 0.1))}, p90 "
                            f"{_num(quantile_sorted(acc, 0.9))}, n {len(acc):,}; accept rate "
                            f"(vLLM's counts, accepted ÷ drafted over the snapshot) "
-                           f"{_num(acc_n / dra_n if dra_n else None)}."))
+                           f"{_num(acc_n / dra_n if dra_n else None)}."
+                           + (f" {fixed:,} lengths were printed by vLLM 0.8.5 without the bonus "
+                              "token; 1 was added." if fixed else "")))
             continue
         b.append(("p", f"{s.name}: accept length (tokens per verify round, bonus included) median "
                        f"{_num(med)}, p10 {_num(quantile_sorted(acc, 0.1))}, p90 "

@@ -571,6 +571,7 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
 # --- joining the spec line onto its engine's line ---------------------------------------------
 
 BONUS_TOL = 0.006  # printed %.2f (0.005) + slack; plus 0.0005 per printed %.3f position
+BONUS_NOTE = "vLLM 0.8.5 prints the mean acceptance length without the bonus token: 1 added"
 
 
 def normalised_accept_len(spec: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -586,8 +587,7 @@ def normalised_accept_len(spec: dict[str, Any]) -> tuple[float | None, str | Non
         s = float(sum(pp))
         tol = BONUS_TOL + 0.0005 * len(pp)
         if abs(mal - s) <= tol and abs(mal - (1.0 + s)) > tol:
-            return mal + 1.0, "vLLM 0.8.5 prints the mean acceptance length without the bonus " \
-                              "token: 1 added"
+            return mal + 1.0, BONUS_NOTE
     return mal, None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
-from specmon.parse.vllm import EngineGuard, throughput_label
+from specmon.parse.vllm import BONUS_NOTE, EngineGuard, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -149,6 +149,11 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
+                                                             or ""))
+        if fixed:
+            notes.append(f"{label} run {run.index}: {fixed} accept lengths as vLLM 0.8.5 printed "
+                         "them, without the bonus token: 1 added (bonus included, as elsewhere)")
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:
