@@ -301,3 +301,15 @@ def test_joiner_two_api_servers_interleaved() -> None:
     by_dp = {r.dp_rank: r for r in recs}
     assert by_dp[1].spec is not None and by_dp[1].spec["accepted"] == 600
     assert by_dp[0].spec is not None and by_dp[0].spec["accepted"] == 900
+
+
+def test_api_server_start_is_ready() -> None:
+    """Real 0.10.2 line (kagaho/Build-Jetson-Container-VLLM-0.10.2): an idle vLLM server prints
+    no stats line, so its start line is what says it is up."""
+    rec = parse_line("(APIServer pid=291) INFO 09-21 23:16:28 [api_server.py:1957] Starting vLLM "
+                     "API server 0 on http://0.0.0.0:8000")
+    assert isinstance(rec, VllmEventRecord) and rec.kind == "ready" and rec.pid == 291
+    from specmon.session.state import ServerState
+    st = ServerState("v")
+    st.apply("x", rec, 1.0)
+    assert st.status == "ready"

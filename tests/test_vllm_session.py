@@ -372,3 +372,11 @@ def test_real_record_of_vllm_logs_then_report(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
     text = md.read_text()
     assert "**Speedup 2.1" in text and "vLLM servers: throughput is" in text
+
+
+def test_parse_start_up_only_vllm_log(tmp_path: Path) -> None:
+    f = tmp_path / "start.log"
+    f.write_text(SPEC_LOG.read_text().splitlines()[0] + "\n")
+    r = cli("parse", str(f))
+    assert r.returncode == 0, r.stderr  # a vLLM log that has not served yet, not garbage
+    assert "vLLM 'Avg generation throughput'" in r.stdout and "no decode lines found" in r.stdout

@@ -202,7 +202,8 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
     return total
 
 
-_VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:")
+_VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:|"
+                        rb"LLM engine \(v[^)]*\) with config:|Starting vLLM API server")
 
 
 _VLLM_LINE = re.compile(rb"^[^\n]*(?:Avg prompt throughput|SpecDecoding metrics|"
@@ -227,6 +228,8 @@ def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
     for r in joiner.flush():
         s.add_record(r)
     s.engine = "vllm"
+    if not s.recognised:  # start-up lines only: still a vLLM log, not garbage
+        s.events = _count_events(buf)
     return s
 
 
@@ -265,11 +268,12 @@ def _batch_lines(buf: bytes) -> Iterator[bytes]:
         pos = end + 1
 
 
-_EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=")
+_EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=|"
+                          rb"LLM engine \(v[^)]*\) with config:|Starting vLLM API server")
 
 
 def _count_events(buf: bytes) -> int:
-    """SGLang start-up lines (no batch line yet is still an SGLang log, not garbage)."""
+    """Start-up lines of SGLang or vLLM (no stats line yet is still a server log, not garbage)."""
     return len(_EVENT_MARKS.findall(buf))
 
 

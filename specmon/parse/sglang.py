@@ -550,7 +550,8 @@ def parse_line(line: str | bytes) -> Record | None:
             if rec is not None:
                 return rec
         if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
-                or "non-default args:" in text):  # maybe vLLM's: the same records (parse/vllm.py)
+                or "non-default args:" in text or "vLLM API server" in text):
+            # maybe vLLM's line: the same record model (parse/vllm.py)
             from specmon.parse.vllm import parse_vllm_line
 
             vrec = parse_vllm_line(text)

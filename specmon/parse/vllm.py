@@ -21,7 +21,9 @@ API (what other modules use):
   - `Initializing a V1 LLM engine (vX) with config: ...` -> `VllmEventRecord(kind "server_args")`
     with `engine_version`, `model_path`, `speculative_algorithm` (the method),
     `speculative_num_tokens`, `speculative_draft_model_path`, `tp_size`, `pp_size`, `dp_size`;
-    `non-default args: {...}` -> `kind "vllm_args"` with the dict (and the spec keys it holds).
+    `non-default args: {...}` -> `kind "vllm_args"` with the dict (and the spec keys it holds);
+    `Starting vLLM API server ... on http://...` -> `kind "ready"` (an idle server prints no
+    stats line: this is how it is known to be up).
 * `SpecJoiner`: a small stream stage that joins each spec record onto the decode record of its
   engine printed just before it (the spec line has no engine id) and fills in the SGLang-shaped
   `accept_len` (normalised to "bonus included": 0.8.5 prints it without the bonus; detected from
@@ -70,7 +72,7 @@ ENGINE = "vllm"
 
 # Markers: a line without one of these is not a vLLM line specmon uses.
 MARKERS = ("Avg prompt throughput", "SpecDecoding metrics", "Speculative metrics:",
-           "LLM engine (v", "non-default args:")
+           "LLM engine (v", "non-default args:", "Starting vLLM API server")
 
 _RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RE_CONTAINER_TS = re.compile(
@@ -563,6 +565,9 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
             return _config(head, msg)
         if "non-default args:" in msg:
             return _non_default(head, msg)
+        if msg.startswith("Starting vLLM API server"):  # `... [0 ]on http://HOST:PORT`
+            return VllmEventRecord("ready", head.timestamp, head.time_of_day, process=head.process,
+                                   pid=head.pid, date_inferred=head.date_inferred)
         return None
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None
