@@ -380,3 +380,16 @@ def test_parse_start_up_only_vllm_log(tmp_path: Path) -> None:
     r = cli("parse", str(f))
     assert r.returncode == 0, r.stderr  # a vLLM log that has not served yet, not garbage
     assert "vLLM 'Avg generation throughput'" in r.stdout and "no decode lines found" in r.stdout
+
+
+def test_snapshot_spec_field_is_checked() -> None:
+    from specmon.export.snapshot import SnapshotError, record_from_json, record_to_json
+
+    state = read_runs(SPEC_LOG.read_text().splitlines())
+    rec = state.runs[0].decode[3].rec
+    d = record_to_json(rec)
+    back = record_from_json(json.loads(json.dumps(d)))
+    assert back == rec  # lossless
+    for bad in ({"accepted": "many"}, {"per_position": [0.5, 7.0]}, {"mean_accept_len": -1}):
+        with pytest.raises(SnapshotError, match="spec field"):
+            record_from_json({**d, "spec": {**d["spec"], **bad}})

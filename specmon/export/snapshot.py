@@ -36,7 +36,7 @@ from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
-from specmon.parse.vllm import VllmDecodeRecord, same_line
+from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
 
 SCHEMA_NAME = "specmon.snapshot"
@@ -152,9 +152,14 @@ def record_from_json(d: Any, where: str = "record") -> Record:
             if name == "engine" and vllm:
                 continue
             if name == "spec" and vllm:
+                if v is None:
+                    continue
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'spec' must be an object")
-                kw["spec"] = dict(v)
+                try:
+                    kw["spec"] = checked_spec(v)
+                except ValueError as exc:
+                    raise SnapshotError(f"{where}: {exc}") from None
                 continue
             if name == "extra":
                 if not isinstance(v, dict):

@@ -882,3 +882,42 @@ def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDe
     notes = {r.accept_len_note for r in recs if r.accept_len_note}
     out.accept_len_note = "; ".join(sorted(notes)) if notes else None
     return out
+
+
+_SPEC_INTS = ("accepted", "drafted", "accepted_total", "drafted_total", "emitted",
+              "emitted_interval", "num_spec_tokens", "engines")
+_SPEC_FLOATS = ("mean_accept_len", "draft_accept_rate_pct", "accepted_throughput",
+                "drafted_throughput", "system_efficiency")
+
+
+def checked_spec(d: dict[str, Any]) -> dict[str, Any]:
+    """A spec dict read back from a file (a snapshot), with every field of the type the parser
+    gives it; ValueError naming the first field that is not. Unknown fields are dropped."""
+    out: dict[str, Any] = {}
+    for k in _SPEC_INTS:
+        v = d.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                              or v >= 10 ** MAX_INT_DIGITS):
+            raise ValueError(f"spec field {k!r} is not a count")
+        if k in d:
+            out[k] = v
+    for k in _SPEC_FLOATS:
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v < 0):
+            raise ValueError(f"spec field {k!r} is not a finite number")
+        if k in d:
+            out[k] = None if v is None else float(v)
+    pp = d.get("per_position")
+    if pp is not None:
+        if not isinstance(pp, list) or len(pp) > MAX_POSITIONS or not all(
+                x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                              and math.isfinite(x) and 0 <= x <= 1) for x in pp):
+            raise ValueError("spec field 'per_position' is not a list of rates")
+        out["per_position"] = [None if x is None else float(x) for x in pp]
+    for k in ("layout",):
+        if isinstance(d.get(k), str):
+            out[k] = d[k][:8]
+    if d.get("cumulative") is True:
+        out["cumulative"] = True
+    return out
