@@ -130,7 +130,8 @@ def test_spec_layouts(fmt: str, args: tuple, layout: str, mal: float | None) -> 
     rec = parse_line(HEAD_08 % ("metrics.py", 87) + fmt % args)
     assert isinstance(rec, VllmEventRecord) and rec.kind == "spec"
     d = rec.data
-    assert (d["layout"], d["mean_accept_len"], d["accepted"], d["drafted"]) == (layout, mal, 9339, 15360)
+    assert (d["_layout"], d["mean_accept_len"], d["accepted"], d["drafted"]) == (layout, mal, 9339, 15360)
+    assert "_layout" not in rec.to_json()
     assert d["draft_accept_rate_pct"] == 60.8
     if layout == "F3":
         assert (d["accepted_throughput"], d["drafted_throughput"]) == (933.9, 1536.0)
@@ -249,7 +250,8 @@ def test_joiner_pairs_spec_with_its_engine_and_diffs_v0() -> None:
     j = SpecJoiner()
     out = [r for x in v0 for r in j.push(x)]
     assert out[0].data["accepted"] is None  # first cumulative line: no interval yet
-    assert (out[1].data["accepted"], out[1].data["drafted"], out[1].data["emitted_interval"]) == (0, 10, 2)
+    assert (out[1].data["accepted"], out[1].data["drafted"], out[1].data["emitted"]) == (0, 10, 2)
+    assert out[1].data["accepted_total"] == 1 and out[1].data["draft_accept_rate_pct"] == 0.0
     assert out[1].data["mean_accept_len"] == pytest.approx(2 * 5 / 10)
 
 

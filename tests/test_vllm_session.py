@@ -393,3 +393,16 @@ def test_snapshot_spec_field_is_checked() -> None:
     for bad in ({"accepted": "many"}, {"per_position": [0.5, 7.0]}, {"mean_accept_len": -1}):
         with pytest.raises(SnapshotError, match="spec field"):
             record_from_json({**d, "spec": {**d["spec"], **bad}})
+
+
+def test_parse_json_differences_v0_cumulative_counts(tmp_path: Path) -> None:
+    rows = [json.loads(x) for x in (DATA / "real-lines.jsonl").read_text().splitlines()]
+    v0 = [r["line"] for r in rows if "Speculative metrics:" in r["line"]][:2]  # issue #7301
+    f = tmp_path / "v0.log"
+    f.write_text("\n".join(v0) + "\n")
+    r = cli("parse", "--json", str(f))
+    assert r.returncode == 0, r.stderr
+    a, b = (json.loads(x) for x in r.stdout.splitlines())
+    assert a["accepted"] is None and a["accepted_total"] == 1 and a["cumulative"] is True
+    assert (b["accepted"], b["drafted"], b["emitted"]) == (0, 10, 2)  # 1-1, 15-5, 3-1
+    assert b["draft_accept_rate_pct"] == 0.0 and b["draft_accept_rate_pct_total"] == 6.7

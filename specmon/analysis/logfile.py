@@ -21,7 +21,7 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
-from specmon.parse.vllm import EngineGuard, SpecJoiner
+from specmon.parse.vllm import EngineGuard, SpecJoiner, V0Differ, VllmEventRecord
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -92,12 +92,15 @@ def open_input(name: str) -> BinaryIO:
 def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
     guard = EngineGuard(name)
+    v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
     try:
         for line_no, raw in enumerate(read_lines(fh, name), 1):
             rec = parse_line(raw)
             guard.check(rec, line_no)
             if rec is None:
                 continue
+            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+                v0.apply(rec)
             if kind != "all" and rec.kind != kind:
                 continue
             yield {"file": name, "line_no": line_no, **rec.to_json()}

@@ -237,7 +237,7 @@ class VllmEventRecord(EventRecord):
             out["process"] = self.process
         if self.pid is not None:
             out["pid"] = self.pid
-        out.update(self.data)
+        out.update((k, v) for k, v in self.data.items() if not k.startswith("_"))
         if self.invalid:
             out["invalid"] = list(self.invalid)
         return out
@@ -460,7 +460,7 @@ def _spec(head: _Head, msg: str) -> VllmEventRecord | None:
     else:
         layout = "F1"
     ev.data = {
-        "layout": layout,
+        "_layout": layout,
         "mean_accept_len": _float(mal.group(1), "mean_accept_len", inv) if mal else None,
         "accepted": _int(acc.group(1), "accepted", inv),
         "drafted": _int(dra.group(1), "drafted", inv),
@@ -480,20 +480,26 @@ def _spec_v0(head: _Head, msg: str) -> VllmEventRecord | None:
     ev = VllmEventRecord("spec", head.timestamp, head.time_of_day, process=head.process,
                          pid=head.pid, date_inferred=head.date_inferred)
     inv = ev.invalid
-    rate = _float(m.group(1), "draft_accept_rate_pct", inv)
+    rate = _float(m.group(1), "draft_accept_rate_pct_total", inv)
     ev.data = {
-        "layout": "V0",
-        "cumulative": True,  # counts since the server started: SpecJoiner diffs them
+        "_layout": "V0",
+        # V0 prints counts since the server started (`*_total`); the per-interval fields are
+        # None on the line itself and filled from two lines by `V0Differ` (parse --json, joins)
+        "cumulative": True,
         "mean_accept_len": None,
-        "accepted": _int(m.group(4), "accepted", inv),
-        "drafted": _int(m.group(5), "drafted", inv),
-        "draft_accept_rate_pct": None if rate is None else round(rate * 100.0, 6),
+        "accepted": None,
+        "drafted": None,
+        "draft_accept_rate_pct": None,
         "accepted_throughput": None,
         "drafted_throughput": None,
         "per_position": None,
-        "emitted": _int(m.group(6), "emitted", inv),
+        "emitted": None,
+        "accepted_total": _int(m.group(4), "accepted_total", inv),
+        "drafted_total": _int(m.group(5), "drafted_total", inv),
+        "emitted_total": _int(m.group(6), "emitted_total", inv),
+        "draft_accept_rate_pct_total": None if rate is None else round(rate * 100.0, 6),
+        "system_efficiency_total": _float(m.group(2), "system_efficiency_total", inv),
         "num_spec_tokens": _int(m.group(3), "num_spec_tokens", inv),
-        "system_efficiency": _float(m.group(2), "system_efficiency", inv),
     }
     return ev
 
@@ -596,31 +602,44 @@ def normalised_accept_len(spec: dict[str, Any]) -> tuple[float | None, str | Non
     return mal, None
 
 
-def _v0_interval(prev: dict[str, Any] | None, cur: dict[str, Any]) -> dict[str, Any]:
-    """Per-interval counts of a V0 line from two cumulative ones (None for the first one, or
-    after the counters went back: a restart)."""
-    out = dict(cur)
-    out["accepted_total"], out["drafted_total"] = cur.get("accepted"), cur.get("drafted")
-    out["accepted"] = out["drafted"] = out["emitted_interval"] = None
-    out["mean_accept_len"] = None
-    if prev is None:
-        return out
-    keys = ("accepted", "drafted", "emitted")
-    pv = [prev.get(k + "_total" if k != "emitted" else k) for k in keys]
-    cv = [cur.get(k) for k in keys]
-    pi = [x for x in pv if isinstance(x, int)]
-    ci = [x for x in cv if isinstance(x, int)]
-    if len(pi) != 3 or len(ci) != 3:
-        return out
-    d = [c - p for c, p in zip(ci, pi, strict=True)]
-    if any(x < 0 for x in d):
-        return out
-    out["accepted"], out["drafted"], out["emitted_interval"] = d
-    k = cur.get("num_spec_tokens")
-    if isinstance(k, int) and k > 0 and d[1] > 0:
-        # V0 always drafts k per step: steps = drafted / k; emitted counts accepted + bonus
-        out["mean_accept_len"] = d[2] * k / d[1]
-    return out
+class V0Differ:
+    """Fills a V0 spec line's per-interval fields from the previous V0 line of the same process
+    (V0 prints cumulative counts): accepted, drafted, emitted, the rate and the accept length
+    (emitted tokens per verify step; V0 drafts k per step, so steps = drafted / k). The first
+    line of a process, or one whose counts went back (a restart), keeps them None."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+
+    def apply(self, rec: VllmEventRecord) -> None:
+        d = rec.data
+        if not d.get("cumulative"):
+            return
+        key = (rec.process, rec.pid)
+        prev = self._prev.get(key)
+        if len(self._prev) >= 256 and key not in self._prev:
+            self._prev.clear()  # bounded
+        self._prev[key] = d
+        if prev is None:
+            return
+        names = ("accepted_total", "drafted_total", "emitted_total")
+        pv, cv = [prev.get(n) for n in names], [d.get(n) for n in names]
+        pi = [x for x in pv if isinstance(x, int)]
+        ci = [x for x in cv if isinstance(x, int)]
+        if len(pi) != 3 or len(ci) != 3:
+            return
+        acc, dra, emi = (c - p for c, p in zip(ci, pi, strict=True))
+        if acc < 0 or dra < 0 or emi < 0:
+            return
+        d["accepted"], d["drafted"], d["emitted"] = acc, dra, emi
+        if dra > 0:
+            d["draft_accept_rate_pct"] = round(100.0 * acc / dra, 6)
+        k = d.get("num_spec_tokens")
+        if isinstance(k, int) and k > 0 and dra > 0:
+            d["mean_accept_len"] = emi * k / dra
+
+    def clear(self) -> None:
+        self._prev.clear()
 
 
 class SpecJoiner:
@@ -641,7 +660,7 @@ class SpecJoiner:
         # several API servers in one file (`(APIServer_DP1 pid=N)`, external DP load balancing):
         # a spec line belongs to the last engine line of its own process
         self._last_by_pid: dict[int, VllmDecodeRecord] = {}
-        self._v0_prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        self._v0 = V0Differ()
         self._clock = IntervalClock()
 
     def push(self, rec: Record | None) -> list[Record]:
@@ -649,10 +668,7 @@ class SpecJoiner:
             return []
         out: list[Record] = []
         if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
-            if rec.data.get("cumulative"):
-                key = (rec.process, rec.pid)
-                rec.data = _v0_interval(self._v0_prev.get(key), rec.data)
-                self._v0_prev[key] = rec.data
+            self._v0.apply(rec)
             target = self._held or self._last
             if target is not None and not _same_process(target, rec) and rec.pid is not None:
                 target = self._last_by_pid.get(rec.pid)
@@ -678,7 +694,7 @@ class SpecJoiner:
                 self._held = rec
                 return out
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
-            self._v0_prev.clear()
+            self._v0.clear()
             self._last = None
             self._last_by_pid.clear()
             self._clock = IntervalClock()
@@ -735,7 +751,7 @@ class IntervalClock:
 
     def accepted_rate(self, rec: VllmDecodeRecord) -> None:
         acc = rec.spec.get("accepted") if rec.spec else None
-        if not isinstance(acc, int) or rec.spec is None or rec.spec.get("layout") == "V0":
+        if not isinstance(acc, int) or rec.spec is None or rec.spec.get("_layout") == "V0":
             return
         gap = self._gap.pop(id(rec), None)
         usual = self.usual()
@@ -764,7 +780,7 @@ def attach(dec: VllmDecodeRecord, spec: dict[str, Any]) -> None:
     acc, dra = spec.get("accepted"), spec.get("drafted")
     if isinstance(acc, int) and isinstance(dra, int) and dra > 0:
         dec.accept_rate = acc / dra
-    if spec.get("layout") == "V0":
+    if spec.get("_layout") == "V0":
         mal = spec.get("mean_accept_len")
         dec.accept_len = mal if isinstance(mal, float) else None
         if dec.accept_len is not None:
@@ -885,9 +901,9 @@ def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDe
 
 
 _SPEC_INTS = ("accepted", "drafted", "accepted_total", "drafted_total", "emitted",
-              "emitted_interval", "num_spec_tokens", "engines")
+              "emitted_total", "num_spec_tokens", "engines")
 _SPEC_FLOATS = ("mean_accept_len", "draft_accept_rate_pct", "accepted_throughput",
-                "drafted_throughput", "system_efficiency")
+                "drafted_throughput", "draft_accept_rate_pct_total", "system_efficiency_total")
 
 
 def checked_spec(d: dict[str, Any]) -> dict[str, Any]:
@@ -915,7 +931,7 @@ def checked_spec(d: dict[str, Any]) -> dict[str, Any]:
                               and math.isfinite(x) and 0 <= x <= 1) for x in pp):
             raise ValueError("spec field 'per_position' is not a list of rates")
         out["per_position"] = [None if x is None else float(x) for x in pp]
-    for k in ("layout",):
+    for k in ("_layout",):
         if isinstance(d.get(k), str):
             out[k] = d[k][:8]
     if d.get("cumulative") is True:
