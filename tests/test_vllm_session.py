@@ -406,3 +406,15 @@ def test_parse_json_differences_v0_cumulative_counts(tmp_path: Path) -> None:
     assert a["accepted"] is None and a["accepted_total"] == 1 and a["cumulative"] is True
     assert (b["accepted"], b["drafted"], b["emitted"]) == (0, 10, 2)  # 1-1, 15-5, 3-1
     assert b["draft_accept_rate_pct"] == 0.0 and b["draft_accept_rate_pct_total"] == 6.7
+
+
+def test_non_default_args_belong_to_the_launch_after_them() -> None:
+    nd = "(APIServer pid={p}) INFO 11-20 {t} [utils.py:233] non-default args: {{'max_num_seqs': {n}}}"
+    lines = SPEC_LOG.read_text().splitlines()
+    log = [nd.format(p=1, t="09:59:59", n=64), *lines,
+           nd.format(p=2, t="10:30:00", n=128), lines[0].replace("10:00:00", "10:30:01"),
+           *lines[1:5]]
+    state = read_runs(log)
+    assert len(state.runs) == 2
+    assert state.runs[0].args["non_default_args"] == {"max_num_seqs": 64}
+    assert state.runs[1].args["non_default_args"] == {"max_num_seqs": 128}

@@ -388,6 +388,7 @@ class ServerState:
     last_released: list[tuple[Record, float]] = field(default_factory=list)
     _engine_seen: str | None = None  # the engine of the first engine-specific record
     mixed_engines: bool = False  # SGLang and vLLM stats lines in one log (said in `notices`)
+    _pending_args: dict[str, Any] | None = None  # vLLM non-default args awaiting their config
 
     @property
     def run(self) -> Run:
@@ -572,10 +573,10 @@ class ServerState:
 
     def _apply_event(self, ev: EventRecord, run: Run) -> None:
         if ev.kind == "server_args":
-            nd = run.args.get("non_default_args")
             run.args = dict(ev.data)
             if isinstance(ev, VllmEventRecord):
-                vllm_spec_args(run.args, nd)
+                vllm_spec_args(run.args, self._pending_args)
+                self._pending_args = None
             run.has_server_args = True
             run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
@@ -584,10 +585,12 @@ class ServerState:
             self.exit_code = None
             if self.role is None:
                 self.role = "speculative" if ev.data.get("speculative_algorithm") else "baseline"
-        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}` (printed before the config)
-            nd = ev.data.get("args")
+        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}`, printed before the
+            nd = ev.data.get("args")  # config line of the launch it belongs to
             if isinstance(nd, dict):
-                run.args["non_default_args"] = nd
+                self._pending_args = nd
+                if not run.has_server_args:  # a log that starts here: this run's own
+                    run.args["non_default_args"] = nd
         elif ev.kind == "max_total_num_tokens":
             run.args.update(ev.data)
             self.startup.kv_allocated = True
