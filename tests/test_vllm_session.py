@@ -418,3 +418,15 @@ def test_non_default_args_belong_to_the_launch_after_them() -> None:
     assert len(state.runs) == 2
     assert state.runs[0].args["non_default_args"] == {"max_num_seqs": 64}
     assert state.runs[1].args["non_default_args"] == {"max_num_seqs": 128}
+
+
+def test_ui_advisor_segments_from_a_live_vllm_log() -> None:
+    """The UI's advisor reads the server's received lines: vLLM's spec lines are joined there."""
+    from specmon.analysis.advisor import advise, segments_from_log
+
+    segs = segments_from_log(SPEC_LOG.read_text().splitlines(), "vspec")
+    base = segments_from_log(BASE_LOG.read_text().splitlines(), "vbase")
+    adv = advise(segs, base)
+    assert adv.engine == "vllm" and len(adv.profile.survival) == 3
+    assert adv.current.accept_len is not None and adv.current.per_position is not None
+    assert adv.flags.startswith("--speculative-config")
