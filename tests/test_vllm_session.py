@@ -430,3 +430,22 @@ def test_ui_advisor_segments_from_a_live_vllm_log() -> None:
     assert adv.engine == "vllm" and len(adv.profile.survival) == 3
     assert adv.current.accept_len is not None and adv.current.per_position is not None
     assert adv.flags.startswith("--speculative-config")
+
+
+def test_held_engine_line_released_after_a_quiet_while() -> None:
+    """An interval without drafts has no spec line; if the server then goes idle (prints
+    nothing), the held engine line still counts, 2 s (receive time) later, via the fleet tick."""
+    from specmon.session.events import LineItem
+    from specmon.session.fleet import FleetSession
+
+    lines = SPEC_LOG.read_text().splitlines()
+    fleet = FleetSession(["h"], clock=lambda: 0.0)
+    fleet.lines("h", "v", [LineItem(lines[0], parse_line(lines[0]), 100.0),
+                           LineItem(lines[1], parse_line(lines[1]), 101.0)])
+    st = fleet.host("h").session.servers["v"]
+    assert st.decode_total == 0  # held: its spec line may follow
+    fleet.tick(102.0)
+    assert st.decode_total == 0
+    fleet.tick(103.5)
+    assert st.decode_total == 1 and st.last_decode is not None
+    assert st.last_decode.accept_len is None  # no spec line came: not invented

@@ -705,6 +705,10 @@ class SpecJoiner:
         held, self._held = self._held, None
         return [held] if held is not None else []
 
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
 
 DEFAULT_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL's default
 IDLE_FACTOR = 1.5  # a gap this many usual intervals long held idle intervals (nothing printed)
