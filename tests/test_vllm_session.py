@@ -449,3 +449,16 @@ def test_held_engine_line_released_after_a_quiet_while() -> None:
     fleet.tick(103.5)
     assert st.decode_total == 1 and st.last_decode is not None
     assert st.last_decode.accept_len is None  # no spec line came: not invented
+
+
+def test_summary_sums_vllm_counts() -> None:
+    from specmon.analysis.logfile import summarise
+
+    s = summarise(str(SPEC_LOG))
+    spec = [json.loads(x) for x in cli("parse", "--json", "--kind", "spec", str(SPEC_LOG))
+            .stdout.splitlines()]
+    acc, dra = sum(x["accepted"] for x in spec), sum(x["drafted"] for x in spec)
+    assert (s.spec_accepted, s.spec_drafted) == (acc, dra) and len(spec) == 40
+    want0 = sum(x["per_position"][0] * x["drafted"] for x in spec) / dra
+    assert s.spec_pos[0] / s.spec_pos_drafted == pytest.approx(want0)
+    assert f"{acc / dra:.3f} ({acc:,} / {dra:,})" in s.render()
