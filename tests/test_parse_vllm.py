@@ -315,3 +315,12 @@ def test_api_server_start_is_ready() -> None:
     st = ServerState("v")
     st.apply("x", rec, 1.0)
     assert st.status == "ready"
+
+
+def test_real_f2b_line_is_bonus_included() -> None:
+    """vllm#19254 (0.9.0.1): 2.16 = 1 + 0.543 + 0.357 + 0.264 (rounded): nothing to correct."""
+    rows = [r for r in _real() if "19254" in r["source"]]
+    recs = join_records(parse_line(r["line"]) for r in rows)
+    dec = next(r for r in recs if isinstance(r, VllmDecodeRecord))
+    assert dec.accept_len == 2.16 and dec.accept_len_note is None
+    assert dec.accept_rate == pytest.approx(150 / 387)
