@@ -111,8 +111,13 @@ def test_mixed_engines_cli_one_line(tmp_path: Path) -> None:
     f = tmp_path / "mixed.log"
     f.write_text(SPEC_LOG.read_text() + "[2026-02-26 19:16:00 TP0] Decode batch, #running-req: 1, "
                  "#token: 900, token usage: 0.04, gen throughput (token/s): 80.00, #queue-req: 0\n")
-    for args in (("parse", str(f)), ("parse", "--json", str(f)), ("parse", "--runs", str(f))):
-        r = cli(*args)
+    import os
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (("parse", str(f)), ("parse", "--json", str(f)), ("parse", "--runs", str(f)),
+                 ("compare", str(BASE_LOG), str(f)), ("check", "--baseline-value", "100", str(f)),
+                 ("advise", str(f)), ("baseline", "record", "m", "--log", str(f))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           timeout=120, text=True, env=env)
         assert r.returncode == 2, args
         err = r.stderr.strip().splitlines()
         assert len(err) == 1 and "mixes engines" in err[0] and "Traceback" not in r.stderr
