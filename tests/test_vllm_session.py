@@ -150,6 +150,11 @@ def test_compare_cli_on_vllm_logs_labels_throughput() -> None:
     spec = res["speculative"]["median_tok_s"]
     assert res["speedup"]["value"] == pytest.approx(spec / base, rel=0.02)
     assert any("prefill steps incl." in n for n in res["notes"])
+    state = read_runs(SPEC_LOG.read_text().splitlines())
+    pts = [p for p in state.runs[0].decode if p.rec.running_req == 16]
+    want = sum(p.rec.spec["accepted"] for p in pts) / sum(p.rec.spec["drafted"] for p in pts)
+    assert res["speculative"]["accept_rate_counts"] == round(want, 4)
+    assert "accept_rate_counts" not in res["baseline"]
     assert not any("decode-only gen throughput" in n for n in res["notes"])
     direct = compare(read_runs(BASE_LOG.read_text().splitlines()),
                      read_runs(SPEC_LOG.read_text().splitlines()))
