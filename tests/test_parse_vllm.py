@@ -311,10 +311,11 @@ def test_api_server_start_is_ready() -> None:
     rec = parse_line("(APIServer pid=291) INFO 09-21 23:16:28 [api_server.py:1957] Starting vLLM "
                      "API server 0 on http://0.0.0.0:8000")
     assert isinstance(rec, VllmEventRecord) and rec.kind == "ready" and rec.pid == 291
+    assert rec.data == {"url": "http://0.0.0.0:8000", "port": 8000}  # where /metrics is
     from specmon.session.state import ServerState
     st = ServerState("v")
     st.apply("x", rec, 1.0)
-    assert st.status == "ready"
+    assert st.status == "ready" and st.args["port"] == 8000
 
 
 def test_real_f2b_line_is_bonus_included() -> None:

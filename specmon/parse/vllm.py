@@ -141,6 +141,7 @@ _RE_SIZES = {
     "dp_size": re.compile(r"\bdata_parallel_size=(\d+)"),
 }
 _RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_RE_URL = re.compile(r"\bon (https?://[^\s/:]+(?::(\d{1,5}))?)")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
 # The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
 # secret on the command line (`api_key`, `hf_token`, ...) never leaves the parser.
@@ -575,8 +576,12 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
         if "non-default args:" in msg:
             return _non_default(head, msg)
         if msg.startswith("Starting vLLM API server"):  # `... [0 ]on http://HOST:PORT`
-            return VllmEventRecord("ready", head.timestamp, head.time_of_day, process=head.process,
-                                   pid=head.pid, date_inferred=head.date_inferred)
+            url = _RE_URL.search(msg)
+            port = small_int(url.group(2)) if url and url.group(2) else None
+            return VllmEventRecord("ready", head.timestamp, head.time_of_day,
+                                   data={"url": url.group(1) if url else None, "port": port},
+                                   process=head.process, pid=head.pid,
+                                   date_inferred=head.date_inferred)
         return None
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None

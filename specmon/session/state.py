@@ -613,6 +613,9 @@ class ServerState:
         elif ev.kind == "ready":
             self.startup.ready = True
             self.status = "ready"
+            port = ev.data.get("port")
+            if isinstance(ev, VllmEventRecord) and isinstance(port, int):
+                run.args.setdefault("port", port)  # vLLM says it only here (SGLang: server_args)
         elif ev.kind == "nccl_env":
             if self.log:
                 run.nccl_lines.append(self.log[-1])
