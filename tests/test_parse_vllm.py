@@ -325,3 +325,22 @@ def test_real_f2b_line_is_bonus_included() -> None:
     dec = next(r for r in recs if isinstance(r, VllmDecodeRecord))
     assert dec.accept_len == 2.16 and dec.accept_len_note is None
     assert dec.accept_rate == pytest.approx(150 / 387)
+
+
+@pytest.mark.parametrize("method,want", [("eagle", 1 + 9339 * 3 / 15360), ("ngram", None),
+                                         (None, None)])
+def test_f1_accept_length_from_k_only_for_full_length_drafts(method: str | None,
+                                                              want: float | None) -> None:
+    cfg = ("INFO 04-18 09:00:00 [core.py:61] Initializing a V1 LLM engine (v0.8.4) with config: "
+           f"model='m', speculative_config=SpeculativeConfig(method='{method}', model=None, "
+           "num_spec_tokens=3), tokenizer='m'")
+    lines = ([cfg] if method else []) + [
+        HEAD_08 % ("loggers.py", 87) + "Engine 000: " + THR_080 % (0.0, 1000.0, 8, 0, 1.0, 0.0),
+        HEAD_08 % ("metrics.py", 53) + F1 % (60.8, 9339, 15360)]
+    dec = next(r for r in join_records(parse_line(x) for x in lines)
+               if isinstance(r, VllmDecodeRecord))
+    assert dec.accept_rate == pytest.approx(9339 / 15360)
+    if want is None:
+        assert dec.accept_len is None  # not measured, not invented
+    else:
+        assert dec.accept_len == pytest.approx(want) and "k = 3" in (dec.accept_len_note or "")

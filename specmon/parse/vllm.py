@@ -670,6 +670,8 @@ class SpecJoiner:
         self._last_by_pid: dict[int, VllmDecodeRecord] = {}
         self._v0 = V0Differ()
         self._clock = IntervalClock()
+        self._k: int | None = None  # the run's k and method (its config line), for F1 lines
+        self._method: str | None = None
 
     def push(self, rec: Record | None) -> list[Record]:
         if rec is None:
@@ -681,7 +683,7 @@ class SpecJoiner:
             if target is not None and not _same_process(target, rec) and rec.pid is not None:
                 target = self._last_by_pid.get(rec.pid)
             if target is not None and target.spec is None and _same_process(target, rec):
-                attach(target, rec.data)
+                attach(target, rec.data, self._k, self._method)
                 self._clock.accepted_rate(target)
             if self._held is not None:
                 out.append(self._held)
@@ -702,6 +704,10 @@ class SpecJoiner:
                 self._held = rec
                 return out
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
+            k = rec.data.get("speculative_num_tokens")
+            self._k = k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+            m = rec.data.get("speculative_algorithm")
+            self._method = m if isinstance(m, str) else None
             self._v0.clear()
             self._last = None
             self._last_by_pid.clear()
@@ -786,8 +792,10 @@ def _same_process(dec: VllmDecodeRecord, spec: VllmEventRecord) -> bool:
     return True
 
 
-def attach(dec: VllmDecodeRecord, spec: dict[str, Any]) -> None:
-    """Fill the decode record's SGLang-shaped acceptance fields from its interval's spec data."""
+def attach(dec: VllmDecodeRecord, spec: dict[str, Any], k: int | None = None,
+           method: str | None = None) -> None:
+    """Fill the decode record's SGLang-shaped acceptance fields from its interval's spec data
+    (`k`, `method`: the run's config, when its config line was seen)."""
     dec.spec = spec
     acc, dra = spec.get("accepted"), spec.get("drafted")
     if isinstance(acc, int) and isinstance(dra, int) and dra > 0:
@@ -800,6 +808,19 @@ def attach(dec: VllmDecodeRecord, spec: dict[str, Any]) -> None:
                                    "(differences of the cumulative counts)")
         return
     dec.accept_len, dec.accept_len_note = normalised_accept_len(spec)
+    if (dec.accept_len is None and spec.get("_layout") == "F1" and k and method
+            and method not in SHORT_DRAFT_METHODS and isinstance(acc, int)
+            and isinstance(dra, int) and dra > 0):
+        # F1 prints no mean length and no per-position rates; a method that always drafts k
+        # tokens per step made Drafted / k drafts, so the length follows from the counts
+        dec.accept_len = 1.0 + acc * k / dra
+        dec.accept_len_note = (f"F1 (vLLM 0.8.3-0.8.4) prints no mean length: 1 + Accepted x k "
+                               f"/ Drafted, k = {k} from the config ({method} drafts k tokens "
+                               "per step)")
+
+
+# methods whose drafts can be shorter than k (no draft, or a short match): Drafted / k is no count
+SHORT_DRAFT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix", "[ngram]"})
 
 
 def join_records(records: Any) -> list[Record]:
