@@ -17,15 +17,18 @@ from specmon.errors import CliError
 
 # name -> (module under specmon.commands, one-line help for `specmon --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "parse": ("parse", "parse SGLang server logs offline (summary or JSON lines)"),
+    "parse": ("parse", "parse SGLang or vLLM server logs offline (summary or JSON lines)"),
     "check": ("check_cmd",
               "compare a decode log with a baseline (exit 0 ok/improved, 1 drift, 3 insufficient)"),
     "advise": ("advise_cmd",
                "recommend speculative settings from logs (exit 0, 3 too little data, 2 usage)"),
     "compare": ("compare_cmd",
                 "speedup of a speculative server's log over a baseline's (last runs, per batch size)"),
+    "counters": ("counters_cmd",
+                 "exact windowed acceptance and throughput from a vLLM server's /metrics counters"),
     "baseline": ("baseline_cmd", "record, list, show and delete drift baselines"),
-    "record": ("record", "tail SGLang server logs on a host (no UI) and write them as JSON lines"),
+    "record": ("record",
+               "tail SGLang or vLLM server logs on a host (no UI) and write them as JSON lines"),
     "connect": ("connect_cmd", "open the live UI on a host's SGLang servers ('local' or over SSH)"),
     "demo": ("demo_cmd",
              "the live UI on a simulated host: a baseline and a speculative server (no GPU needed)"),
@@ -51,7 +54,7 @@ def _command_name(argv: Sequence[str]) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with `only`, the other commands are listed but their modules not loaded."""
     parser = argparse.ArgumentParser(
-        prog="specmon", description="Live monitor for speculative decoding on SGLang servers.")
+        prog="specmon", description="Live monitor for speculative decoding on SGLang and vLLM servers.")
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_) in COMMANDS.items():

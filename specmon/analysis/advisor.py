@@ -22,6 +22,7 @@ decode lines), cycle time from the spread of the per-line cycle times.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, SampleFilter, lag1, neff
 from specmon.parse.sglang import BatchRecord
+from specmon.parse.vllm import VllmDecodeRecord
 
 MIN_LINES = 3  # decode lines a segment needs at the chosen batch size
 STEPS = range(1, 7)
@@ -108,6 +110,10 @@ class Measured:
     se_accept: float | None = None
     se_log_cycle: float | None = None
     histogram: tuple[int, ...] | None = None
+    # vLLM: per-position acceptance S(k) = P(>= k drafts accepted) as printed, weighted by
+    # drafted tokens over the lines measured, and the drafts (rounds) behind it
+    per_position: tuple[float, ...] | None = None
+    drafts: float = 0.0
     named: str = ""  # "base.log run 3 (started 2026-10-30 14:02:11)"
 
     @property
@@ -172,9 +178,29 @@ def measure(seg: Segment, running_req: int) -> Measured | None:
                   for r in lines]
         se_cyc, _ = _se_log(cycles)
         cycle = math.exp(sum(math.log(c) for c in cycles) / len(cycles))
+    pp, drafts = _measured_positions(lines)
     return Measured(seg.run, seg.steps, seg.topk, seg.draft_tokens, running_req, acc_mean, cycle,
                     tok_s, len(lines), ne, se_thr, se_acc, se_cyc,
-                    tuple(seg.histogram) if seg.histogram else None, seg.named())
+                    tuple(seg.histogram) if seg.histogram else None, pp, drafts, seg.named())
+
+
+def _measured_positions(lines: Sequence[BatchRecord]) -> tuple[tuple[float, ...] | None, float]:
+    """vLLM's printed per-position acceptance over `lines` (weighted by drafted tokens), and the
+    number of drafts behind it; (None, 0) unless every line carries the same k positions."""
+    rows: list[tuple[list[float], int]] = []
+    for r in lines:
+        spec = r.spec if isinstance(r, VllmDecodeRecord) else None
+        pp = spec.get("per_position") if spec else None
+        dra = spec.get("drafted") if spec else None
+        if not (isinstance(pp, list) and pp and all(isinstance(x, float) for x in pp)
+                and isinstance(dra, int) and dra > 0):
+            return None, 0.0
+        rows.append((pp, dra))
+    if not rows or len({len(pp) for pp, _ in rows}) != 1:
+        return None, 0.0
+    k = len(rows[0][0])
+    w = sum(d for _, d in rows)
+    return (tuple(sum(pp[i] * d for pp, d in rows) / w for i in range(k)), w / k)
 
 
 def batch_sizes(segs: Sequence[Segment]) -> Counter[int]:
@@ -268,15 +294,32 @@ def profile_from_log(m: Measured) -> Profile | None:
                    "accept len")
 
 
+def profile_from_positions(m: Measured) -> Profile | None:
+    """The measured profile: vLLM prints P(>= k drafts accepted) for every position k."""
+    pp = m.per_position
+    if not pp or m.drafts <= 0:
+        return None
+    surv = tuple(min(1.0, max(0.0, x)) for x in pp)
+    prev = surv[-2] if len(surv) > 1 else 1.0
+    tail = surv[-1] / prev if prev > 0 else 0.0
+    reach = m.drafts * prev
+    se = math.sqrt(max(tail * (1 - tail), 1e-6) / max(reach, 1.0))
+    return Profile(surv, min(1.0, tail), m.drafts, se, PER_POSITION)
+
+
+PER_POSITION = "per-position acceptance (vLLM, measured)"
+
+
 def best_profile(ms: Sequence[Measured]) -> Profile | None:
-    """The profile reaching the furthest draft position (histograms preferred at equal reach)."""
-    best: tuple[tuple[int, int, float], Profile] | None = None
+    """The profile reaching the furthest draft position (measured ones preferred at equal
+    reach: histograms, then vLLM's per-position rates, then the accept len)."""
+    best: tuple[tuple[int, bool, bool, float], Profile] | None = None
     for m in ms:
         p = profile_from_histogram(m.histogram) if m.histogram else None
-        p = p or profile_from_log(m)
+        p = p or profile_from_positions(m) or profile_from_log(m)
         if p is None:
             continue
-        key = (len(p.survival), p.source == "histogram", p.n)
+        key = (len(p.survival), p.source == "histogram", p.source != "accept len", p.n)
         if best is None or key > best[0]:
             best = (key, p)
     return best[1] if best else None
@@ -434,6 +477,8 @@ class Advice:
     assumptions: tuple[str, ...]
     reference: Measured  # the best measured setting: what `best` must be shown to match
     conditions_differ: tuple[str, ...] = ()
+    engine: str = "sglang"  # "vllm": the flags are vLLM's `--speculative-config`
+    method: str | None = None  # the speculative algorithm of the latest run
 
     @property
     def baseline_ms_per_token(self) -> float | None:
@@ -477,7 +522,13 @@ class Advice:
 
     @property
     def flags(self) -> str | None:
-        return None if self.best is None else flags_for(self.best)
+        if self.best is None:
+            return None
+        if self.engine == "vllm":  # vLLM drafts chains: k = steps
+            cfg = json.dumps({"method": self.method or "eagle3",
+                              "num_speculative_tokens": self.best.steps})
+            return f"--speculative-config '{cfg}'"
+        return flags_for(self.best)
 
     def cost_text(self) -> str:
         """t_cycle = a + b*steps (+ c*extra tree tokens), SEs where fitted, and t_b."""
@@ -635,6 +686,10 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
         assumptions.append(f"no tree run with extra draft tokens measured: an extra verify "
                            f"token costs 0 to {pri.extra[1]:.2f} ms (prior); such bands span it")
     m_pos = len(profile.survival)
+    if profile.source == PER_POSITION:
+        assumptions.append(f"acceptance profile measured: vLLM's per-position acceptance for "
+                           f"positions 1-{m_pos} (n={profile.n:.0f} drafts); predictions up to "
+                           "that k rest on it")
     if profile.source == "accept len":
         assumptions.append(
             "acceptance from the windowed accept len only (no benchmark histograms); decay prior: "
@@ -688,8 +743,10 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
                          ref.accept_len or 1.0, ref.t_cycle_ms or 0.0, "measured")
     if conditions_differ:
         best = None
+    vllm = any(isinstance(ln.rec, VllmDecodeRecord) for s in spec for ln in s.lines)
     return Advice(running_req, tuple(measured), base, profile, cost, tuple(cands), best,
-                  tuple(assumptions), ref, tuple(conditions_differ))
+                  tuple(assumptions), ref, tuple(conditions_differ), "vllm" if vllm else "sglang",
+                  spec[-1].algorithm)
 
 
 def _tau_se_measured(p: Profile, mx: int) -> float:

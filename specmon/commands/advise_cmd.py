@@ -12,6 +12,7 @@ said), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -41,22 +42,28 @@ def read_state(name: str) -> ServerState:
     from specmon.analysis.logfile import open_input, read_lines
     from specmon.errors import CliError
     from specmon.parse.sglang import BatchRecord, parse_line
+    from specmon.parse.vllm import EngineGuard
     from specmon.session.state import ServerState
 
     fh = open_input(name)
     label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
     state = ServerState(label)
+    guard = EngineGuard(name)  # a log that mixes SGLang and vLLM lines is an error
     n_decode = 0
+    line_no = 0
     try:
         for raw in read_lines(fh, name):
+            line_no += 1
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             rec = parse_line(text)
+            guard.check(rec, line_no)
             if isinstance(rec, BatchRecord) and rec.kind == "decode":
                 n_decode += 1
                 if n_decode > MAX_DECODE_LINES:
                     raise CliError(f"{name}: more than {MAX_DECODE_LINES:,} decode lines; "
                                    "cut the log to the runs to compare")
             state.apply(text, rec, 0.0)  # offline: no receive time
+        state.flush()  # a vLLM engine line still waiting for its spec line
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
@@ -99,7 +106,6 @@ def conditions_differ(base: Run | None, spec: Run | None) -> list[str]:
 
 
 def _nccl_env(lines: list[str]) -> dict[str, str]:
-    import re
 
     out: dict[str, str] = {}
     for ln in lines:

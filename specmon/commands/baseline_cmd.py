@@ -16,6 +16,7 @@ from specmon.errors import CliError
 from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
+from specmon.parse.vllm import EngineGuard, join_records
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 
 
@@ -25,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bs = p.add_subparsers(dest="baseline_action", metavar="ACTION")
     r = bs.add_parser("record", help="record a baseline from a log file")
     r.add_argument("name", metavar="NAME")
-    r.add_argument("--log", metavar="FILE", help="SGLang log ('-' for stdin); the last server run is used")
+    r.add_argument("--log", metavar="FILE",
+                   help="SGLang or vLLM log ('-' for stdin); the last server run is used")
     r.add_argument("--server-info", metavar="JSON", help="/get_server_info output (a file or inline JSON)")
     add_running_req(r, "keep only this #running-req")
     r.add_argument("--last", metavar="LINES", type=int, help="only the last LINES decode lines")
@@ -88,9 +90,13 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []
+    guard = EngineGuard(name)
+    n = 0
     try:
         for raw in capped_lines(fh):
+            n += 1
             rec = parse_line(raw)
+            guard.check(rec, n)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
@@ -101,6 +107,8 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
     finally:
         if name != "-":
             fh.close()
+    # vLLM: each spec line joins its engine's line (the records are the same objects)
+    join_records(r for r, _ in out)
     return out
 
 

@@ -21,6 +21,7 @@ from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
+from specmon.parse.vllm import EngineGuard, SpecJoiner
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
 MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts stays bounded)
@@ -29,7 +30,7 @@ MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Stream a decode log through the drift detector and print the verdict. "
                      "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.")
-    p.add_argument("log", metavar="LOG", help="SGLang log file, or '-' for stdin")
+    p.add_argument("log", metavar="LOG", help="SGLang or vLLM log file, or '-' for stdin")
     p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
     p.add_argument("--baseline-value", metavar="TOKS", type=float,
                    help="a known baseline gen throughput (tok/s) instead of a recorded baseline")
@@ -93,16 +94,22 @@ def run(args: argparse.Namespace) -> int:
                          **result(monitor, fp_recorded, evidence)})
 
     fh = open_input(args.log)
+    joiner = SpecJoiner()  # vLLM: the spec line joins its engine's line (no-op for SGLang)
+    guard = EngineGuard(args.log)
+    at: dict[int, int] = {}  # id(record) -> its line number (an engine line waits a line)
     try:
         line_no = 0
         try:
             for raw in capped_lines(fh):
                 line_no += 1
                 parsed = parse_line(raw)
+                guard.check(parsed, line_no)
                 text = raw.decode("utf-8", "replace")
                 if parsed is not None:
                     state.apply(text.rstrip("\r\n"), parsed, 0.0)
                     if state.runs_total != run_no:  # this line began the next run
+                        for ready in joiner.flush():  # the ended run's last joined interval
+                            monitor.observe(ready, None, at.pop(id(ready), line_no))
                         close_run()
                         monitor, evidence = fresh()
                         run_no = state.runs_total
@@ -112,7 +119,11 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 if isinstance(parsed, EventRecord):
                     evidence.add_event(parsed, text)
-                monitor.observe(parsed, None, line_no)
+                at[id(parsed)] = line_no
+                for ready in joiner.push(parsed):
+                    monitor.observe(ready, None, at.pop(id(ready), line_no))
+            for ready in joiner.flush():
+                monitor.observe(ready, None, at.pop(id(ready), line_no))
         except READ_ERRORS as exc:
             raise CliError(f"{args.log}: read error after line {line_no} "
                            f"({exc or type(exc).__name__})") from None

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Read two SGLang server logs (files, .gz or '-'), split each into runs "
+    p.description = ("Read two SGLang or vLLM server logs (files, .gz or '-'), split each into runs "
                      "(server_args lines, restarts) and compare the last run of each at the same "
                      "#running-req, with the same code as the UI. Exit status: 0 compared, 3 no batch "
                      "size has enough samples on both, 2 usage error.")

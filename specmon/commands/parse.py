@@ -1,4 +1,4 @@
-"""`specmon parse`: offline analysis of SGLang logs, and the JSON contract other tools build on.
+"""`specmon parse`: offline analysis of SGLang and vLLM logs, and the JSON contract other tools build on.
 
 A log that holds several server runs is summarised one section per run (a table never blends
 runs): the runs are split where the session model splits them (a `server_args` line starts a run
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = "Parse SGLang log files. FILE may be '-' for stdin; .gz is read transparently."
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="one JSON object per recognised line")
-    p.add_argument("--kind", choices=["decode", "prefill", "all"], default="all",
+    p.add_argument("--kind", choices=["decode", "prefill", "spec", "server_args", "all"], default="all",
                    help="which records to emit with --json (default: all)")
     p.add_argument("--runs", action="store_true",
                    help="list each log's server runs (start, end, args, decode lines); with --json "
@@ -50,15 +50,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = sys.stdout
         found = 0
+        invalid = 0
         for name in args.files:
             for obj in iter_json(name, "all"):
                 found += 1
                 if args.kind != "all" and obj["kind"] != args.kind:
                     continue
+                invalid += len(obj.get("invalid") or ())
                 out.write(dumps(obj))
                 out.write("\n")
+        if invalid:  # e.g. vLLM 0.8.5's `nan` for an interval without drafts
+            print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
+                  "were read as null (each record names them under \"invalid\")", file=sys.stderr)
         if not found:
-            print("specmon parse: no SGLang lines found", file=sys.stderr)
+            print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
             return NO_LINES
         return 0
     if any(_may_hold_runs(name) for name in args.files):
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             raise
     if not total.recognised and not total.events:
         print(total.render())
-        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
         return NO_LINES
     print(total.render())
     return 0
@@ -232,7 +237,7 @@ def list_runs(files: list[str], as_json: bool) -> int:
             continue
         print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
         for row in rows:
-            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
+            dp = f", {row['dp_groups']} DP groups" if row['dp_groups'] > 1 else ""
             print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
                   f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
                   f"{row['decode_lines']} decode lines{dp}; {row['args']}")

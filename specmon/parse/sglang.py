@@ -549,6 +549,14 @@ def parse_line(line: str | bytes) -> Record | None:
             rec = _find_batch(text)
             if rec is not None:
                 return rec
+        if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
+                or "non-default args:" in text or "vLLM API server" in text):
+            # maybe vLLM's line: the same record model (parse/vllm.py)
+            from specmon.parse.vllm import parse_vllm_line
+
+            vrec = parse_vllm_line(text)
+            if vrec is not None:
+                return vrec
         return parse_event(text)
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None

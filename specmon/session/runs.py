@@ -16,6 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
+from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -24,11 +25,15 @@ WHOLE_RUN = math.inf
 
 def read_runs(lines: Iterable[bytes | str], name: str = "log") -> ServerState:
     """Every line of a log through the session model; its `runs` are the log's runs."""
-    state = ServerState(name)
-    for raw in lines:
+    state = ServerState(name, hold_vllm=True)
+    guard = EngineGuard(name)
+    for line_no, raw in enumerate(lines, 1):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         text = text.rstrip("\r\n")
-        state.apply(text, parse_line(text), 0.0)  # offline: no receive time
+        rec = parse_line(text)
+        guard.check(rec, line_no)
+        state.apply(text, rec, 0.0)  # offline: no receive time
+    state.flush()  # a vLLM engine line still waiting for its spec line
     return state
 
 
@@ -48,7 +53,13 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("speculative_algorithm"):
+    if args.get("engine_version"):  # vLLM's config line: its own words for k and the draft
+        parts.insert(0, f"vLLM {args['engine_version']}")
+        if args.get("speculative_algorithm"):
+            draft = args.get("speculative_draft_model_path")
+            parts.append(f"{args['speculative_algorithm']} k {args.get('speculative_num_tokens')}"
+                         + (f" draft {draft}" if draft else ""))
+    elif args.get("speculative_algorithm"):
         parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
                      f"topk {args.get('speculative_eagle_topk')} "
                      f"draft {args.get('speculative_num_draft_tokens')}")
@@ -97,6 +108,11 @@ def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
         acc = median([p.rec.accept_len for p in pts
                       if p.rec.accept_len is not None and p.rec.running_req == rr])
         out["accept_len_median"] = _r(acc) if acc is not None else None
+        counts = [p.rec.spec for p in pts if p.rec.running_req == rr
+                  and isinstance(p.rec, VllmDecodeRecord) and p.rec.spec is not None]
+        dra = sum(c.get("drafted") or 0 for c in counts)
+        if dra:  # vLLM prints its counts: the rate over the compared intervals, measured
+            out["accept_rate_counts"] = _r(sum(c.get("accepted") or 0 for c in counts) / dra)
     return out
 
 
@@ -143,14 +159,22 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
             notes.append(f"{label} log holds {n_runs} run{'s' if n_runs != 1 else ''}; compared run "
                          f"{run.index} (from {clock(run.start_t)})")
         groups = [k for k in run.groups if k is not None]
-        if groups:
+        if len(groups) > 1 or groups and st.engine != "vllm":  # vLLM names even a lone engine 000
             notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
         silent = [k for k in run.silent_groups() if k is not None]
-        if silent:
+        if silent and st.engine == "vllm":
+            notes.append(f"{label} run {run.index}: engine(s) {', '.join(map(str, silent))} printed "
+                         "no line before the end (vLLM prints nothing while an engine is idle)")
+        elif silent:
             notes.append(f"{label} run {run.index}: DP group(s) {', '.join(map(str, silent))} stopped "
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
+                                                             or ""))
+        if fixed:
+            notes.append(f"{label} run {run.index}: {fixed} accept lengths as vLLM 0.8.5 printed "
+                         "them, without the bonus token: 1 added (bonus included, as elsewhere)")
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:
@@ -163,7 +187,11 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")
         notes.append(why)
     elif rr is not None:
-        notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+        if "vllm" in (base.engine, spec.engine):
+            notes.append(f"medians at #running-req {rr}, whole runs, of {throughput_label('vllm')} "
+                         "(not decode-only)")
+        else:
+            notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
     result = {
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
@@ -192,6 +220,8 @@ def render(res: dict[str, Any]) -> str:
                      f"at #running-req {sp['running_req']}")
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
+        if "accept_rate_counts" in d:
+            extra += f", accept rate {num(d['accept_rate_counts'], '{:.3f}')} (vLLM's counts)"
         lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
                      f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 {num(d['p10'])}-"
                      f"{num(d['p90'])}{extra}")
