@@ -1,4 +1,4 @@
-"""`specmon sim ...`: run a simulated SGLang server, inspect or change the simulated GPUs."""
+"""`specmon sim ...`: run a simulated SGLang or vLLM server, inspect or change the simulated GPUs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ from specmon.errors import CliError
 def run_server(args: argparse.Namespace) -> int:
     from specmon.sim.server import SimError, SimServer
 
+    vllm = getattr(args, "engine", "sglang") == "vllm"
+    if args.port is None:
+        args.port = 8000 if vllm else 30000
     try:
-        server = SimServer(args)
+        if vllm:
+            from specmon.sim.vllm_server import VllmSimServer
+
+            server: SimServer = VllmSimServer(args)
+        else:
+            server = SimServer(args)
     except SimError as exc:
         raise CliError(str(exc)) from None
     try:

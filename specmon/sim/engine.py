@@ -213,6 +213,11 @@ class Engine:
         self.generation_tokens_total = 0
         self.num_requests_total = 0
         self.spec_verify_calls_total = 0
+        # vLLM's spec-decode counters (a draft = one request's verify round of num_steps tokens)
+        self.spec_drafts_total = 0
+        self.spec_draft_tokens_total = 0
+        self.spec_accepted_total = 0
+        self.spec_accepted_per_pos: list[int] = [0] * (cfg.spec.num_steps if cfg.spec else 0)
         self.finished: deque[Request] = deque(maxlen=4096)
         self.on_finish: Callable[[Request], None] | None = None
         self._busy_since: float | None = None
@@ -377,6 +382,11 @@ class Engine:
                     r.spec_hist.extend([0] * (spec.max_accept_drafts + 1 - len(r.spec_hist)))
                 r.spec_hist[k] += 1
                 self.spec_verify_calls_total += 1
+                self.spec_drafts_total += 1
+                self.spec_draft_tokens_total += spec.num_steps
+                self.spec_accepted_total += k
+                for i in range(min(k, len(self.spec_accepted_per_pos))):
+                    self.spec_accepted_per_pos[i] += 1
         end = now + dur
         self._fwd_busy += dur
         self._all_busy += dur
