@@ -187,3 +187,42 @@ async def test_log_file_argument_wins_over_redirected_stderr(fakes, tmp_path):
     assert gone.log_path is None
     assert gone.log_problem == (f"--log-file {tmp_path / 'gone.log'}: not a readable file; "
                                 "pass --log NAME=PATH")
+
+
+def test_find_vllm_servers_by_command_line_and_worker_titles():
+    spec = '{"method": "eagle3", "model": "d/eagle3", "num_speculative_tokens": 3}'
+    procs = [
+        Proc(10, 1, 0, ["bash"]),
+        Proc(100, 10, 0, [PY, "/venv/bin/vllm", "serve", "m/llama", "--tensor-parallel-size",
+                          "2", "--speculative-config", spec]),
+        Proc(101, 100, 0, ["VLLM::EngineCore_DP0"]),
+        Proc(102, 101, 0, ["VLLM::Worker_TP0"]),  # workers are the EngineCore's children
+        Proc(103, 101, 0, ["VLLM::Worker_TP1"]),
+        Proc(200, 10, 0, [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "m/b",
+                          "--port", "8001", "-tp", "4"]),
+        Proc(201, 200, 0, ["MYPFX::EngineCore"]),  # VLLM_PROCESS_NAME_PREFIX=MYPFX
+        Proc(300, 10, 0, [PY, "-m", "specmon", "sim", "server", "--engine", "vllm",
+                          "--port", "8002"]),
+        Proc(301, 300, 0, ["VLLM::EngineCore_DP0"]),
+        Proc(400, 10, 0, ["grep", "vllm serve"]),
+        Proc(401, 10, 0, ["less", "vllm.entrypoints.openai.api_server.log"]),
+        Proc(402, 10, 0, [PY, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]),
+        Proc(500, 1, 0, ["VLLM::Worker_TP0"]),  # orphan: no launcher above it
+    ]
+    servers = {s.pid: s for s in find_servers(procs)}
+    assert set(servers) == {100, 200, 300}
+    serve, api, sim = servers[100], servers[200], servers[300]
+    assert (serve.engine, serve.name, serve.port, serve.port_from_args) == (
+        "vllm", "vllm-8000", 8000, False)
+    assert (serve.kind, serve.model, serve.tp_size) == ("speculative", "m/llama", 2)
+    assert serve.spec_args["--speculative-algorithm"] == "eagle3"
+    assert "eagle3" in serve.describe()
+    # TP 2: the GPU ranks are the workers (the EngineCore only drives them); TP 1: the core
+    assert serve.workers == [(102, "VLLM::Worker_TP0"), (103, "VLLM::Worker_TP1")]
+    assert (api.engine, api.name, api.kind, api.tp_size, api.model) == (
+        "vllm", "vllm-8001", "baseline", 4, "m/b")
+    assert api.workers == [(201, "MYPFX::EngineCore")]
+    assert (sim.engine, sim.simulated, sim.name) == ("vllm", True, "vllm-8002")
+    # SGLang's names are unchanged
+    sg = find_servers([Proc(1, 0, 0, [PY, "-m", "sglang.launch_server", "--model-path", "m"])])
+    assert (sg[0].engine, sg[0].name) == ("sglang", "sglang-30000")
