@@ -25,14 +25,15 @@ def _cmd_parse(args: argparse.Namespace) -> int:
 def _add_parse(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "parse",
-        help="parse SGLang server logs offline (summary or JSON lines)",
-        description="Parse SGLang log files. FILE may be '-' for stdin; .gz is read transparently.",
+        help="parse SGLang or vLLM server logs offline (summary or JSON lines)",
+        description="Parse SGLang or vLLM log files. FILE may be '-' for stdin; .gz is read "
+        "transparently.",
     )
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="one JSON object per recognised line")
     p.add_argument(
         "--kind",
-        choices=["decode", "prefill", "all"],
+        choices=["decode", "prefill", "spec", "server_args", "all"],
         default="all",
         help="which records to emit with --json (default: all)",
     )

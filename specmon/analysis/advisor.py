@@ -21,6 +21,7 @@ can replace `split_runs` when it exists.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, SampleFilter, lag1, neff
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
+from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, sglang_equivalents
 
 MIN_LINES = 3  # decode lines a segment needs at the chosen batch size
 STEPS = range(1, 7)
@@ -80,6 +82,8 @@ def split_runs(records: Iterable[Record | None], label: str) -> list[Segment]:
             if rec.kind == "server_args":
                 run_no += 1
                 d = rec.data
+                if isinstance(rec, VllmEventRecord):  # vLLM's k in SGLang's names
+                    d = {**sglang_equivalents(d), **d}
                 cur = Segment(f"{label}#{run_no}", _int(d.get("speculative_num_steps")),
                               _int(d.get("speculative_eagle_topk")),
                               _int(d.get("speculative_num_draft_tokens")),
@@ -127,6 +131,10 @@ class Measured:
     se_accept: float | None = None
     se_log_cycle: float | None = None
     histogram: tuple[int, ...] | None = None
+    # vLLM: per-position acceptance S(k) = P(>= k drafts accepted) as printed, weighted by
+    # drafted tokens over the lines measured, and the drafts (rounds) behind it
+    per_position: tuple[float, ...] | None = None
+    drafts: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"run": self.run, "steps": self.steps, "topk": self.topk,
@@ -184,9 +192,29 @@ def measure(seg: Segment, running_req: int) -> Measured | None:
                   for r in lines]
         se_cyc, _ = _se_log(cycles)
         cycle = math.exp(sum(math.log(c) for c in cycles) / len(cycles))
+    pp, drafts = _measured_positions(lines)
     return Measured(seg.run, seg.steps, seg.topk, seg.draft_tokens, running_req, acc_mean, cycle,
                     tok_s, len(lines), ne, se_thr, se_acc, se_cyc,
-                    tuple(seg.histogram) if seg.histogram else None)
+                    tuple(seg.histogram) if seg.histogram else None, pp, drafts)
+
+
+def _measured_positions(lines: Sequence[BatchRecord]) -> tuple[tuple[float, ...] | None, float]:
+    """vLLM's printed per-position acceptance over `lines` (weighted by drafted tokens), and the
+    number of drafts behind it; (None, 0) unless every line carries the same k positions."""
+    rows: list[tuple[list[float], int]] = []
+    for r in lines:
+        spec = r.spec if isinstance(r, VllmDecodeRecord) else None
+        pp = spec.get("per_position") if spec else None
+        dra = spec.get("drafted") if spec else None
+        if not (isinstance(pp, list) and pp and all(isinstance(x, float) for x in pp)
+                and isinstance(dra, int) and dra > 0):
+            return None, 0.0
+        rows.append((pp, dra))
+    if not rows or len({len(pp) for pp, _ in rows}) != 1:
+        return None, 0.0
+    k = len(rows[0][0])
+    w = sum(d for _, d in rows)
+    return (tuple(sum(pp[i] * d for pp, d in rows) / w for i in range(k)), w / k)
 
 
 def batch_sizes(segs: Sequence[Segment]) -> Counter[int]:
@@ -280,15 +308,32 @@ def profile_from_log(m: Measured) -> Profile | None:
                    "accept len")
 
 
+def profile_from_positions(m: Measured) -> Profile | None:
+    """The measured profile: vLLM prints P(>= k drafts accepted) for every position k."""
+    pp = m.per_position
+    if not pp or m.drafts <= 0:
+        return None
+    surv = tuple(min(1.0, max(0.0, x)) for x in pp)
+    prev = surv[-2] if len(surv) > 1 else 1.0
+    tail = surv[-1] / prev if prev > 0 else 0.0
+    reach = m.drafts * prev
+    se = math.sqrt(max(tail * (1 - tail), 1e-6) / max(reach, 1.0))
+    return Profile(surv, min(1.0, tail), m.drafts, se, PER_POSITION)
+
+
+PER_POSITION = "per-position acceptance (vLLM, measured)"
+
+
 def best_profile(ms: Sequence[Measured]) -> Profile | None:
-    """The profile reaching the furthest draft position (histograms preferred at equal reach)."""
-    best: tuple[tuple[int, int, float], Profile] | None = None
+    """The profile reaching the furthest draft position (measured ones preferred at equal
+    reach: histograms, then vLLM's per-position rates, then the accept len)."""
+    best: tuple[tuple[int, bool, bool, float], Profile] | None = None
     for m in ms:
         p = profile_from_histogram(m.histogram) if m.histogram else None
-        p = p or profile_from_log(m)
+        p = p or profile_from_positions(m) or profile_from_log(m)
         if p is None:
             continue
-        key = (len(p.survival), p.source == "histogram", p.n)
+        key = (len(p.survival), p.source == "histogram", p.source != "accept len", p.n)
         if best is None or key > best[0]:
             best = (key, p)
     return best[1] if best else None
@@ -438,6 +483,8 @@ class Advice:
     candidates: tuple[Candidate, ...]
     best: Candidate
     assumptions: tuple[str, ...]
+    engine: str = "sglang"  # "vllm": the flags are vLLM's `--speculative-config`
+    method: str | None = None  # the speculative algorithm of the latest run
 
     @property
     def baseline_ms_per_token(self) -> float | None:
@@ -468,6 +515,10 @@ class Advice:
 
     @property
     def flags(self) -> str:
+        if self.engine == "vllm":  # vLLM drafts chains: k = steps
+            cfg = json.dumps({"method": self.method or "eagle3",
+                              "num_speculative_tokens": self.best.steps})
+            return f"--speculative-config '{cfg}'"
         return flags_for(self.best)
 
     def cost_text(self) -> str:
@@ -553,6 +604,10 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
         assumptions.append("acceptance profile from the windowed accept len only (no benchmark "
                            "histograms): constant per-position acceptance "
                            f"{profile.tail:.3f} assumed")
+    if profile.source == PER_POSITION:
+        assumptions.append(f"acceptance profile measured: vLLM's per-position acceptance for "
+                           f"positions 1-{len(profile.survival)} (n={profile.n:.0f} drafts); "
+                           "predictions up to that k rest on it")
     assumptions.append(f"positions beyond {len(profile.survival)} drafts: conditional "
                        f"acceptance {profile.tail:.3f} per position assumed (the last measured)")
     tb = 1000.0 * running_req / base.tok_s if base else None
@@ -575,8 +630,9 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
     if not cands:
         raise CannotAdvise("the cost model predicts no positive cycle time")
     best = max(cands, key=lambda c: c.predicted_tok_s)
+    vllm = any(isinstance(r, VllmDecodeRecord) for s in spec for r in s.records)
     return Advice(running_req, tuple(measured), base, profile, cost, tuple(cands), best,
-                  tuple(assumptions))
+                  tuple(assumptions), "vllm" if vllm else "sglang", spec[-1].algorithm)
 
 
 def _tau_se_measured(p: Profile, mx: int) -> float:

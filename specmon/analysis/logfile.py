@@ -21,6 +21,7 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.parse.vllm import EngineGuard, SpecJoiner
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -90,9 +91,11 @@ def open_input(name: str) -> BinaryIO:
 
 def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
+    guard = EngineGuard(name)
     try:
         for line_no, raw in enumerate(read_lines(fh, name), 1):
             rec = parse_line(raw)
+            guard.check(rec, line_no)
             if rec is None:
                 continue
             if kind != "all" and rec.kind != kind:
@@ -160,7 +163,7 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
         carry = b"" if final else buf[cut:]
         if cut:
             whole = buf[:cut]
-            total.merge(summarise_buffer(whole if whole.endswith(b"\n") else whole + b"\n"))
+            total.merge(summarise_buffer(whole if whole.endswith(b"\n") else whole + b"\n", name))
 
     read = getattr(fh, "read1", fh.read)
     while True:
@@ -199,9 +202,29 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
     return total
 
 
-def summarise_buffer(buf: bytes) -> LogSummary:
+_VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:")
+
+
+def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
+    """A vLLM log: every line through the parser, spec lines joined onto their engine's line."""
+    guard = EngineGuard(s.name)
+    joiner = SpecJoiner()
+    for line_no, line in enumerate(buf.split(b"\n"), 1):
+        rec = parse_line(line[:MAX_LINE]) if line else None
+        guard.check(rec, line_no)
+        for r in joiner.push(rec):
+            s.add_record(r)
+    for r in joiner.flush():
+        s.add_record(r)
+    s.engine = "vllm"
+    return s
+
+
+def summarise_buffer(buf: bytes, name: str = "log") -> LogSummary:
     """Summary of a buffer of whole lines ending in '\\n' (fast path when it is exact)."""
-    s = LogSummary(lines=buf.count(b"\n"))
+    s = LogSummary(lines=buf.count(b"\n"), name=name)
+    if _VLLM_MARK.search(buf):
+        return _summarise_vllm(buf, s)
     fast = scan_buffer(buf)
     if fast is not None:
         s.add_fast(fast, _edge_time(buf, forward=True), _edge_time(buf, forward=False))

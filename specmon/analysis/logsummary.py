@@ -30,6 +30,8 @@ class LogSummary:
     last_time: str | None = None
     events: int = 0  # start-up lines (server_args, ready, ...): an SGLang log without batches yet
     invalid: int = 0  # SUMMARISED values printed but impossible (non-finite, negative, absurd)
+    engine: str | None = None  # "vllm" for a vLLM log (None: SGLang's)
+    name: str = "log"
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -62,6 +64,14 @@ class LogSummary:
         self._add_times(first, last)
 
     def merge(self, other: LogSummary) -> None:
+        if other.recognised and self.recognised and (other.engine or "sglang") != (
+                self.engine or "sglang"):
+            from specmon.parse.vllm import MixedEngines
+
+            raise MixedEngines(f"{other.name}: holds both SGLang and vLLM stats lines: a log that "
+                               "mixes engines cannot be read as one server; split it")
+        if other.recognised and self.engine is None:
+            self.engine = other.engine
         self.lines += other.lines
         self.decode += other.decode
         self.prefill += other.prefill
@@ -113,6 +123,14 @@ class LogSummary:
             "interval (default 40 decode steps; idle and prefill time inside an interval lower it).",
             "Not comparable with a benchmark's end-to-end tok/s, which includes prefill.",
         ]
+        if self.engine == "vllm":
+            lines[0] = (f"lines read: {self.lines:,}   recognised: {recognised:,} vLLM engine "
+                        "intervals ('decode')")
+            lines[3:] = [
+                "throughput = vLLM 'Avg generation throughput': every token an engine emitted in",
+                "its stats interval (~10 s; prefill steps and accepted drafts included) over that",
+                "interval; idle servers print nothing. Not a benchmark's end-to-end tok/s.",
+            ]
         if self.invalid:
             lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
                             "absurd numbers) read as N/A; their lines are kept")
@@ -125,6 +143,9 @@ class LogSummary:
                 continue
             lines.append("")
             label = "speculative (lines carry 'accept len')" if spec else "baseline (no accept len)"
+            if self.engine == "vllm":
+                label = ("speculative (intervals with a 'SpecDecoding metrics' line)" if spec
+                         else "no 'SpecDecoding metrics' line in the interval")
             lines.append(f"{label}")
             lines.append(f"  {'#running-req':>12}  {'n':>8}  {'median':>10}  {'p10':>10}  {'p90':>10}")
             for rr in sorted(groups[spec], key=lambda r: (r is None, r)):

@@ -12,6 +12,7 @@ said), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -42,14 +43,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_VLLM = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:|"
+                   rb"LLM engine \(v")
+
+
 def read_segments(name: str) -> list[Segment]:
     from specmon.analysis.advisor import split_runs
     from specmon.analysis.logfile import open_input
     from specmon.errors import CliError
     from specmon.parse.sglang import BatchRecord, parse_line
+    from specmon.parse.vllm import EngineGuard, SpecJoiner
 
     fh = open_input(name)
+    guard = EngineGuard(name)
     label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
+
+    def joined(recs: Iterator[Record | None]) -> Iterator[Record | None]:
+        j = SpecJoiner()  # vLLM: the spec line joins its engine's line
+        for r in recs:
+            yield from j.push(r)
+        yield from j.flush()
     n_decode = 0
 
     def records() -> Iterator[Record | None]:
@@ -58,9 +71,11 @@ def read_segments(name: str) -> list[Segment]:
         try:
             for raw in fh:
                 line_no += 1
-                if b"batch" not in raw and b"server_args=" not in raw and b"Adaptive" not in raw:
+                if b"batch" not in raw and b"server_args=" not in raw and b"Adaptive" not in raw \
+                        and not _VLLM.search(raw):
                     continue
                 rec = parse_line(raw)
+                guard.check(rec, line_no)
                 if isinstance(rec, BatchRecord) and rec.kind == "decode":
                     n_decode += 1
                     if n_decode > MAX_DECODE_LINES:
@@ -71,7 +86,7 @@ def read_segments(name: str) -> list[Segment]:
             raise CliError(f"{name}: read error after line {line_no} ({exc})") from None
 
     try:
-        return split_runs(records(), label)
+        return split_runs(joined(records()), label)
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()

@@ -15,6 +15,7 @@ from specmon.errors import CliError
 from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
+from specmon.parse.vllm import EngineGuard, join_records
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
 
 
@@ -58,9 +59,13 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []
+    guard = EngineGuard(name)
+    n = 0
     try:
         for raw in capped_lines(fh):
+            n += 1
             rec = parse_line(raw)
+            guard.check(rec, n)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
@@ -71,6 +76,8 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
     finally:
         if name != "-":
             fh.close()
+    # vLLM: each spec line joins its engine's line (the records are the same objects)
+    join_records(r for r, _ in out)
     return out
 
 

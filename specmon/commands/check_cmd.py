@@ -14,6 +14,7 @@ from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, for
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
+from specmon.parse.vllm import EngineGuard, SpecJoiner
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
 
@@ -54,19 +55,27 @@ def run(args: argparse.Namespace) -> int:
     from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
 
     fh = open_input(args.log)
+    joiner = SpecJoiner()  # vLLM: the spec line joins its engine's line (no-op for SGLang)
+    guard = EngineGuard(args.log)
+    at: dict[int, int] = {}  # id(record) -> its line number (an engine line waits a line)
     try:
         line_no = 0
         try:
             for raw in capped_lines(fh):
                 line_no += 1
                 parsed = parse_line(raw)
+                guard.check(parsed, line_no)
                 if parsed is None:
                     if b"NCCL INFO" in raw or b"set by environment" in raw:
                         evidence.add_line(raw.decode("utf-8", "replace"))
                     continue
                 if isinstance(parsed, EventRecord):
                     evidence.add_event(parsed, raw.decode("utf-8", "replace"))
-                monitor.observe(parsed, None, line_no)
+                at[id(parsed)] = line_no
+                for ready in joiner.push(parsed):
+                    monitor.observe(ready, None, at.pop(id(ready), line_no))
+            for ready in joiner.flush():
+                monitor.observe(ready, None, at.pop(id(ready), line_no))
         except READ_ERRORS as exc:
             raise CliError(f"{args.log}: read error after line {line_no} "
                            f"({exc or type(exc).__name__})") from None

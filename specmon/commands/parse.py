@@ -23,13 +23,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = sys.stdout
         found = 0
+        invalid = 0
         for name in args.files:
             for obj in iter_json(name, "all"):
                 found += 1
                 if args.kind != "all" and obj["kind"] != args.kind:
                     continue
+                invalid += len(obj.get("invalid") or ())
                 out.write(dumps(obj))
                 out.write("\n")
+        if invalid:  # e.g. vLLM 0.8.5's `nan` for an interval without drafts
+            print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
+                  "were read as null (each record names them under \"invalid\")", file=sys.stderr)
         if not found:
             print("specmon parse: no SGLang lines found", file=sys.stderr)
             return NO_LINES
@@ -68,7 +73,7 @@ def list_runs(files: list[str], as_json: bool) -> int:
             continue
         print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
         for row in rows:
-            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
+            dp = f", {row['dp_groups']} DP groups" if row['dp_groups'] > 1 else ""
             print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
                   f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
                   f"{row['decode_lines']} decode lines{dp}; {row['args']}")

@@ -31,6 +31,7 @@ import httpx
 from specmon.hosts.base import Host
 from specmon.parse.bench import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
+from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -82,6 +83,9 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)  # why a number is N/A
     prometheus: dict[str, float] | None = None  # /metrics spec gauges after the run, if exposed
     prometheus_verify_calls: float | None = None  # spec_verify_calls_total during the run
+    # vLLM: its /metrics counters diffed around the run (exact over the run, all engines summed;
+    # gen_tok_s counts every emitted token between the two scrapes): parse/vllm_metrics.py
+    vllm_counters: dict[str, Any] | None = None
     raw: str | None = None  # bench_serving stdout
 
     def to_json(self) -> dict[str, Any]:
@@ -116,6 +120,20 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
 
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+async def vllm_scrape(client: httpx.AsyncClient) -> VllmScrape | None:
+    """vLLM's `/metrics` counters; None when not a vLLM server (no vllm: series) or bad."""
+    try:
+        r = await client.get("/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200 or "vllm:" not in r.text:
+        return None
+    try:
+        return parse_vllm_metrics(r.text)
+    except MetricsError:
+        return None
 
 
 async def server_metrics(client: httpx.AsyncClient) -> SpecMetrics | None:
@@ -308,6 +326,7 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
     limits = httpx.Limits(max_connections=max(1, cfg.concurrency) + 2)
     async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
         prom_before = await server_metrics(client)
+        vllm_before, t_before = await vllm_scrape(client), time.perf_counter()
 
         async def go(p: str) -> _One:
             async with sem:
@@ -319,6 +338,11 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         info = await server_info(client)
         accept, gen = info_numbers(info)
         prom_after = await server_metrics(client)
+        vllm_after, t_after = await vllm_scrape(client), time.perf_counter()
+    vllm_counters: dict[str, Any] | None = None
+    if vllm_before is not None and vllm_after is not None:
+        w = server_window(vllm_before, vllm_after, t_after - t_before)
+        vllm_counters = w.to_json() if w is not None else None
     prom: dict[str, float] | None = None
     verify_calls: float | None = None
     if prom_after is not None:
@@ -357,7 +381,7 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         server_gen_throughput=gen,
         errors=[r.error for r in results if r.error][:5],
         spec_requests=specs, spec_histogram=sum_histograms(hists), notes=notes,
-        prometheus=prom, prometheus_verify_calls=verify_calls,
+        prometheus=prom, prometheus_verify_calls=verify_calls, vllm_counters=vllm_counters,
     )
 
 

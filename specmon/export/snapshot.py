@@ -36,6 +36,7 @@ from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
+from specmon.parse.vllm import same_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
 
 SCHEMA_NAME = "specmon.snapshot"
@@ -664,7 +665,7 @@ def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> l
     for text in reversed(log):
         rec = parse_line(text)
         if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
-                and points[j].rec == rec):
+                and same_line(points[j].rec, rec)):
             rows.append((_received(points[j]), text, points[j].rec))
             j -= 1
         else:
@@ -885,6 +886,7 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
             state.apply(it.line, rec, it.received_at)
             if rec is not None or i >= keep_text_from:
                 entries.append(Entry(it.received_at, it.line if i >= keep_text_from else None, rec))
+        state.flush()  # a vLLM engine line still waiting for its spec line (the entries hold it)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
         servers.append(_server_snap_from_state(state, entries, log_lines, "exact", counts, "log"))

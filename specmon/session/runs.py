@@ -16,6 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
+from specmon.parse.vllm import EngineGuard
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -24,11 +25,15 @@ WHOLE_RUN = math.inf
 
 def read_runs(lines: Iterable[bytes | str], name: str = "log") -> ServerState:
     """Every line of a log through the session model; its `runs` are the log's runs."""
-    state = ServerState(name)
-    for raw in lines:
+    state = ServerState(name, hold_vllm=True)
+    guard = EngineGuard(name)
+    for line_no, raw in enumerate(lines, 1):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         text = text.rstrip("\r\n")
-        state.apply(text, parse_line(text), 0.0)  # offline: no receive time
+        rec = parse_line(text)
+        guard.check(rec, line_no)
+        state.apply(text, rec, 0.0)  # offline: no receive time
+    state.flush()  # a vLLM engine line still waiting for its spec line
     return state
 
 
@@ -127,7 +132,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
             notes.append(f"{label} log holds {n_runs} run{'s' if n_runs != 1 else ''}; compared run "
                          f"{run.index} (from {clock(run.start_t)})")
         groups = [k for k in run.groups if k is not None]
-        if groups:
+        if len(groups) > 1 or groups and st.engine != "vllm":  # vLLM names even a lone engine 000
             notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
         silent = [k for k in run.silent_groups() if k is not None]
         if silent:
@@ -147,7 +152,12 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")
         notes.append(why)
     elif rr is not None:
-        notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+        if "vllm" in (base.engine, spec.engine):
+            notes.append(f"medians at #running-req {rr}, whole runs, of vLLM's 'Avg generation "
+                         "throughput': every token emitted per ~10 s stats interval, prefill "
+                         "steps included (not decode-only)")
+        else:
+            notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
     result = {
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),

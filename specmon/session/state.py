@@ -15,6 +15,7 @@ from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
+from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, VllmEventRecord, sglang_equivalents
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -178,6 +179,14 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
                        all(p.t_log for p in points), len(points))
+
+
+def vllm_spec_args(args: dict[str, Any], non_default: Any) -> None:
+    """A vLLM run's args: its `non-default args` and SGLang's names for its k (parse/vllm.py)."""
+    if isinstance(non_default, dict):
+        args["non_default_args"] = non_default
+    for key, v in sglang_equivalents(args).items():
+        args.setdefault(key, v)
 
 
 @dataclass
@@ -352,6 +361,15 @@ class ServerState:
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
+    engine: str | None = None  # "vllm" once a vLLM line arrived (None: SGLang or not known yet)
+    # vLLM: each `SpecDecoding metrics` line joins its engine's throughput line (parse/vllm.py).
+    # hold_vllm None: hold an engine line for its spec line only once the run is known to be
+    # speculative (live: a baseline's points are never delayed); True: always (offline reading,
+    # which calls `flush()` at the end).
+    hold_vllm: bool | None = None
+    _joiner: SpecJoiner | None = None
+    _held_received: float = 0.0
+    _spec_seen_run: int | None = None  # the run in which a vLLM spec line arrived
 
     @property
     def run(self) -> Run:
@@ -439,6 +457,55 @@ class ServerState:
                 if (text and not text.startswith((" ", "\t")) and ":" in text
                         and not text.startswith("Traceback")):
                     self.in_traceback = False  # "SomeError: message" ends it
+        if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
+            return self._apply_vllm(rec, t)
+        return self._apply_record(rec, t)
+
+    def _apply_vllm(self, rec: Record | None, t: float) -> list[DecodePoint]:
+        """A vLLM line through the spec joiner: an engine line may wait for its spec line."""
+        if self._joiner is None:
+            self._joiner = SpecJoiner()
+            self.engine = "vllm"
+        j = self._joiner
+        if isinstance(rec, VllmEventRecord):
+            if rec.kind == "spec":
+                self._spec_seen_run = self.run.index
+            elif rec.kind == "server_args" and self._same_config(rec):
+                return []  # the next DP engine's copy of the config line (<= 0.11): same run
+        j.hold = self.hold_vllm if self.hold_vllm is not None else bool(
+            self.run.args.get("speculative_algorithm") or self._spec_seen_run == self.run.index)
+        held_t = self._held_received
+        if isinstance(rec, VllmDecodeRecord):
+            self._held_received = t
+        if rec is None:
+            out = j.flush()
+            if not out:
+                if self.runs:
+                    self.runs[-1].last_received = t
+                return []
+        else:
+            out = j.push(rec)
+        done: list[DecodePoint] = []
+        for r in out:
+            rt = held_t if isinstance(r, VllmDecodeRecord) and r is not rec else t
+            done.extend(self._apply_record(r, rt))
+        return done
+
+    def _same_config(self, rec: VllmEventRecord) -> bool:
+        cur = self.runs[-1] if self.runs else None
+        return (cur is not None and not cur.ended and cur.has_server_args and cur.lines_total == 0
+                and all(cur.args.get(k) == v for k, v in rec.data.items()))
+
+    def flush(self) -> list[DecodePoint]:
+        """The end of the input: a vLLM engine line still waiting for its spec line counts now."""
+        if self._joiner is None:
+            return []
+        done: list[DecodePoint] = []
+        for r in self._joiner.flush():
+            done.extend(self._apply_record(r, self._held_received))
+        return done
+
+    def _apply_record(self, rec: Record | None, t: float) -> list[DecodePoint]:
         if rec is None:
             if self.runs:
                 self.runs[-1].last_received = t
@@ -473,7 +540,10 @@ class ServerState:
 
     def _apply_event(self, ev: EventRecord, run: Run) -> None:
         if ev.kind == "server_args":
+            nd = run.args.get("non_default_args")
             run.args = dict(ev.data)
+            if isinstance(ev, VllmEventRecord):
+                vllm_spec_args(run.args, nd)
             run.has_server_args = True
             run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
@@ -482,6 +552,10 @@ class ServerState:
             self.exit_code = None
             if self.role is None:
                 self.role = "speculative" if ev.data.get("speculative_algorithm") else "baseline"
+        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}` (printed before the config)
+            nd = ev.data.get("args")
+            if isinstance(nd, dict):
+                run.args["non_default_args"] = nd
         elif ev.kind == "max_total_num_tokens":
             run.args.update(ev.data)
             self.startup.kv_allocated = True
