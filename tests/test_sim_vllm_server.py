@@ -121,6 +121,17 @@ def test_vllm_tree_log_metrics_and_completions(launch, tmp_path):  # noqa: F811 
     assert counter(metrics, "vllm:spec_decode_num_draft_tokens_total") == 3 * counter(
         metrics, "vllm:spec_decode_num_drafts_total")
     assert "Shutting down" in raw
+    # parsed back by specmon's vLLM parser: every Engine line a decode record of engine 0 with
+    # its spec line joined (accept length normalised, here as printed: 0.10.2 includes the bonus)
+    from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, parse_vllm_line
+
+    joiner = SpecJoiner()
+    recs = [r for ln in lines for r in joiner.push(parse_vllm_line(ln))] + joiner.flush()
+    decs = [r for r in recs if isinstance(r, VllmDecodeRecord)]
+    assert len(decs) == engines and all(d.dp_rank == 0 for d in decs)
+    joined = [d for d in decs if d.accept_len is not None]
+    assert len(joined) == len([m for m in msgs if m["msg"].startswith("SpecDecoding")])
+    assert all(1.0 <= d.accept_len <= 4.0 for d in joined)
 
 
 def test_vllm_idle_server_prints_no_stats_and_old_versions_untagged(launch):  # noqa: F811 (fixture)
