@@ -1,4 +1,4 @@
-"""`specmon demo`: a simulated SGLang host with a baseline and a speculative server, live."""
+"""`specmon demo`: a simulated SGLang or vLLM host with a baseline and a speculative server, live."""
 
 from __future__ import annotations
 
@@ -15,23 +15,29 @@ from specmon.session.fleet import FleetSession
 
 def run(args: argparse.Namespace) -> int:
     from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
-    from specmon.sim.formats import check_version
+    from specmon.sim import formats, vllm_formats
 
+    engine = getattr(args, "engine", "sglang")
     if args.format_version:
         try:
-            check_version(args.format_version)
+            (vllm_formats if engine == "vllm" else formats).check_version(args.format_version)
         except ValueError as exc:
             raise CliError(str(exc)) from None
     from specmon.commands.hostargs import config_from_args
 
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
-    feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency),
-                    scenario=args.scenario)
+    servers = default_servers(args.format_version, load_concurrency=args.concurrency,
+                              engine=engine)
+    # vLLM logs one line per stats interval (1 s here), SGLang one per 40 decode steps (~0.45 s)
+    pace = {"record_after": 20, "phase_lines": 30} if engine == "vllm" else {}
+    feed = DemoFeed(servers, scenario=args.scenario, **pace)
     from specmon.ui.app import SpecmonApp
+
+    kind = "vLLM " if engine == "vllm" else ""
 
     app = SpecmonApp(FleetSession([feed.host]), feed,
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
-                     actions=demo_actions(feed), title=f"{feed.host} (simulated host)",
+                     actions=demo_actions(feed), title=f"{feed.host} (simulated {kind}host)",
                      keymap=dict(cfg.keys) if cfg is not None else None,
                      export_dir=Path(args.export_dir) if args.export_dir else None)
 
