@@ -28,9 +28,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
     servers = default_servers(args.format_version, load_concurrency=args.concurrency,
                               engine=engine)
-    # vLLM logs one line per stats interval (1 s here), SGLang one per 40 decode steps (~0.45 s)
-    pace = {"record_after": 20, "phase_lines": 30} if engine == "vllm" else {}
-    feed = DemoFeed(servers, scenario=args.scenario, **pace)
+    feed = DemoFeed(servers, scenario=args.scenario)
     from specmon.ui.app import SpecmonApp
 
     kind = "vLLM " if engine == "vllm" else ""

@@ -84,14 +84,17 @@ def default_servers(format_version: str | None = None, load_concurrency: int = 1
     ]
 
 
-VLLM_STATS_INTERVAL_S = "1"  # VLLM_LOG_STATS_INTERVAL (a real vLLM setting, 0.10.1+; default 10)
+# VLLM_LOG_STATS_INTERVAL (a real vLLM setting, 0.10.1+; default 10 s): 0.5 s gives about the
+# pace of SGLang's decode lines (one per 40 steps, ~0.45 s at bs 1), so the scenarios' line
+# counts (a baseline needs 30 clean samples) take the same time on both engines
+VLLM_STATS_INTERVAL_S = "0.5"
 VLLM_SPEC = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", '
              '"num_speculative_tokens": 2}')
 
 
 def _vllm_servers(common: list[str], seed: int) -> list[SimServer]:
     """The same pair as `vllm serve`: a baseline and an EAGLE-3 server (k = 2), stats every
-    second (VLLM_LOG_STATS_INTERVAL) so the demo moves at SGLang's pace."""
+    0.5 s (VLLM_LOG_STATS_INTERVAL) so the demo moves at SGLang's pace."""
     common = ["--engine", "vllm", *common]
     env = {**NCCL_TUNING, "VLLM_LOG_STATS_INTERVAL": VLLM_STATS_INTERVAL_S}
     return [
@@ -271,12 +274,13 @@ class DemoFeed:
         gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
         for i in range(8):
             gpus.set_power_limit(i, 330.0)
+        base.args += ["--patch-overhead", "0.07"]
         if self.engine == "vllm":
-            # the fingerprint's file probe reads the SGLang install only: no patched-file step
+            # the fingerprint's file probe reads the SGLang install only: this patch (of the
+            # simulated vLLM) leaves no file evidence; the alert can name only the power cap
             sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
-                        "330 W power cap on GPUs 0-7")
+                        "patched vLLM (no file evidence) and a 330 W power cap on GPUs 0-7")
         else:
-            base.args += ["--patch-overhead", "0.07"]
             sim_dist.patch_file(self.sim_dir)  # the edit the RECORD-hash probe finds
             sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
                         "patched SGLang file and a 330 W power cap on GPUs 0-7")
