@@ -107,7 +107,8 @@ async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_se
         sim = subprocess.Popen(
             [sys.executable, "-m", "specmon", "sim", "server", "--engine", "vllm", "--port",
              str(port), "--startup-s", "0.3", "--tensor-parallel-size", "2",
-             "--speculative-config", spec, "--set-env-after-spawn", "NCCL_ALGO=Tree"],
+             "--speculative-config", spec, "--set-env-after-spawn", "NCCL_ALGO=Tree",
+             "--load-concurrency", "1"],
             stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env=env, cwd=tmp_path,
         )
@@ -135,6 +136,22 @@ async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_se
         assert env_by_rank is not None and set(env_by_rank) == {"rank 0", "rank 1"}
         for rank_env in env_by_rank.values():  # inherited at spawn; the late NCCL_ALGO is not
             assert rank_env["NCCL_PROTO"] == "LL128" and "NCCL_ALGO" not in rank_env
+        # `specmon connect` finds it and parses its Engine/SpecDecoding lines on the way in
+        fleet = FleetSession([host.name])
+        task = asyncio.create_task(HostFeed(host, []).run(fleet))
+        try:
+            name = f"vllm-{port}"
+            await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
+                        what="connect feed declaring the vLLM server")
+            st = fleet.server(host.name, name)
+            assert (st.role, st.path) == ("speculative", str(out))
+            await until(lambda: any(p.rec.accept_len for p in st.decode) or task.done(),
+                        what="a parsed Engine line with its spec line joined")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     finally:
         await host.close()
         stop_group(sim)
