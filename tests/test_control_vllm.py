@@ -11,6 +11,7 @@ import pytest
 from controlkit import cleanup_pidfiles, group_alive, host_profile, kill_group, sim_profile
 
 from specmon.config import SpeculativeArgs, parse_config
+from specmon.control.bench import BenchConfig
 from specmon.control.server import NotOurs, ServerController
 from specmon.hosts.local import LocalHost
 
@@ -103,6 +104,13 @@ async def test_start_audit_status_stop_of_a_simulated_vllm_server(hp, tmp_path):
             assert st.state == "ready" and st.healthy and len(st.members) >= 4
             log = Path(res.log).read_text()
             assert "Initializing a V1 LLM engine (v0.33.0)" in log
+            # the built-in benchmark speaks vLLM's OpenAI API and diffs its counters
+            b = await c.benchmark(BenchConfig(num_prompts=2, output_len=20))
+            assert (b.completed, b.failed, b.total_output_tokens) == (2, 0, 40)
+            assert b.mean_ttft_ms is not None and b.mean_itl_ms is None  # N/A, said in notes
+            assert any("ITL N/A" in n for n in b.notes)
+            vc = b.vllm_counters
+            assert vc is not None and vc["drafts"] > 0 and vc["draft_tokens"] == 2 * vc["drafts"]
             # a second pidfile pointing at our server under another name is not ours to stop
             other = sim_profile(tmp_path, "intruder", [0])
             c2 = ServerController(LocalHost(), other, hp)
