@@ -159,3 +159,19 @@ def test_vllm_bad_options_one_line(launch):  # noqa: F811 (fixture)
         assert p.wait(30) == 2
         err = p.stderr.read().strip().splitlines()
         assert len(err) == 1 and "Traceback" not in err[0], err
+
+
+def test_vllm_worker_crash_logs_a_tagged_traceback_and_exits_1(launch):  # noqa: F811 (fixture)
+    p, _, log = launch("--engine", "vllm", "--format-version", "0.11.0", "--tp-size", "2",
+                       "--startup-s", "0", "--crash-after", "0.3", "--load-concurrency", "1")
+    assert p.wait(30) == 1
+    raw = log.read_bytes().decode()
+    start = raw.index("WorkerProc hit an exception.")
+    block = raw[raw.rfind("\n", 0, start) + 1:].split("\n")
+    tb = [ln for ln in block if "multiproc_executor.py:527" in ln]
+    # one record: continuation lines end in \r and repeat the worker's tag and header
+    assert all(ln.endswith("\r") for ln in tb[:-1]) and not tb[-1].endswith("\r")
+    assert all(re.match(r"\x1b\[1;36m\(Worker_TP0 pid=\d+\)\x1b\[0;0m ERROR ", ln) for ln in tb)
+    assert any("Traceback (most recent call last):" in ln for ln in tb)
+    assert any("RuntimeError: CUDA error: an illegal memory access" in ln for ln in tb)
+    assert "died unexpectedly, shutting down executor." in raw
