@@ -222,3 +222,67 @@ def test_env_edits():
     assert vf.env_edits("0.9.2", {"NCCL_CUMEM_ENABLE": "1"})["NCCL_CUMEM_ENABLE"] == "0"
     assert "NCCL_CUMEM_ENABLE" not in vf.env_edits("0.10.2", {"NCCL_CUMEM_ENABLE": "1"})
     assert "OMP_NUM_THREADS" not in vf.env_edits("0.10.2", {"OMP_NUM_THREADS": "4"})
+
+
+def _real_lines():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "vllm-logs" / "real-lines.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _split_header(line: str):
+    m = re.match(r"(?:\S+Z )?(?:\((?P<proc>[^()]+) pid=(?P<pid>\d+)\) )?INFO (?P<md>\d\d-\d\d "
+                 r"\d\d:\d\d:\d\d) \[(?P<file>[^:\]]+):(?P<lineno>\d+)\] (?P<msg>.*)", line)
+    assert m, line
+    return m
+
+
+def _elapsed(count: int, tps: float) -> tuple[float, float]:
+    """The open interval of elapsed seconds for which count/elapsed rounds to tps (%.2f)."""
+    return count / (tps + 0.005), (count / (tps - 0.005) if tps > 0.005 else float("inf"))
+
+
+def test_real_f3_and_engine_lines_reproduced_from_their_counts():
+    """Every real F3 spec line and every real Engine line whose parts the sim writes
+    (tests/data/vllm-logs/real-lines.jsonl) comes out byte for byte from its counts alone."""
+    done = {"spec": 0, "decode": 0}
+    for case in _real_lines():
+        line, exp = case["line"], case["expect"]
+        pre_merge = "Draft acceptance rate" in line.split("Mean")[0]  # PR #24127's variant
+        if case["kind"] == "spec" and "Mean acceptance length" in line and not pre_merge:
+            m = _split_header(line)
+            pp, acc, drafted = exp["per_position"], exp["accepted"], exp["drafted"]
+            k = len(pp)
+            drafts = drafted // k  # these drafters propose full-length drafts
+            per_pos = [round(p * drafts) for p in pp]
+            d_tps = float(re.search(r"Drafted throughput: ([\d.]+)", line).group(1))
+            a_tps = float(re.search(r"Accepted throughput: ([\d.]+)", line).group(1))
+            lo, hi = _elapsed(drafted, d_tps)
+            if acc:
+                a_lo, a_hi = _elapsed(acc, a_tps)
+                lo, hi = max(lo, a_lo), min(hi, a_hi)
+            assert lo < hi, case
+            msg = vf.spec_message("0.33.0", num_drafts=drafts, num_draft_tokens=drafted,
+                                  num_accepted=acc, accepted_per_pos=per_pos,
+                                  elapsed_s=(lo + hi) / 2)
+            assert msg == m["msg"], (msg, line)
+            done["spec"] += 1
+        elif case["kind"] == "decode" and "MM cache" not in line and "Engine 000" in line:
+            m = _split_header(line)
+            version = "0.13.0" if m["proc"] else "0.9.2"
+            hit = re.search(r"Prefix cache hit rate: ([\d.]+)%", line)
+            msg = vf.engine_message(
+                version, engine=0, prompt_tps=float(re.search(r"prompt throughput: ([\d.]+)",
+                                                              line).group(1)),
+                gen_tps=exp["gen_throughput"], running=exp["running_req"],
+                waiting=exp["queue_req"], kv_usage_pct=float(re.search(
+                    r"KV cache usage: ([\d.]+)%", line).group(1)),
+                prefix_hit_pct=float(hit.group(1)) if hit else None)
+            head = vf.tag_prefix(version, m["proc"], int(m["pid"] or 0), no_color=True)
+            got = vf.line(version, local(m["md"], 2025), msg, filename=m["file"],
+                          lineno=int(m["lineno"]), tag=head)
+            assert got == line[line.index(m["proc"] and "(" or "INFO"):], (got, line)
+            done["decode"] += 1
+    assert done == {"spec": 4, "decode": 5}, done  # every such line of the file
