@@ -208,10 +208,16 @@ def test_find_vllm_servers_by_command_line_and_worker_titles():
         Proc(401, 10, 0, ["less", "vllm.entrypoints.openai.api_server.log"]),
         Proc(402, 10, 0, [PY, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]),
         Proc(500, 1, 0, ["VLLM::Worker_TP0"]),  # orphan: no launcher above it
+        Proc(600, 10, 0, [PY, "-m", "specmon", "sim", "server", "--engine=vllm", "--port",
+                          "8003", "--format-version", "0.9.2", "--tp-size", "2"]),
+        Proc(601, 600, 0, ["VLLM::EngineCore"]),
+        Proc(602, 600, 0, ["VLLM::VllmWorker_0"]),  # the sim's title for a 0.9 worker
+        Proc(603, 600, 0, ["VLLM::VllmWorker_1"]),
     ]
     servers = {s.pid: s for s in find_servers(procs)}
-    assert set(servers) == {100, 200, 300}
+    assert set(servers) == {100, 200, 300, 600}
     serve, api, sim = servers[100], servers[200], servers[300]
+    assert [t for _, t in servers[600].workers] == ["VLLM::VllmWorker_0", "VLLM::VllmWorker_1"]
     assert (serve.engine, serve.name, serve.port, serve.port_from_args) == (
         "vllm", "vllm-8000", 8000, False)
     assert (serve.kind, serve.model, serve.tp_size) == ("speculative", "m/llama", 2)

@@ -31,8 +31,8 @@ SPEC_LOG_MARKERS = (b"accept len", b"SpecDecoding metrics: ", b"Speculative metr
 # Worker process titles (data): SGLang's schedulers; vLLM's set_process_title
 # f"{VLLM_PROCESS_NAME_PREFIX}::{name}" (default prefix VLLM) for EngineCore[_DP<n>] and
 # Worker[_DP<d>][_PP<p>][_TP<t>]..., and the mp process name `VllmWorker...` of 0.8/0.9.
-WORKER_TITLE = re.compile(r"sglang::scheduler|[^\s:]+::(?:EngineCore|DPEngineCore|Worker)"
-                          r"(?:_|\s|$)|VllmWorker")
+WORKER_TITLE = re.compile(r"sglang::scheduler|[^\s:]+::(?:EngineCore|DPEngineCore|Worker|"
+                          r"VllmWorker)(?:_|\s|$)|VllmWorker")
 
 Kind = Literal["baseline", "speculative"]
 
@@ -139,7 +139,7 @@ def _vllm_fields(s: DiscoveredServer) -> None:
     if engine_of(s.argv) != "vllm":
         return
     s.engine = "vllm"
-    if any("::Worker" in t or t.startswith("VllmWorker") for _, t in s.workers):
+    if any("Worker" in t for _, t in s.workers):
         # TP > 1: the EngineCore only drives the workers; the GPU ranks are the Worker_TP<r>
         s.workers = [(pid, t) for pid, t in s.workers if "EngineCore" not in t]
     flags = flag_values(s.argv)
