@@ -232,3 +232,15 @@ def test_find_vllm_servers_by_command_line_and_worker_titles():
     # SGLang's names are unchanged
     sg = find_servers([Proc(1, 0, 0, [PY, "-m", "sglang.launch_server", "--model-path", "m"])])
     assert (sg[0].engine, sg[0].name) == ("sglang", "sglang-30000")
+
+
+def test_worker_titles_and_near_misses():
+    from specmon.sources.discovery import is_worker_title
+
+    for t in ("sglang::scheduler_TP0_EP0", "VLLM::Worker", "VLLM::Worker_DP1_TP3",
+              "MYPFX::EngineCore_DP0", "VLLM::DPEngineCore_1", "VLLM::VllmWorker_0",
+              "VllmWorker rank=0"):
+        assert is_worker_title(t), t
+    for t in ("VLLM::WorkerPool", "VLLM::APIServer", "VLLM::DPSupervisor", "bash",
+              "python3", "sglang::detokenizer", "Worker_TP0"):
+        assert not is_worker_title(t), t
