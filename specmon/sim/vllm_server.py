@@ -141,6 +141,9 @@ class VllmSimServer(SimServer):
             self._plain("api", vf.access_message(client, method, path, status, reason))
 
     def _child_failed_log(self) -> None:
+        if self.tp == 1:  # the EngineCore ran the model itself: the API server notices
+            self._rank_dead_log(0)
+            return
         self._vlog("core", f"Worker proc {vf.worker_name(self.version, 0, self.tp)} died "
                    "unexpectedly, shutting down executor.", "multiproc_executor.py", 149,
                    "ERROR")
@@ -227,6 +230,9 @@ class VllmSimServer(SimServer):
             cfg["title"] = vf.proc_title(name, self.proc_prefix)
             cfg["tag_name"] = name if (self.tp > 1 or core) else None
             cfg["gpu"] = self.gpus[rank]
+            if self.tp == 1:  # UniProcExecutor: the EngineCore's own error
+                cfg["crash_head"] = "EngineCore encountered a fatal error."
+                cfg["crash_where"] = ("core.py", 710)
             msg = init.format(r=rank, n=self.tp)
             cfg["init_msgs"] = (msg, f"Model loading took {self.weight_gb:.4f} GiB and "
                                 f"{max(0.1, self.opts.startup_s * 0.45):.6f} seconds")

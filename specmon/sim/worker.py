@@ -213,8 +213,8 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
                     try:
                         _event_loop_overlap(rank)
                     except Exception:
-                        head = "WorkerProc hit an exception.\n" if vllm else (
-                            "Scheduler hit an exception: ")
+                        head = cfg.get("crash_head", "WorkerProc hit an exception.") + "\n" \
+                            if vllm else "Scheduler hit an exception: "
                         emit(head + traceback.format_exc().rstrip("\n"))
                         os.kill(parent, signal.SIGQUIT)
                         log.close()
@@ -234,7 +234,7 @@ def _vllm_emit(cfg: dict[str, Any], log: LogWriter, msg: str, level: str) -> Non
     tag = vf.tag_prefix(version, cfg.get("tag_name"), os.getpid(),
                         no_color=bool(os.environ.get("NO_COLOR")))
     if level == "ERROR":
-        filename, lineno = "multiproc_executor.py", 527
+        filename, lineno = cfg.get("crash_where") or ("multiproc_executor.py", 527)
     elif msg.startswith("Model loading took"):
         filename, lineno = "gpu_model_runner.py", 1892
     else:
