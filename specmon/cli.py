@@ -238,6 +238,12 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     add_parser(sub)
 
 
+def _add_counters(sub: argparse._SubParsersAction) -> None:
+    from specmon.commands.counters_cmd import add_parser
+
+    add_parser(sub)
+
+
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from specmon.commands.baseline_cmd import run
 
@@ -401,7 +407,7 @@ def _add_config(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmon",
-        description="Live monitor for speculative decoding on SGLang servers.",
+        description="Live monitor for speculative decoding on SGLang and vLLM servers.",
     )
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -411,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_advise(sub)
     _add_compare(sub)
+    _add_counters(sub)
     _add_baseline(sub)
     _add_record(sub)
     _add_connect(sub)

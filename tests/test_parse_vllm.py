@@ -28,9 +28,16 @@ def _real() -> list[dict]:
     return [json.loads(x) for x in (DATA / "real-lines.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("row", _real(), ids=lambda r: r["source"].rsplit("/", 2)[-2] + r["kind"])
+def _row_id(r: dict) -> str:
+    return r["source"].split(" ")[0].rsplit("/", 2)[-2] + "-" + r["kind"]
+
+
+@pytest.mark.parametrize("row", _real(), ids=_row_id)
 def test_real_lines(row: dict) -> None:
     rec = parse_line(row["line"])
+    if row["kind"] == "other":
+        assert rec is None
+        return
     assert rec is not None and rec.kind == row["kind"]
     out = rec.to_json()
     assert out["engine"] == "vllm"
@@ -123,7 +130,8 @@ def test_spec_layouts(fmt: str, args: tuple, layout: str, mal: float | None) -> 
     rec = parse_line(HEAD_08 % ("metrics.py", 87) + fmt % args)
     assert isinstance(rec, VllmEventRecord) and rec.kind == "spec"
     d = rec.data
-    assert (d["layout"], d["mean_accept_len"], d["accepted"], d["drafted"]) == (layout, mal, 9339, 15360)
+    assert (d["_layout"], d["mean_accept_len"], d["accepted"], d["drafted"]) == (layout, mal, 9339, 15360)
+    assert "_layout" not in rec.to_json()
     assert d["draft_accept_rate_pct"] == 60.8
     if layout == "F3":
         assert (d["accepted_throughput"], d["drafted_throughput"]) == (933.9, 1536.0)
@@ -242,5 +250,68 @@ def test_joiner_pairs_spec_with_its_engine_and_diffs_v0() -> None:
     j = SpecJoiner()
     out = [r for x in v0 for r in j.push(x)]
     assert out[0].data["accepted"] is None  # first cumulative line: no interval yet
-    assert (out[1].data["accepted"], out[1].data["drafted"], out[1].data["emitted_interval"]) == (0, 10, 2)
+    assert (out[1].data["accepted"], out[1].data["drafted"], out[1].data["emitted"]) == (0, 10, 2)
+    assert out[1].data["accepted_total"] == 1 and out[1].data["draft_accept_rate_pct"] == 0.0
     assert out[1].data["mean_accept_len"] == pytest.approx(2 * 5 / 10)
+
+
+def test_hostile_lines_never_raise_and_stay_bounded() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    head = "(APIServer pid=1) INFO 05-01 10:00:00 [m.py:1] "
+    bodies = st.sampled_from([
+        "SpecDecoding metrics: ", "Engine 000: Avg prompt throughput: ", "Speculative metrics: ",
+        "Initializing a V1 LLM engine (v1) with config: ", "non-default args: "])
+
+    @settings(max_examples=300, deadline=None)
+    @given(bodies, st.text(max_size=300))
+    def check(body: str, tail: str) -> None:
+        rec = parse_line(head + body + tail)
+        assert rec is None or rec.to_json()["engine"] == "vllm"
+
+    check()
+    many = head + F2 % (50.0, 2.0, 10, 20, ", ".join(["0.500"] * 10_000))
+    rec = parse_line(many)
+    assert isinstance(rec, VllmEventRecord) and len(rec.data["per_position"]) == 64
+    deep = head + "non-default args: " + "{'a': " * 5000 + "1" + "}" * 5000
+    assert parse_line(deep) is None  # literal_eval's recursion limit: not a crash
+
+
+def test_non_default_args_keep_only_known_keys_no_secrets() -> None:
+    rec = parse_line("(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: "
+                     "{'model': 'm', 'api_key': ['sk-live-abcdef1234567890'], "
+                     "'hf_token': 'hf_abcdefghijklmnopqrstuvwxyz12', 'max_num_seqs': 64}")
+    assert isinstance(rec, VllmEventRecord)
+    assert rec.data["args"] == {"model": "m", "max_num_seqs": 64}
+    assert "sk-live" not in json.dumps(rec.to_json())
+
+
+def test_joiner_two_api_servers_interleaved() -> None:
+    """External DP load balancing: `(APIServer_DP0 pid=A)` and `(APIServer_DP1 pid=B)` print
+    into one file; each spec line joins its own process's engine line."""
+    def eng(dp: int, pid: int, gen: float) -> str:
+        return (f"(APIServer_DP{dp} pid={pid}) INFO 05-20 10:42:11 [loggers.py:271] "
+                + "Engine %03d: " % dp + THR_080 % (0.0, gen, 8, 0, 1.0, 0.0))
+
+    def spec(dp: int, pid: int, acc: int) -> str:
+        return (f"(APIServer_DP{dp} pid={pid}) INFO 05-20 10:42:11 [metrics.py:120] "
+                + F3 % (1 + acc / 1000, acc / 10, 300.0, acc, 3000, "0.500, 0.300, 0.100", 30.0))
+
+    lines = [eng(1, 22, 900.0), eng(0, 11, 800.0), spec(1, 22, 600), spec(0, 11, 900)]
+    recs = [r for r in join_records(parse_line(x) for x in lines) if isinstance(r, VllmDecodeRecord)]
+    by_dp = {r.dp_rank: r for r in recs}
+    assert by_dp[1].spec is not None and by_dp[1].spec["accepted"] == 600
+    assert by_dp[0].spec is not None and by_dp[0].spec["accepted"] == 900
+
+
+def test_api_server_start_is_ready() -> None:
+    """Real 0.10.2 line (kagaho/Build-Jetson-Container-VLLM-0.10.2): an idle vLLM server prints
+    no stats line, so its start line is what says it is up."""
+    rec = parse_line("(APIServer pid=291) INFO 09-21 23:16:28 [api_server.py:1957] Starting vLLM "
+                     "API server 0 on http://0.0.0.0:8000")
+    assert isinstance(rec, VllmEventRecord) and rec.kind == "ready" and rec.pid == 291
+    from specmon.session.state import ServerState
+    st = ServerState("v")
+    st.apply("x", rec, 1.0)
+    assert st.status == "ready"

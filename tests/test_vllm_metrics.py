@@ -118,3 +118,66 @@ def test_bench_scrape_over_http() -> None:
     w = server_window(a, b, 2.0)
     assert w is not None and w.accept_len == pytest.approx(1 + 900 / 600)
     assert w.per_position == pytest.approx([480 / 600, 300 / 600, 120 / 600])
+
+
+def _serve(texts: list[str]):
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = (texts.pop(0) if len(texts) > 1 else texts[0]).encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    return srv, th
+
+
+def test_counters_command_prints_exact_windows() -> None:
+    import json
+    import subprocess
+    import sys
+
+    texts = [scrape({"0": (1000, 3000, 1800, 5000, [800, 600, 400])}),
+             scrape({"0": (1600, 4800, 2700, 8000, [1280, 900, 520])}),
+             scrape({"0": (10, 30, 10, 50, [5, 3, 2])})]  # restarted
+    srv, th = _serve(texts)
+    try:
+        r = subprocess.run([sys.executable, "-m", "specmon", "counters",
+                            f"http://127.0.0.1:{srv.server_port}", "--interval", "0.2",
+                            "--count", "2", "--json"], capture_output=True, text=True, timeout=60)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["window"] for x in rows] == [1, 2]
+    assert rows[0]["accept_len"] == pytest.approx(1 + 900 / 600) and not rows[0]["restart"]
+    assert rows[0]["dt_s"] >= 0.2 and rows[0]["gen_tok_s"] == pytest.approx(3000 / rows[0]["dt_s"])
+    assert rows[1]["restart"] and rows[1]["accept_len"] is None
+
+
+def test_counters_command_one_line_errors() -> None:
+    import subprocess
+    import sys
+
+    srv, th = _serve(["# nothing from vLLM here\nup 1\n"])
+    try:
+        r = subprocess.run([sys.executable, "-m", "specmon", "counters",
+                            f"http://127.0.0.1:{srv.server_port}", "--interval", "0.1"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+    assert r.returncode == 2 and "no vllm: counters" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -53,6 +53,9 @@ def test_085_accept_length_gets_its_bonus() -> None:
     rec = state.runs[0].decode[0].rec
     assert rec.accept_len == pytest.approx(2.82)
     assert "0.8.5" in (rec.accept_len_note or "")
+    res = compare(state, state).result
+    assert any("vLLM 0.8.5 printed them, without the bonus token: 1 added" in n
+               for n in res["notes"])
 
 
 def test_dp_engines_summed_and_config_copies_one_run() -> None:
@@ -75,6 +78,12 @@ def test_dp_engines_summed_and_config_copies_one_run() -> None:
     assert (p.groups, p.rec.running_req, p.rec.gen_throughput) == (2, 12, 1500.0)
     # weighted by each engine's throughput, as SGLang DP groups are
     assert p.rec.accept_len == pytest.approx((2.8 * 1000 + 2.2 * 500) / 1500)
+    # vLLM's counts summed: the rate from the sums, per-position rates weighted by drafts
+    assert p.rec.accept_rate == pytest.approx((1800 + 600) / (3000 + 1500))
+    assert p.rec.spec["per_position"] == pytest.approx(
+        [(0.8 * 3000 + 0.6 * 1500) / 4500, (0.6 * 3000 + 0.4 * 1500) / 4500,
+         (0.4 * 3000 + 0.2 * 1500) / 4500])
+    assert p.rec.kv_cache_usage_pct == 1.0 and p.rec.prompt_throughput == 0.0
 
 
 def test_live_baseline_points_not_delayed_spec_points_joined() -> None:
@@ -135,11 +144,19 @@ def test_compare_cli_on_vllm_logs_labels_throughput() -> None:
     base = res["baseline"]["median_tok_s"]
     spec = res["speculative"]["median_tok_s"]
     assert res["speedup"]["value"] == pytest.approx(spec / base, rel=0.02)
-    assert any("prefill steps included" in n for n in res["notes"])
+    assert any("prefill steps incl." in n for n in res["notes"])
     assert not any("decode-only gen throughput" in n for n in res["notes"])
     direct = compare(read_runs(BASE_LOG.read_text().splitlines()),
                      read_runs(SPEC_LOG.read_text().splitlines()))
     assert direct.result["speedup"]["value"] == res["speedup"]["value"]  # one truth
+
+
+def test_runs_listing_names_vllm_config() -> None:
+    r = cli("parse", "--runs", "--json", str(SPEC_LOG))
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.splitlines()[0])
+    assert row["args"] == "vLLM 0.11.0, model Qwen/Qwen3-8B, tp 1, eagle3 k 3 draft org/Qwen3-8B-eagle3"
+    assert row["decode_lines"] == 40 and row["start_reason"] == "server_args"
 
 
 def test_summary_labels_vllm_throughput() -> None:
@@ -184,3 +201,232 @@ def test_advise_uses_measured_per_position_profile() -> None:
     w = sum(x.spec["drafted"] for x in lines)
     want0 = sum(x.spec["per_position"][0] * x.spec["drafted"] for x in lines) / w
     assert prof.survival[0] == pytest.approx(want0)
+
+
+def test_accepted_throughput_after_idle_gap_uses_the_interval() -> None:
+    """0.10.2+ divides the first spec line after an idle stretch by the whole gap; specmon's
+    accepted tok/s is Accepted over the engine's measured interval instead."""
+    pts = list(read_runs(SPEC_LOG.read_text().splitlines()).runs[0].decode)
+    after = pts[20]  # the generator put a 300 s idle stretch before the 21st interval
+    assert after.t - pts[19].t > 300
+    acc = after.rec.spec["accepted"]
+    assert after.rec.spec["accepted_throughput"] == pytest.approx(acc / 310.0, abs=0.01)  # printed
+    assert after.rec.accepted_tok_s == pytest.approx(acc / 10.0)
+    assert "idle" in (after.rec.accepted_tok_s_note or "")
+    normal = pts[21]
+    assert normal.rec.accepted_tok_s == pytest.approx(normal.rec.spec["accepted"] / 10.0)
+    assert normal.rec.accepted_tok_s_note is None
+    assert "assumed" in (pts[0].rec.accepted_tok_s_note or "")
+
+
+def test_ui_server_panel_rows_for_vllm() -> None:
+    """The server panel's rows (the UI's model) say what vLLM's numbers are."""
+    from specmon.ui.widgets import summary_rows
+
+    state = read_runs(SPEC_LOG.read_text().splitlines(), "spec")
+    last = state.last_decode
+    assert last is not None
+    rows = {r[0]: r for r in summary_rows(state, now=state.runs[-1].decode[-1].t, window_s=1e9)}
+    assert "prefill steps incl." in rows["last interval"][2]
+    assert "decode-only" not in rows["last interval"][2]
+    assert rows["accepted"][1] == f"{last.accept_rate:.2f}"
+    pp = last.spec["per_position"]
+    assert " ".join(f"{x:.2f}" for x in pp) in rows["accepted"][2]
+    assert rows["KV cache"][1] == f"{last.kv_cache_usage_pct:.1f}%"
+    base = read_runs(BASE_LOG.read_text().splitlines(), "base")
+    brows = {r[0]: r for r in summary_rows(base, now=0.0, window_s=1e9)}
+    assert "accepted" not in brows and "accept len" not in brows
+
+
+def test_metrics_exporter_labels_vllm_servers() -> None:
+    """specmon's own /metrics: a vLLM server's throughput and accept length, and what they are."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.export.prometheus import registry_for
+    from specmon.session.events import LineItem
+    from specmon.session.fleet import FleetSession
+
+    fleet = FleetSession(["h"])
+    lines = SPEC_LOG.read_text().splitlines()
+    fleet.lines("h", "vspec", [LineItem(x, parse_line(x), 1000.0 + i) for i, x in enumerate(lines)])
+    state = fleet.host("h").session.servers["vspec"]
+    text = generate_latest(registry_for(fleet, clock=lambda: 2000.0)).decode()
+    fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    info = [s for s in fams["specmon_server_engine_info"] if s.labels["server"] == "vspec"]
+    assert len(info) == 1 and info[0].labels["engine"] == "vllm"
+    assert "prefill steps incl." in info[0].labels["throughput"]
+    acc = [s.value for s in fams.get("specmon_server_accept_length", [])
+           if s.labels["server"] == "vspec"]
+    assert acc and 2.7 < acc[0] < 2.95  # the joined, bonus-included accept length
+    assert state.role == "speculative"
+
+
+def test_export_and_report_from_a_recording(tmp_path: Path) -> None:
+    import os
+    rows = []
+    for i, (name, path) in enumerate((("vspec", SPEC_LOG), ("vbase", BASE_LOG))):
+        for j, line in enumerate(path.read_text().splitlines()):
+            rows.append({"server": name, "path": f"/logs/{name}.log", "offset": j * 400,
+                         "line": line, "received_at": 1.79e9 + j * 5 + i * 0.1, "record": None})
+    rows.sort(key=lambda r: r["received_at"])
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    snap = tmp_path / "snap.json"
+    for args in (("export", str(rec), "-o", str(snap)),
+                 ("report", str(snap), "-o", str(tmp_path / "rep.md"))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+    md = (tmp_path / "rep.md").read_text()
+    assert "vLLM servers: throughput is" in md and "prefill steps incl." in md
+    assert "accept rate (vLLM's counts" in md
+    from specmon.export.snapshot import read_snapshot
+    s = read_snapshot(str(snap))
+    dec = [e.record for sv in s.servers if sv.name == "vspec" for e in sv.entries
+           if getattr(e.record, "kind", None) == "decode"]
+    assert dec and all(getattr(d, "spec", None) is not None for d in dec)  # lossless round trip
+
+
+async def test_ui_replay_of_vllm_servers_shows_speedup_and_labels(tmp_path: Path) -> None:
+    """The UI on a recording of two vLLM servers: the headline's speedup and its wording."""
+    import asyncio
+
+    from specmon.export.snapshot import snapshot_from_record
+    from specmon.ui.replay import ReplayApp
+    from specmon.ui.widgets import SpeedupBar
+
+    rows = []
+    for i, (name, path) in enumerate((("speculative", SPEC_LOG), ("baseline", BASE_LOG))):
+        for j, line in enumerate(path.read_text().splitlines()):
+            rows.append({"server": name, "path": f"/logs/{name}.log", "offset": j * 400,
+                         "line": line, "received_at": 1.79e9 + j * 5 + i * 0.1, "record": None})
+    rows.sort(key=lambda r: r["received_at"])
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    snap = snapshot_from_record(str(rec))
+    app = ReplayApp(snap, playing=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("G")
+        for _ in range(400):
+            s = app.session.servers.get("speculative")
+            if s is not None and s.decode_total >= 39:
+                break
+            await asyncio.sleep(0.02)
+        await pilot.pause()
+        app.refresh_view()
+        await pilot.pause()
+        bar = str(app.query_one(SpeedupBar).content)
+        assert "speedup" in bar and "N/A" not in bar.split("\n")[0], bar
+        assert "vLLM gen throughput" in bar and "decode-only" not in bar
+
+
+def test_live_log_mixing_engines_is_said() -> None:
+    state = ServerState("x")
+    sg = ("[2026-02-26 19:16:00 TP0] Decode batch, #running-req: 1, #token: 900, token usage: 0.04, "
+          "gen throughput (token/s): 80.00, #queue-req: 0")
+    vl = SPEC_LOG.read_text().splitlines()[1]
+    for line in (sg, vl, sg, vl):
+        state.apply(line, parse_line(line), 1.0)
+    assert state.mixed_engines
+    assert sum("mixes SGLang and vLLM" in n for n in state.notices) == 1  # said once
+
+
+def test_real_record_of_vllm_logs_then_report(tmp_path: Path) -> None:
+    """`specmon record local --whole-file` tails two vLLM logs; each row carries its vLLM record;
+    `export` + `report` of that recording give the vLLM speedup."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "rec.jsonl"
+    want = len(SPEC_LOG.read_text().splitlines()) + len(BASE_LOG.read_text().splitlines())
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "record", "local", "--whole-file",
+                             "--log", f"vbase={BASE_LOG}", "--log", f"vspec={SPEC_LOG}",
+                             "--out", str(out)], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    try:
+        for _ in range(3000):
+            if out.exists() and out.read_bytes().count(b"\n") >= want:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    rows = [json.loads(x) for x in out.read_text().splitlines() if '"line"' in x]
+    assert len(rows) == want
+    kinds = {r["record"]["kind"] for r in rows if r["record"]}
+    assert {"decode", "spec", "server_args"} <= kinds
+    assert {r["record"]["engine"] for r in rows if r["record"]} == {"vllm"}
+    snap, md = tmp_path / "s.json", tmp_path / "r.md"
+    for args in (("export", str(out), "-o", str(snap)), ("report", str(snap), "-o", str(md))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "**Speedup 2.1" in text and "vLLM servers: throughput is" in text
+
+
+def test_parse_start_up_only_vllm_log(tmp_path: Path) -> None:
+    f = tmp_path / "start.log"
+    f.write_text(SPEC_LOG.read_text().splitlines()[0] + "\n")
+    r = cli("parse", str(f))
+    assert r.returncode == 0, r.stderr  # a vLLM log that has not served yet, not garbage
+    assert "vLLM 'Avg generation throughput'" in r.stdout and "no decode lines found" in r.stdout
+
+
+def test_snapshot_spec_field_is_checked() -> None:
+    from specmon.export.snapshot import SnapshotError, record_from_json, record_to_json
+
+    state = read_runs(SPEC_LOG.read_text().splitlines())
+    rec = state.runs[0].decode[3].rec
+    d = record_to_json(rec)
+    back = record_from_json(json.loads(json.dumps(d)))
+    assert back == rec  # lossless
+    for bad in ({"accepted": "many"}, {"per_position": [0.5, 7.0]}, {"mean_accept_len": -1}):
+        with pytest.raises(SnapshotError, match="spec field"):
+            record_from_json({**d, "spec": {**d["spec"], **bad}})
+
+
+def test_parse_json_differences_v0_cumulative_counts(tmp_path: Path) -> None:
+    rows = [json.loads(x) for x in (DATA / "real-lines.jsonl").read_text().splitlines()]
+    v0 = [r["line"] for r in rows if "Speculative metrics:" in r["line"]][:2]  # issue #7301
+    f = tmp_path / "v0.log"
+    f.write_text("\n".join(v0) + "\n")
+    r = cli("parse", "--json", str(f))
+    assert r.returncode == 0, r.stderr
+    a, b = (json.loads(x) for x in r.stdout.splitlines())
+    assert a["accepted"] is None and a["accepted_total"] == 1 and a["cumulative"] is True
+    assert (b["accepted"], b["drafted"], b["emitted"]) == (0, 10, 2)  # 1-1, 15-5, 3-1
+    assert b["draft_accept_rate_pct"] == 0.0 and b["draft_accept_rate_pct_total"] == 6.7
+
+
+def test_non_default_args_belong_to_the_launch_after_them() -> None:
+    nd = "(APIServer pid={p}) INFO 11-20 {t} [utils.py:233] non-default args: {{'max_num_seqs': {n}}}"
+    lines = SPEC_LOG.read_text().splitlines()
+    log = [nd.format(p=1, t="09:59:59", n=64), *lines,
+           nd.format(p=2, t="10:30:00", n=128), lines[0].replace("10:00:00", "10:30:01"),
+           *lines[1:5]]
+    state = read_runs(log)
+    assert len(state.runs) == 2
+    assert state.runs[0].args["non_default_args"] == {"max_num_seqs": 64}
+    assert state.runs[1].args["non_default_args"] == {"max_num_seqs": 128}
+
+
+def test_ui_advisor_segments_from_a_live_vllm_log() -> None:
+    """The UI's advisor reads the server's received lines: vLLM's spec lines are joined there."""
+    from specmon.analysis.advisor import advise, segments_from_log
+
+    segs = segments_from_log(SPEC_LOG.read_text().splitlines(), "vspec")
+    base = segments_from_log(BASE_LOG.read_text().splitlines(), "vbase")
+    adv = advise(segs, base)
+    assert adv.engine == "vllm" and len(adv.profile.survival) == 3
+    assert adv.current.accept_len is not None and adv.current.per_position is not None
+    assert adv.flags.startswith("--speculative-config")

@@ -30,7 +30,12 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, SampleFilter, lag1, neff
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
-from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, sglang_equivalents
+from specmon.parse.vllm import (
+    VllmDecodeRecord,
+    VllmEventRecord,
+    join_records,
+    sglang_equivalents,
+)
 
 MIN_LINES = 3  # decode lines a segment needs at the chosen batch size
 STEPS = range(1, 7)
@@ -769,7 +774,8 @@ def segments_from_log(lines: Iterable[str], label: str,
     a benchmark's histogram, if given, belongs to the latest segment."""
     from specmon.parse.sglang import parse_line
 
-    segs = split_runs((parse_line(x) for x in lines), label)
+    # vLLM: each spec line joins its engine's line (SGLang's records pass unchanged)
+    segs = split_runs(join_records(parse_line(x) for x in lines), label)
     if segs and histogram:
         segs[-1].histogram = list(histogram)
     return segs

@@ -21,7 +21,7 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
-from specmon.parse.vllm import EngineGuard, SpecJoiner
+from specmon.parse.vllm import EngineGuard, SpecJoiner, V0Differ, VllmEventRecord
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -92,12 +92,15 @@ def open_input(name: str) -> BinaryIO:
 def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
     fh = open_input(name)
     guard = EngineGuard(name)
+    v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
     try:
         for line_no, raw in enumerate(read_lines(fh, name), 1):
             rec = parse_line(raw)
             guard.check(rec, line_no)
             if rec is None:
                 continue
+            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+                v0.apply(rec)
             if kind != "all" and rec.kind != kind:
                 continue
             yield {"file": name, "line_no": line_no, **rec.to_json()}
@@ -202,21 +205,34 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
     return total
 
 
-_VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:")
+_VLLM_MARK = re.compile(rb"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:|"
+                        rb"LLM engine \(v[^)]*\) with config:|Starting vLLM API server")
+
+
+_VLLM_LINE = re.compile(rb"^[^\n]*(?:Avg prompt throughput|SpecDecoding metrics|"
+                        rb"Speculative metrics:)[^\n]*", re.M)
 
 
 def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
-    """A vLLM log: every line through the parser, spec lines joined onto their engine's line."""
+    """A vLLM log: its stats lines through the parser, spec lines joined onto their engine's
+    line. Only lines with a vLLM stats marker can make a summary record; a buffer that also holds
+    SGLang batch lines goes line by line, so the mixed-engines error names the line."""
     guard = EngineGuard(s.name)
     joiner = SpecJoiner()
-    for line_no, line in enumerate(buf.split(b"\n"), 1):
+    if b"Decode batch" in buf or b"Prefill batch" in buf:
+        lines: Iterator[tuple[int, bytes]] = enumerate(buf.split(b"\n"), 1)
+    else:
+        lines = ((0, m.group()) for m in _VLLM_LINE.finditer(buf))
+    for line_no, line in lines:
         rec = parse_line(line[:MAX_LINE]) if line else None
-        guard.check(rec, line_no)
+        guard.check(rec, line_no or None)
         for r in joiner.push(rec):
             s.add_record(r)
     for r in joiner.flush():
         s.add_record(r)
     s.engine = "vllm"
+    if not s.recognised:  # start-up lines only: still a vLLM log, not garbage
+        s.events = _count_events(buf)
     return s
 
 
@@ -255,11 +271,12 @@ def _batch_lines(buf: bytes) -> Iterator[bytes]:
         pos = end + 1
 
 
-_EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=")
+_EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=|"
+                          rb"LLM engine \(v[^)]*\) with config:|Starting vLLM API server")
 
 
 def _count_events(buf: bytes) -> int:
-    """SGLang start-up lines (no batch line yet is still an SGLang log, not garbage)."""
+    """Start-up lines of SGLang or vLLM (no stats line yet is still a server log, not garbage)."""
     return len(_EVENT_MARKS.findall(buf))
 
 

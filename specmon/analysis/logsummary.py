@@ -70,7 +70,7 @@ class LogSummary:
 
             raise MixedEngines(f"{other.name}: holds both SGLang and vLLM stats lines: a log that "
                                "mixes engines cannot be read as one server; split it")
-        if other.recognised and self.engine is None:
+        if self.engine is None and other.engine is not None:
             self.engine = other.engine
         self.lines += other.lines
         self.decode += other.decode

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
                   "were read as null (each record names them under \"invalid\")", file=sys.stderr)
         if not found:
-            print("specmon parse: no SGLang lines found", file=sys.stderr)
+            print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
             return NO_LINES
         return 0
     total = LogSummary()
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             raise
     if not total.recognised and not total.events:
         print(total.render())
-        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
         return NO_LINES
     print(total.render())
     return 0

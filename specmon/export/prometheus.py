@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from specmon.parse.gpu import REASON_BITS, decode_reasons
+from specmon.parse.vllm import throughput_label
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
 from specmon.session.window import speedup, stats_for, window_points
 
@@ -33,7 +34,7 @@ DEFAULT_PORT = 9464
 METRIC_NAMES = (
     "specmon_host_connection_state", "specmon_host_up", "specmon_host_stale",
     "specmon_host_last_update_timestamp_seconds",
-    "specmon_server_ready", "specmon_server_running_requests",
+    "specmon_server_ready", "specmon_server_running_requests", "specmon_server_engine_info",
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
@@ -77,8 +78,13 @@ class FleetCollector(Collector):
         ready = fam("specmon_server_ready", "1 when the server is ready (decoding or idle)", SERVER)
         running = fam("specmon_server_running_requests", "#running-req of the last decode line",
                       SERVER)
+        engine = fam("specmon_server_engine_info", "1 per server: its engine and what its "
+                     "logged throughput counts (SGLang: decode-only; vLLM: every emitted token "
+                     "per ~10 s interval, prefill steps included)", [*SERVER, "engine",
+                                                                      "throughput"])
         toks = fam("specmon_server_decode_tokens_per_second",
-                   "Median SGLang decode gen throughput over the window, per #running-req",
+                   "Median server-logged gen throughput over the window, per #running-req "
+                   "(SGLang: decode-only; vLLM: see specmon_server_engine_info)",
                    [*SERVER, "running_req"])
         nsamp = fam("specmon_server_decode_samples",
                     "Decode log lines behind specmon_server_decode_tokens_per_second",
@@ -129,6 +135,8 @@ class FleetCollector(Collector):
             for name, srv in hv.session.servers.items():
                 lab = [h, name, srv.role or ""]
                 ready.add_metric(lab, 1.0 if srv.status == "ready" else 0.0)
+                eng = srv.engine or "sglang"
+                engine.add_metric([*lab, eng, throughput_label(eng)], 1.0)
                 if srv.last_decode is not None and srv.last_decode.running_req is not None:
                     running.add_metric(lab, float(srv.last_decode.running_req))
                 pts = window_points(srv, now, f.window_s)

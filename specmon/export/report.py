@@ -21,6 +21,7 @@ from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
+from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.session.state import DecodePoint
 from specmon.session.window import (
     MIN_N,
@@ -350,10 +351,20 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                    f"({_dur(span)}). Snapshot {snap.source.get('kind', 'unknown')} source, "
                    f"written {_when(snap.created_at)} by specmon {snap.specmon_version}; "
                    f"secrets {'redacted' if snap.redaction.get('enabled') else 'NOT redacted'}."))
-    b.append(("p", "Throughput is SGLang's own `gen throughput (token/s)`: decode-only, one value "
-                   "per log interval, idle and prefill time inside the interval included; not a "
-                   "benchmark's end-to-end tok/s. Numbers are never mixed across batch sizes "
-                   "(#running-req); medians with p10–p90 and n, over the whole snapshot."))
+    engines = {"vllm" if any(isinstance(p.rec, VllmDecodeRecord) for p in decode_points(s))
+               else "sglang" for s in snap.servers}
+    if "sglang" in engines or not engines:
+        b.append(("p", "Throughput is SGLang's own `gen throughput (token/s)`: decode-only, one "
+                       "value per log interval, idle and prefill time inside the interval "
+                       "included; not a benchmark's end-to-end tok/s. Numbers are never mixed "
+                       "across batch sizes (#running-req); medians with p10–p90 and n, over the "
+                       "whole snapshot."))
+    if "vllm" in engines:
+        b.append(("p", f"vLLM servers: throughput is {throughput_label('vllm')} (vLLM's `Avg "
+                       "generation throughput`, one value per engine stats interval; accepted "
+                       "drafts and bonus tokens count), not decode-only and not a benchmark's "
+                       "end-to-end tok/s; idle vLLM servers print no line. Numbers are never "
+                       "mixed across batch sizes (`Running`); medians with p10–p90 and n."))
 
     # servers
     b.append(("h", 2, "Servers"))
@@ -437,6 +448,20 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         ndt = s.args.get("speculative_num_draft_tokens")
         ndt = ndt if isinstance(ndt, int) and not isinstance(ndt, bool) else None
         rate = recomputed_accept_rate(med, ndt)
+        measured = [p.rec for p in decode_points(s) if isinstance(p.rec, VllmDecodeRecord)
+                    and p.rec.spec is not None]
+        if measured:  # vLLM prints its counts: the rate is measured, not recomputed
+            acc_n = sum(r.spec.get("accepted") or 0 for r in measured if r.spec)
+            dra_n = sum(r.spec.get("drafted") or 0 for r in measured if r.spec)
+            fixed = sum(1 for r in measured if r.accept_len_note == BONUS_NOTE)
+            b.append(("p", f"{s.name}: accept length (tokens per verify round, bonus included) "
+                           f"median {_num(med)}, p10 {_num(quantile_sorted(acc, 0.1))}, p90 "
+                           f"{_num(quantile_sorted(acc, 0.9))}, n {len(acc):,}; accept rate "
+                           f"(vLLM's counts, accepted ÷ drafted over the snapshot) "
+                           f"{_num(acc_n / dra_n if dra_n else None)}."
+                           + (f" {fixed:,} lengths were printed by vLLM 0.8.5 without the bonus "
+                              "token; 1 was added." if fixed else "")))
+            continue
         b.append(("p", f"{s.name}: accept length (tokens per verify round, bonus included) median "
                        f"{_num(med)}, p10 {_num(quantile_sorted(acc, 0.1))}, p90 "
                        f"{_num(quantile_sorted(acc, 0.9))}, n {len(acc):,}; accept rate "

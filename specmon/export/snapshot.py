@@ -36,7 +36,7 @@ from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
-from specmon.parse.vllm import same_line
+from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
 
 SCHEMA_NAME = "specmon.snapshot"
@@ -73,6 +73,7 @@ class SnapshotError(Exception):
 # --- records <-> JSON (lossless, None fields omitted) ---------------------------------------------
 
 _BATCH_FIELDS = {f.name: str(f.type) for f in dataclasses.fields(BatchRecord)}
+_VLLM_FIELDS = {f.name: str(f.type) for f in dataclasses.fields(VllmDecodeRecord)}
 _BATCH_KINDS = ("decode", "prefill")
 
 
@@ -80,7 +81,10 @@ def record_to_json(rec: Record) -> dict[str, Any]:
     """Compact, lossless JSON of a parsed record (`record_from_json` inverts it)."""
     if isinstance(rec, BatchRecord):
         out: dict[str, Any] = {}
-        for name in _BATCH_FIELDS:
+        vllm = isinstance(rec, VllmDecodeRecord)
+        if vllm:
+            out["engine"] = "vllm"  # the vLLM line's own fields too (record_from_json)
+        for name in _VLLM_FIELDS if vllm else _BATCH_FIELDS:
             if name == "extra":
                 continue
             v = getattr(rec, name)
@@ -142,7 +146,21 @@ def record_from_json(d: Any, where: str = "record") -> Record:
         raise SnapshotError(f"{where}: not a record object with a 'kind'")
     if d["kind"] in _BATCH_KINDS:
         kw: dict[str, Any] = {}
+        vllm = d.get("engine") == "vllm"
+        fields = _VLLM_FIELDS if vllm else _BATCH_FIELDS
         for name, v in d.items():
+            if name == "engine" and vllm:
+                continue
+            if name == "spec" and vllm:
+                if v is None:
+                    continue
+                if not isinstance(v, dict):
+                    raise SnapshotError(f"{where}: 'spec' must be an object")
+                try:
+                    kw["spec"] = checked_spec(v)
+                except ValueError as exc:
+                    raise SnapshotError(f"{where}: {exc}") from None
+                continue
             if name == "extra":
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'extra' must be an object")
@@ -153,11 +171,11 @@ def record_from_json(d: Any, where: str = "record") -> Record:
                     raise SnapshotError(f"{where}: 'invalid' must be a list of field names")
                 kw["invalid"] = list(v)
                 continue
-            t = _BATCH_FIELDS.get(name)
+            t = fields.get(name)
             if t is None:
                 raise SnapshotError(f"{where}: unknown record field {name!r}")
             kw[name] = _typed(name, t, v, where)
-        return BatchRecord(**kw)
+        return VllmDecodeRecord(**kw) if vllm else BatchRecord(**kw)
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")

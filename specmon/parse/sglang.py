@@ -541,10 +541,6 @@ def parse_event(text: str) -> EventRecord | None:
     return ev
 
 
-_VLLM_HINT = re.compile(r"Avg prompt throughput|SpecDecoding metrics|Speculative metrics:|"
-                        r"LLM engine \(v|non-default args:")
-
-
 def parse_line(line: str | bytes) -> Record | None:
     """Parse one log line; None for lines specmon does not use. Never raises on any input."""
     try:
@@ -553,7 +549,9 @@ def parse_line(line: str | bytes) -> Record | None:
             rec = _find_batch(text)
             if rec is not None:
                 return rec
-        if _VLLM_HINT.search(text):  # a vLLM server's line: the same record model (parse/vllm.py)
+        if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
+                or "non-default args:" in text or "vLLM API server" in text):
+            # maybe vLLM's line: the same record model (parse/vllm.py)
             from specmon.parse.vllm import parse_vllm_line
 
             vrec = parse_vllm_line(text)

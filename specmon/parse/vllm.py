@@ -21,12 +21,20 @@ API (what other modules use):
   - `Initializing a V1 LLM engine (vX) with config: ...` -> `VllmEventRecord(kind "server_args")`
     with `engine_version`, `model_path`, `speculative_algorithm` (the method),
     `speculative_num_tokens`, `speculative_draft_model_path`, `tp_size`, `pp_size`, `dp_size`;
-    `non-default args: {...}` -> `kind "vllm_args"` with the dict (and the spec keys it holds).
+    `non-default args: {...}` -> `kind "vllm_args"` with the dict (and the spec keys it holds);
+    `Starting vLLM API server ... on http://...` -> `kind "ready"` (an idle server prints no
+    stats line: this is how it is known to be up).
 * `SpecJoiner`: a small stream stage that joins each spec record onto the decode record of its
   engine printed just before it (the spec line has no engine id) and fills in the SGLang-shaped
   `accept_len` (normalised to "bonus included": 0.8.5 prints it without the bonus; detected from
   the per-position rates and corrected, saying so in `accept_len_note`) and `accept_rate`.
-* `engine_of(record) -> "vllm" | "sglang" | None`: which server printed a record (mixed logs).
+* `engine_of(record) -> "vllm" | "sglang" | None`: which server printed a record;
+  `EngineGuard(name).check(record, line_no)` raises `MixedEngines` (a one-line `CliError`) when a
+  log mixes the two.
+* `sglang_equivalents(server_args_data)`: vLLM's k as SGLang's steps / topk 1 / draft tokens k+1;
+  `throughput_label(engine)`: what a server's logged throughput counts, in every front end's
+  words; `combine_engines` (DP engines' records -> one server-level record), `same_line`.
+* Counters (`/metrics`) are read by `specmon.parse.vllm_metrics`.
 
 Every record's `to_json()` carries `"engine": "vllm"`. Line preprocessing: `\\r` (continuation
 lines, tqdm) and ANSI colour are dropped; `VLLM_LOGGING_PREFIX` or a leading container timestamp
@@ -39,15 +47,19 @@ handles the Dec -> Jan rollover.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from specmon.errors import CliError
 from specmon.parse.sglang import (
     INVALID,
+    MAX_INT_DIGITS,
+    MAX_THROUGHPUT,
     BatchRecord,
     EventRecord,
     Record,
@@ -60,15 +72,18 @@ ENGINE = "vllm"
 
 # Markers: a line without one of these is not a vLLM line specmon uses.
 MARKERS = ("Avg prompt throughput", "SpecDecoding metrics", "Speculative metrics:",
-           "LLM engine (v", "non-default args:")
+           "LLM engine (v", "non-default args:", "Starting vLLM API server")
 
 _RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RE_CONTAINER_TS = re.compile(
     r"^\s*(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(?:Z|[+-]\d{2}:?\d{2})?\s")
+# The level starts the header proper; the process tag, when there is one, ends just before it
+# (searched separately in the short prefix: one optional leading group would be tried at every
+# position of the line).
 _RE_HEADER = re.compile(
-    r"(?:\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\)\s+)?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d{2}-\d{2}) "
+    r"\b(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d{2}-\d{2}) "
     r"(?P<hms>\d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3})\d*)?\s+\[?(?P<file>[^\]\s]+?):(?P<lineno>\d+)\]\s")
+_RE_TAG = re.compile(r"\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\)\s+\Z")
 
 # --- throughput line --------------------------------------------------------------------------
 _RE_ENGINE = re.compile(
@@ -124,6 +139,17 @@ _RE_SIZES = {
 }
 _RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
+# The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
+# secret on the command line (`api_key`, `hf_token`, ...) never leaves the parser.
+NON_DEFAULT_KEYS = frozenset({
+    "model", "served_model_name", "speculative_config", "tensor_parallel_size",
+    "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local",
+    "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "enable_prefix_caching", "enable_chunked_prefill", "gpu_memory_utilization", "dtype",
+    "kv_cache_dtype", "quantization", "enforce_eager", "async_scheduling", "block_size",
+    "num_speculative_tokens_per_batch_size", "disable_by_batch_size", "aggregate_engine_logging",
+    "disable_log_stats", "port",
+})
 
 
 @dataclass(slots=True)
@@ -154,6 +180,11 @@ class VllmDecodeRecord(BatchRecord):
     cpu_kv_cache_usage_pct: float | None = None  # V0 only
     spec: dict[str, Any] | None = None  # the joined spec line's data (SpecJoiner)
     accept_len_note: str | None = None  # how accept_len was obtained when not as printed
+    # accepted draft tokens per second over this engine's stats interval (SpecJoiner): Accepted
+    # over the time since the engine's previous line, or over its usual interval after an idle
+    # gap (0.10.2+ prints an `Accepted throughput` divided by the whole gap there)
+    accepted_tok_s: float | None = None
+    accepted_tok_s_note: str | None = None
     date_inferred: bool = False  # the year of `timestamp` was inferred (vLLM prints none)
 
     def to_json(self) -> dict[str, Any]:
@@ -175,6 +206,9 @@ class VllmDecodeRecord(BatchRecord):
             out["accept_rate"] = self.accept_rate
             if self.accept_len_note:
                 out["accept_len_note"] = self.accept_len_note
+            out["accepted_tok_s"] = self.accepted_tok_s
+            if self.accepted_tok_s_note:
+                out["accepted_tok_s_note"] = self.accepted_tok_s_note
         if self.invalid:
             out["invalid"] = list(self.invalid)
         return out
@@ -203,7 +237,7 @@ class VllmEventRecord(EventRecord):
             out["process"] = self.process
         if self.pid is not None:
             out["pid"] = self.pid
-        out.update(self.data)
+        out.update((k, v) for k, v in self.data.items() if not k.startswith("_"))
         if self.invalid:
             out["invalid"] = list(self.invalid)
         return out
@@ -241,7 +275,17 @@ def clean(line: str | bytes) -> str:
 
 def infer_year(month: int, day: int, now: float | None = None) -> int:
     """The latest year that does not put MM-DD more than a day after `now` (default: the clock)."""
-    now = time.time() if now is None else now
+    if now is None:  # per line: the answer changes at most once an hour matters, so cache it
+        return _year_now(month, day, int(time.time() // 600))
+    return _infer_year(month, day, now)
+
+
+@functools.lru_cache(maxsize=512)
+def _year_now(month: int, day: int, bucket: int) -> int:
+    return _infer_year(month, day, bucket * 600.0)
+
+
+def _infer_year(month: int, day: int, now: float) -> int:
     today, tomorrow = time.localtime(now), time.localtime(now + 86_400)
     if (month, day) == (tomorrow.tm_mon, tomorrow.tm_mday):  # clock skew, time zones
         return tomorrow.tm_year
@@ -275,8 +319,9 @@ def _head(text: str) -> _Head | None:
             if m.group("ms"):
                 ts += f".{m.group('ms')}"
             inferred = True
-    proc = m.group("proc")
-    pid = small_int(m.group("pid")) if m.group("pid") else None
+    tag = _RE_TAG.search(text, max(0, m.start() - 200), m.start())
+    proc = tag.group("proc") if tag else None
+    pid = small_int(tag.group("pid")) if tag else None
     return _Head(text[m.end():], ts, None if ts else m.group("hms"), proc, pid, inferred)
 
 
@@ -285,6 +330,10 @@ def _head(text: str) -> _Head | None:
 def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
          integer: bool = False) -> float | int | None:
     """A printed value; nan/inf/negative/absurd -> None with `name` added to `invalid`."""
+    if text.isdigit() and len(text) <= MAX_INT_DIGITS:  # the common case, fast
+        return int(text) if integer else _bounded(float(text), name, invalid, pct)
+    if not integer and _RE_PLAIN_FLOAT.match(text):
+        return _bounded(float(text), name, invalid, pct)
     v = read_number(text)
     if v is None:
         return None
@@ -302,6 +351,16 @@ def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
         invalid.append(name)
         return None
     return c
+
+
+_RE_PLAIN_FLOAT = re.compile(r"\d{1,15}\.\d{1,6}\Z")
+
+
+def _bounded(v: float, name: str, invalid: list[str], pct: bool) -> float | None:
+    if (pct and v > 100.0 + 1e-9) or (name.endswith("throughput") and v > MAX_THROUGHPUT):
+        invalid.append(name)
+        return None
+    return v
 
 
 def _float(text: str, name: str, invalid: list[str], pct: bool = False) -> float | None:
@@ -335,12 +394,11 @@ def _decode(head: _Head, msg: str) -> VllmDecodeRecord | None:
     rec.gen_throughput = _float(body.group("gen"), "gen_throughput", inv)
     rec.running_req = _int(body.group("running"), "running_req", inv)
     rest = msg[body.end():]
-    w = _RE_WAITING.search(rest) or _RE_PENDING.search(rest)
+    w = _RE_WAITING.search(rest) or ("Pending" in rest and _RE_PENDING.search(rest)) or None
     if w:
         rec.queue_req = _int(w.group(1), "queue_req", inv)
-    for rx, name in ((_RE_SWAPPED, "swapped_req"), (_RE_DEFERRED, "deferred_req"),
-                     (_RE_CORRUPTED, "corrupted_req"), (_RE_PREEMPT, "preemptions")):
-        m = rx.search(rest)
+    for rx, name, mark in _OPTIONAL_COUNTS:
+        m = rx.search(rest) if mark in rest else None  # the substring test is ~20x cheaper
         if m:
             setattr(rec, name, _int(m.group(1), name, inv))
     for m in _RE_KV.finditer(rest):
@@ -349,18 +407,24 @@ def _decode(head: _Head, msg: str) -> VllmDecodeRecord | None:
         elif rec.kv_cache_usage_pct is None:
             rec.kv_device = m.group("dev")
             rec.kv_cache_usage_pct = _float(m.group("v"), "kv_cache_usage_pct", inv, True)
-    for rx, name in ((_RE_PREFIX, "prefix_cache_hit_pct"),
-                     (_RE_EXT_PREFIX, "external_prefix_cache_hit_pct"),
-                     (_RE_MM, "mm_cache_hit_pct")):
-        m = rx.search(rest)
+    for rx, name, mark in _OPTIONAL_RATES:
+        m = rx.search(rest) if mark in rest else None
         if m:
             setattr(rec, name, _float(m.group(1), name, inv, True))
-    f = _RE_KV_FETCH.search(rest)
+    f = _RE_KV_FETCH.search(rest) if "KV fetch" in rest else None
     if f:
         rec.kv_fetch_waiting = small_int(f.group(1))
         rec.kv_fetch_in_progress = small_int(f.group(2))
         rec.kv_fetch_completed_waiting = small_int(f.group(3))
     return rec
+
+
+_OPTIONAL_COUNTS = ((_RE_SWAPPED, "swapped_req", "Swapped"), (_RE_DEFERRED, "deferred_req", "Deferred"),
+                    (_RE_CORRUPTED, "corrupted_req", "Corrupted"),
+                    (_RE_PREEMPT, "preemptions", "Preemptions"))
+_OPTIONAL_RATES = ((_RE_PREFIX, "prefix_cache_hit_pct", "refix cache hit rate"),
+                   (_RE_EXT_PREFIX, "external_prefix_cache_hit_pct", "External prefix"),
+                   (_RE_MM, "mm_cache_hit_pct", "MM cache"))
 
 
 def _per_position(text: str, inv: list[str]) -> list[float | None]:
@@ -396,7 +460,7 @@ def _spec(head: _Head, msg: str) -> VllmEventRecord | None:
     else:
         layout = "F1"
     ev.data = {
-        "layout": layout,
+        "_layout": layout,
         "mean_accept_len": _float(mal.group(1), "mean_accept_len", inv) if mal else None,
         "accepted": _int(acc.group(1), "accepted", inv),
         "drafted": _int(dra.group(1), "drafted", inv),
@@ -416,20 +480,26 @@ def _spec_v0(head: _Head, msg: str) -> VllmEventRecord | None:
     ev = VllmEventRecord("spec", head.timestamp, head.time_of_day, process=head.process,
                          pid=head.pid, date_inferred=head.date_inferred)
     inv = ev.invalid
-    rate = _float(m.group(1), "draft_accept_rate_pct", inv)
+    rate = _float(m.group(1), "draft_accept_rate_pct_total", inv)
     ev.data = {
-        "layout": "V0",
-        "cumulative": True,  # counts since the server started: SpecJoiner diffs them
+        "_layout": "V0",
+        # V0 prints counts since the server started (`*_total`); the per-interval fields are
+        # None on the line itself and filled from two lines by `V0Differ` (parse --json, joins)
+        "cumulative": True,
         "mean_accept_len": None,
-        "accepted": _int(m.group(4), "accepted", inv),
-        "drafted": _int(m.group(5), "drafted", inv),
-        "draft_accept_rate_pct": None if rate is None else round(rate * 100.0, 6),
+        "accepted": None,
+        "drafted": None,
+        "draft_accept_rate_pct": None,
         "accepted_throughput": None,
         "drafted_throughput": None,
         "per_position": None,
-        "emitted": _int(m.group(6), "emitted", inv),
+        "emitted": None,
+        "accepted_total": _int(m.group(4), "accepted_total", inv),
+        "drafted_total": _int(m.group(5), "drafted_total", inv),
+        "emitted_total": _int(m.group(6), "emitted_total", inv),
+        "draft_accept_rate_pct_total": None if rate is None else round(rate * 100.0, 6),
+        "system_efficiency_total": _float(m.group(2), "system_efficiency_total", inv),
         "num_spec_tokens": _int(m.group(3), "num_spec_tokens", inv),
-        "system_efficiency": _float(m.group(2), "system_efficiency", inv),
     }
     return ev
 
@@ -474,7 +544,8 @@ def _non_default(head: _Head, msg: str) -> VllmEventRecord | None:
     if not isinstance(args, dict):
         return None
     safe = {str(k): v for k, v in args.items()
-            if isinstance(v, (str, int, float, bool, type(None), list, dict))
+            if str(k) in NON_DEFAULT_KEYS
+            and isinstance(v, (str, int, float, bool, type(None), list, dict))
             and not (isinstance(v, float) and not math.isfinite(v))}
     return VllmEventRecord("vllm_args", head.timestamp, head.time_of_day, data={"args": safe},
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)
@@ -500,6 +571,9 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
             return _config(head, msg)
         if "non-default args:" in msg:
             return _non_default(head, msg)
+        if msg.startswith("Starting vLLM API server"):  # `... [0 ]on http://HOST:PORT`
+            return VllmEventRecord("ready", head.timestamp, head.time_of_day, process=head.process,
+                                   pid=head.pid, date_inferred=head.date_inferred)
         return None
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None
@@ -508,6 +582,7 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
 # --- joining the spec line onto its engine's line ---------------------------------------------
 
 BONUS_TOL = 0.006  # printed %.2f (0.005) + slack; plus 0.0005 per printed %.3f position
+BONUS_NOTE = "vLLM 0.8.5 prints the mean acceptance length without the bonus token: 1 added"
 
 
 def normalised_accept_len(spec: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -523,36 +598,48 @@ def normalised_accept_len(spec: dict[str, Any]) -> tuple[float | None, str | Non
         s = float(sum(pp))
         tol = BONUS_TOL + 0.0005 * len(pp)
         if abs(mal - s) <= tol and abs(mal - (1.0 + s)) > tol:
-            return mal + 1.0, "vLLM 0.8.5 prints the mean acceptance length without the bonus " \
-                              "token: 1 added"
+            return mal + 1.0, BONUS_NOTE
     return mal, None
 
 
-def _v0_interval(prev: dict[str, Any] | None, cur: dict[str, Any]) -> dict[str, Any]:
-    """Per-interval counts of a V0 line from two cumulative ones (None for the first one, or
-    after the counters went back: a restart)."""
-    out = dict(cur)
-    out["accepted_total"], out["drafted_total"] = cur.get("accepted"), cur.get("drafted")
-    out["accepted"] = out["drafted"] = out["emitted_interval"] = None
-    out["mean_accept_len"] = None
-    if prev is None:
-        return out
-    keys = ("accepted", "drafted", "emitted")
-    pv = [prev.get(k + "_total" if k != "emitted" else k) for k in keys]
-    cv = [cur.get(k) for k in keys]
-    pi = [x for x in pv if isinstance(x, int)]
-    ci = [x for x in cv if isinstance(x, int)]
-    if len(pi) != 3 or len(ci) != 3:
-        return out
-    d = [c - p for c, p in zip(ci, pi, strict=True)]
-    if any(x < 0 for x in d):
-        return out
-    out["accepted"], out["drafted"], out["emitted_interval"] = d
-    k = cur.get("num_spec_tokens")
-    if isinstance(k, int) and k > 0 and d[1] > 0:
-        # V0 always drafts k per step: steps = drafted / k; emitted counts accepted + bonus
-        out["mean_accept_len"] = d[2] * k / d[1]
-    return out
+class V0Differ:
+    """Fills a V0 spec line's per-interval fields from the previous V0 line of the same process
+    (V0 prints cumulative counts): accepted, drafted, emitted, the rate and the accept length
+    (emitted tokens per verify step; V0 drafts k per step, so steps = drafted / k). The first
+    line of a process, or one whose counts went back (a restart), keeps them None."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+
+    def apply(self, rec: VllmEventRecord) -> None:
+        d = rec.data
+        if not d.get("cumulative"):
+            return
+        key = (rec.process, rec.pid)
+        prev = self._prev.get(key)
+        if len(self._prev) >= 256 and key not in self._prev:
+            self._prev.clear()  # bounded
+        self._prev[key] = d
+        if prev is None:
+            return
+        names = ("accepted_total", "drafted_total", "emitted_total")
+        pv, cv = [prev.get(n) for n in names], [d.get(n) for n in names]
+        pi = [x for x in pv if isinstance(x, int)]
+        ci = [x for x in cv if isinstance(x, int)]
+        if len(pi) != 3 or len(ci) != 3:
+            return
+        acc, dra, emi = (c - p for c, p in zip(ci, pi, strict=True))
+        if acc < 0 or dra < 0 or emi < 0:
+            return
+        d["accepted"], d["drafted"], d["emitted"] = acc, dra, emi
+        if dra > 0:
+            d["draft_accept_rate_pct"] = round(100.0 * acc / dra, 6)
+        k = d.get("num_spec_tokens")
+        if isinstance(k, int) and k > 0 and dra > 0:
+            d["mean_accept_len"] = emi * k / dra
+
+    def clear(self) -> None:
+        self._prev.clear()
 
 
 class SpecJoiner:
@@ -570,20 +657,24 @@ class SpecJoiner:
         self.hold = hold
         self._held: VllmDecodeRecord | None = None
         self._last: VllmDecodeRecord | None = None
-        self._v0_prev: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        # several API servers in one file (`(APIServer_DP1 pid=N)`, external DP load balancing):
+        # a spec line belongs to the last engine line of its own process
+        self._last_by_pid: dict[int, VllmDecodeRecord] = {}
+        self._v0 = V0Differ()
+        self._clock = IntervalClock()
 
     def push(self, rec: Record | None) -> list[Record]:
         if rec is None:
             return []
         out: list[Record] = []
         if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
-            if rec.data.get("cumulative"):
-                key = (rec.process, rec.pid)
-                rec.data = _v0_interval(self._v0_prev.get(key), rec.data)
-                self._v0_prev[key] = rec.data
+            self._v0.apply(rec)
             target = self._held or self._last
+            if target is not None and not _same_process(target, rec) and rec.pid is not None:
+                target = self._last_by_pid.get(rec.pid)
             if target is not None and target.spec is None and _same_process(target, rec):
                 attach(target, rec.data)
+                self._clock.accepted_rate(target)
             if self._held is not None:
                 out.append(self._held)
                 self._held = None
@@ -594,18 +685,87 @@ class SpecJoiner:
             self._held = None
         if isinstance(rec, VllmDecodeRecord):
             self._last = rec
+            if rec.pid is not None:
+                if len(self._last_by_pid) >= 256 and rec.pid not in self._last_by_pid:
+                    self._last_by_pid.clear()  # bounded: a hostile log cannot grow it
+                self._last_by_pid[rec.pid] = rec
+            self._clock.see(rec)
             if self.hold:
                 self._held = rec
                 return out
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
-            self._v0_prev.clear()
+            self._v0.clear()
             self._last = None
+            self._last_by_pid.clear()
+            self._clock = IntervalClock()
         out.append(rec)
         return out
 
     def flush(self) -> list[Record]:
         held, self._held = self._held, None
         return [held] if held is not None else []
+
+
+DEFAULT_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL's default
+IDLE_FACTOR = 1.5  # a gap this many usual intervals long held idle intervals (nothing printed)
+
+
+def _seconds(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+class IntervalClock:
+    """Each engine's stats interval from the times its lines were printed, for an accepted
+    tok/s that does not inherit 0.10.2+'s idle-gap error."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[int | None, int | None], float] = {}
+        self._gap: dict[int, float] = {}  # id(record) -> seconds since its engine's previous line
+        self._steps: list[float] = []  # recent gaps that were not idle stretches
+
+    def see(self, rec: VllmDecodeRecord) -> None:
+        t = _seconds(rec.timestamp)
+        if t is None:
+            return
+        key = (rec.pid, rec.dp_rank)
+        prev = self._prev.get(key)
+        self._prev[key] = t
+        if prev is not None and t > prev:
+            gap = t - prev
+            self._gap[id(rec)] = gap
+            if len(self._gap) > 64:
+                self._gap.pop(next(iter(self._gap)))
+            if gap <= IDLE_FACTOR * self.usual():
+                self._steps = (self._steps + [gap])[-32:]
+
+    def usual(self) -> float:
+        if not self._steps:
+            return DEFAULT_INTERVAL_S
+        s = sorted(self._steps)
+        return s[len(s) // 2]
+
+    def accepted_rate(self, rec: VllmDecodeRecord) -> None:
+        acc = rec.spec.get("accepted") if rec.spec else None
+        if not isinstance(acc, int) or rec.spec is None or rec.spec.get("_layout") == "V0":
+            return
+        gap = self._gap.pop(id(rec), None)
+        usual = self.usual()
+        if gap is not None and gap <= IDLE_FACTOR * usual:
+            rec.accepted_tok_s = acc / gap
+            return
+        rec.accepted_tok_s = acc / usual
+        basis = (f"the engine's usual stats interval ({usual:.1f} s, measured)" if self._steps
+                 else f"vLLM's default stats interval ({usual:.0f} s, assumed)")
+        if gap is None:
+            rec.accepted_tok_s_note = f"first line of the engine: over {basis}"
+        else:
+            rec.accepted_tok_s_note = (f"after {gap:.0f} s without a line (idle): over {basis}, "
+                                       "not the whole gap as vLLM 0.10.2+ prints it")
 
 
 def _same_process(dec: VllmDecodeRecord, spec: VllmEventRecord) -> bool:
@@ -620,7 +780,7 @@ def attach(dec: VllmDecodeRecord, spec: dict[str, Any]) -> None:
     acc, dra = spec.get("accepted"), spec.get("drafted")
     if isinstance(acc, int) and isinstance(dra, int) and dra > 0:
         dec.accept_rate = acc / dra
-    if spec.get("layout") == "V0":
+    if spec.get("_layout") == "V0":
         mal = spec.get("mean_accept_len")
         dec.accept_len = mal if isinstance(mal, float) else None
         if dec.accept_len is not None:
@@ -690,3 +850,90 @@ def sglang_equivalents(data: dict[str, Any]) -> dict[str, int]:
         return {}
     return {"speculative_num_steps": k, "speculative_eagle_topk": 1,
             "speculative_num_draft_tokens": k + 1}
+
+
+def throughput_label(engine: str | None) -> str:
+    """What a server's logged throughput is, in the words every front end uses."""
+    if engine == ENGINE:
+        return "vLLM gen throughput: all tokens emitted per ~10 s interval, prefill steps incl."
+    return "decode-only"
+
+
+def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDecodeRecord:
+    """The server-level record of one interval of a DP server from its engines' records:
+    `server` holds what SGLang's DP sum computes (throughput, Running, Waiting summed, accept len
+    weighted by throughput); the vLLM parts are added here: prompt tok/s and accepted tok/s
+    summed, KV usage the mean (as vLLM's own aggregated line), the acceptance counts summed and
+    the rate and per-position rates from those sums."""
+    out = VllmDecodeRecord(kind="decode")
+    for f in BatchRecord.__dataclass_fields__:
+        setattr(out, f, getattr(server, f))
+
+    def total(name: str) -> float | None:
+        vals = [getattr(r, name) for r in recs]
+        return None if any(v is None for v in vals) else float(sum(vals))
+
+    out.prompt_throughput = total("prompt_throughput")
+    out.accepted_tok_s = total("accepted_tok_s")
+    kv = [r.kv_cache_usage_pct for r in recs if r.kv_cache_usage_pct is not None]
+    out.kv_cache_usage_pct = sum(kv) / len(kv) if len(kv) == len(recs) else None
+    out.kv_device = recs[0].kv_device
+    out.process, out.pid = recs[0].process, recs[0].pid
+    specs = [r.spec for r in recs]
+    if all(s is not None for s in specs):
+        acc = [s.get("accepted") if s else None for s in specs]
+        dra = [s.get("drafted") if s else None for s in specs]
+        if all(isinstance(x, int) for x in acc + dra):
+            a, d = sum(x for x in acc if isinstance(x, int)), sum(x for x in dra if isinstance(x, int))
+            spec: dict[str, Any] = {"accepted": a, "drafted": d, "engines": len(recs)}
+            out.accept_rate = a / d if d > 0 else None
+            pps = [s.get("per_position") if s else None for s in specs]
+            if all(isinstance(p, list) and p and all(isinstance(x, float) for x in p)
+                   and len(p) == len(pps[0] or []) for p in pps) and d > 0:
+                # drafts per engine = drafted / k (chains of k): weights for the rates
+                spec["per_position"] = [
+                    sum((p or [])[i] * (x or 0) for p, x in zip(pps, dra, strict=True)) / d
+                    for i in range(len(pps[0] or []))]
+            out.spec = spec
+    notes = {r.accept_len_note for r in recs if r.accept_len_note}
+    out.accept_len_note = "; ".join(sorted(notes)) if notes else None
+    return out
+
+
+_SPEC_INTS = ("accepted", "drafted", "accepted_total", "drafted_total", "emitted",
+              "emitted_total", "num_spec_tokens", "engines")
+_SPEC_FLOATS = ("mean_accept_len", "draft_accept_rate_pct", "accepted_throughput",
+                "drafted_throughput", "draft_accept_rate_pct_total", "system_efficiency_total")
+
+
+def checked_spec(d: dict[str, Any]) -> dict[str, Any]:
+    """A spec dict read back from a file (a snapshot), with every field of the type the parser
+    gives it; ValueError naming the first field that is not. Unknown fields are dropped."""
+    out: dict[str, Any] = {}
+    for k in _SPEC_INTS:
+        v = d.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                              or v >= 10 ** MAX_INT_DIGITS):
+            raise ValueError(f"spec field {k!r} is not a count")
+        if k in d:
+            out[k] = v
+    for k in _SPEC_FLOATS:
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v < 0):
+            raise ValueError(f"spec field {k!r} is not a finite number")
+        if k in d:
+            out[k] = None if v is None else float(v)
+    pp = d.get("per_position")
+    if pp is not None:
+        if not isinstance(pp, list) or len(pp) > MAX_POSITIONS or not all(
+                x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                              and math.isfinite(x) and 0 <= x <= 1) for x in pp):
+            raise ValueError("spec field 'per_position' is not a list of rates")
+        out["per_position"] = [None if x is None else float(x) for x in pp]
+    for k in ("_layout",):
+        if isinstance(d.get(k), str):
+            out[k] = d[k][:8]
+    if d.get("cumulative") is True:
+        out["cumulative"] = True
+    return out

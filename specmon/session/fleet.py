@@ -201,8 +201,9 @@ class FleetSession:
         for it in items:
             s.apply(it.text, it.record, it.t)
             if it.record is not None:
-                if w is not None:
-                    w.monitor.observe(it.record, it.t)
+                if w is not None:  # vLLM: the engine line once joined with its spec line
+                    for rec, t in s.last_released:
+                        w.monitor.observe(rec, t)
                 self._sglang_seen.add(key)
             for fn in self.record_listeners:
                 fn(host, server, it)
@@ -419,8 +420,8 @@ class FleetSession:
         st = self.server(host, server)
         if key in self._sglang_seen or t0 is None or now - t0 < NO_SGLANG_S or not st.path:
             return None
-        return (f"no SGLang line from {st.path} in {NO_SGLANG_S:.0f} s (an idle server, or "
-                "not its log?)")
+        return (f"no SGLang or vLLM line from {st.path} in {NO_SGLANG_S:.0f} s (an idle server, "
+                "or not its log?)")
 
     def _check_silent_tails(self, now: float) -> None:
         for h, name in self._declared_at:

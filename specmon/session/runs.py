@@ -16,7 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
-from specmon.parse.vllm import EngineGuard
+from specmon.parse.vllm import BONUS_NOTE, EngineGuard, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -53,7 +53,13 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("speculative_algorithm"):
+    if args.get("engine_version"):  # vLLM's config line: its own words for k and the draft
+        parts.insert(0, f"vLLM {args['engine_version']}")
+        if args.get("speculative_algorithm"):
+            draft = args.get("speculative_draft_model_path")
+            parts.append(f"{args['speculative_algorithm']} k {args.get('speculative_num_tokens')}"
+                         + (f" draft {draft}" if draft else ""))
+    elif args.get("speculative_algorithm"):
         parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
                      f"topk {args.get('speculative_eagle_topk')} "
                      f"draft {args.get('speculative_num_draft_tokens')}")
@@ -135,11 +141,19 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         if len(groups) > 1 or groups and st.engine != "vllm":  # vLLM names even a lone engine 000
             notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
         silent = [k for k in run.silent_groups() if k is not None]
-        if silent:
+        if silent and st.engine == "vllm":
+            notes.append(f"{label} run {run.index}: engine(s) {', '.join(map(str, silent))} printed "
+                         "no line before the end (vLLM prints nothing while an engine is idle)")
+        elif silent:
             notes.append(f"{label} run {run.index}: DP group(s) {', '.join(map(str, silent))} stopped "
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
+                                                             or ""))
+        if fixed:
+            notes.append(f"{label} run {run.index}: {fixed} accept lengths as vLLM 0.8.5 printed "
+                         "them, without the bonus token: 1 added (bonus included, as elsewhere)")
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:
@@ -153,9 +167,8 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         notes.append(why)
     elif rr is not None:
         if "vllm" in (base.engine, spec.engine):
-            notes.append(f"medians at #running-req {rr}, whole runs, of vLLM's 'Avg generation "
-                         "throughput': every token emitted per ~10 s stats interval, prefill "
-                         "steps included (not decode-only)")
+            notes.append(f"medians at #running-req {rr}, whole runs, of {throughput_label('vllm')} "
+                         "(not decode-only)")
         else:
             notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
     result = {

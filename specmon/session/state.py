@@ -15,7 +15,14 @@ from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
-from specmon.parse.vllm import SpecJoiner, VllmDecodeRecord, VllmEventRecord, sglang_equivalents
+from specmon.parse.vllm import (
+    SpecJoiner,
+    VllmDecodeRecord,
+    VllmEventRecord,
+    combine_engines,
+    engine_of,
+    sglang_equivalents,
+)
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -176,9 +183,15 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
         gen_throughput=sum(x for x in thr if x is not None) if None not in thr else None,
         queue_req=sum(x for x in queue if x is not None) if None not in queue else None,
     )
+    vrecs = [r for r in recs if isinstance(r, VllmDecodeRecord)]
+    if len(vrecs) == len(recs):  # vLLM DP engines: keep their own parts too
+        rec = combine_engines(vrecs, rec)
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
                        all(p.t_log for p in points), len(points))
+
+
+_ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def vllm_spec_args(args: dict[str, Any], non_default: Any) -> None:
@@ -370,6 +383,12 @@ class ServerState:
     _joiner: SpecJoiner | None = None
     _held_received: float = 0.0
     _spec_seen_run: int | None = None  # the run in which a vLLM spec line arrived
+    # the records the last `apply` made ready, with their receive times: the line's own record,
+    # or (vLLM) an engine line joined with its spec line, possibly one line later
+    last_released: list[tuple[Record, float]] = field(default_factory=list)
+    _engine_seen: str | None = None  # the engine of the first engine-specific record
+    mixed_engines: bool = False  # SGLang and vLLM stats lines in one log (said in `notices`)
+    _pending_args: dict[str, Any] | None = None  # vLLM non-default args awaiting their config
 
     @property
     def run(self) -> Run:
@@ -457,8 +476,18 @@ class ServerState:
                 if (text and not text.startswith((" ", "\t")) and ":" in text
                         and not text.startswith("Traceback")):
                     self.in_traceback = False  # "SomeError: message" ends it
+        eng = engine_of(rec)
+        if eng is not None and eng != self._engine_seen:
+            if self._engine_seen is None:
+                self._engine_seen = eng
+            elif not self.mixed_engines:
+                self.mixed_engines = True
+                self.notices.append(f"this log mixes {_ENGINE_NAME[self._engine_seen]} and "
+                                    f"{_ENGINE_NAME[eng]} stats lines: they are not one server; "
+                                    "tail each server's own log")
         if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
             return self._apply_vllm(rec, t)
+        self.last_released = [(rec, t)] if rec is not None else []
         return self._apply_record(rec, t)
 
     def _apply_vllm(self, rec: Record | None, t: float) -> list[DecodePoint]:
@@ -486,8 +515,10 @@ class ServerState:
         else:
             out = j.push(rec)
         done: list[DecodePoint] = []
+        self.last_released = []
         for r in out:
             rt = held_t if isinstance(r, VllmDecodeRecord) and r is not rec else t
+            self.last_released.append((r, rt))
             done.extend(self._apply_record(r, rt))
         return done
 
@@ -501,7 +532,9 @@ class ServerState:
         if self._joiner is None:
             return []
         done: list[DecodePoint] = []
+        self.last_released = []
         for r in self._joiner.flush():
+            self.last_released.append((r, self._held_received))
             done.extend(self._apply_record(r, self._held_received))
         return done
 
@@ -540,10 +573,10 @@ class ServerState:
 
     def _apply_event(self, ev: EventRecord, run: Run) -> None:
         if ev.kind == "server_args":
-            nd = run.args.get("non_default_args")
             run.args = dict(ev.data)
             if isinstance(ev, VllmEventRecord):
-                vllm_spec_args(run.args, nd)
+                vllm_spec_args(run.args, self._pending_args)
+                self._pending_args = None
             run.has_server_args = True
             run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
@@ -552,10 +585,12 @@ class ServerState:
             self.exit_code = None
             if self.role is None:
                 self.role = "speculative" if ev.data.get("speculative_algorithm") else "baseline"
-        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}` (printed before the config)
-            nd = ev.data.get("args")
+        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}`, printed before the
+            nd = ev.data.get("args")  # config line of the launch it belongs to
             if isinstance(nd, dict):
-                run.args["non_default_args"] = nd
+                self._pending_args = nd
+                if not run.has_server_args:  # a log that starts here: this run's own
+                    run.args["non_default_args"] = nd
         elif ev.kind == "max_total_num_tokens":
             run.args.update(ev.data)
             self.startup.kv_allocated = True

@@ -124,8 +124,9 @@ def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
     if run.ended:
         text += ", ended"
     silent = run.silent_groups()
-    if silent:
-        text += ", silent DP group " + ",".join(str(k) for k in silent)
+    if silent:  # vLLM prints nothing for an idle engine (0.8.5+): idle, not a stall
+        label = ", idle engine " if state.engine == "vllm" else ", silent DP group "
+        text += label + ",".join(str(k) for k in silent)
     return text
 
 

@@ -24,6 +24,7 @@ from textual.widgets import Digits, Input, Log, Static
 from specmon.analysis.stats import median
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.parse.vllm import VllmDecodeRecord, throughput_label
 from specmon.session.speedup import format_speedup
 from specmon.session.state import ServerState
 from specmon.session.window import (
@@ -214,8 +215,8 @@ class SpeedupBar(Lines):
         lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
         lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
-        lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
-                      f"n {sp.spec.n}/{sp.base.n}", "$text-muted"))
+        lines.append((f"medians, {throughput_label(model.engine)}, last {model.window_s:.0f} s "
+                      f"of each run · n {sp.spec.n}/{sp.base.n}", "$text-muted"))
         cyc, be = sp.verify_cycle_ms, sp.break_even_accept_len
         if cyc is not None and be is not None and sp.spec.accept_len is not None:
             lines.append((f"verify cycle {cyc:.1f} ms · break-even accept len {be:.2f} "
@@ -298,9 +299,11 @@ def summary_rows(state: ServerState, now: float, window_s: float
     stale = "stale · " if state.stale else ""
     rows.append(("last interval", num(last.gen_throughput if last else None),
                  f"{stale}tok/s · bs {num(bs, '{}')} · queue "
-                 f"{num(last.queue_req if last else None, '{}')} · decode-only",
+                 f"{num(last.queue_req if last else None, '{}')} · {throughput_label(state.engine)}",
                  "$warning" if state.stale else ""))
-    if state.is_speculative:
+    if state.is_speculative and state.engine == "vllm":
+        rows.extend(_vllm_spec_rows(state, w))
+    elif state.is_speculative:
         al = last.accept_len if last else None
         med_al = w.accept_len if w else None
         ndt = state.num_draft_tokens
@@ -316,10 +319,33 @@ def summary_rows(state: ServerState, now: float, window_s: float
     return rows
 
 
+def _vllm_spec_rows(state: ServerState, w: WindowStats | None) -> list[tuple[str, str, str, str]]:
+    """vLLM prints its acceptance counts: the rate and per-position rates are measured."""
+    last = state.last_decode
+    al = last.accept_len if last else None
+    med_al = w.accept_len if w else None
+    spec = last.spec if isinstance(last, VllmDecodeRecord) else None
+    pp = spec.get("per_position") if spec else None
+    pos = " ".join(num(x) for x in pp) if isinstance(pp, list) else "N/A"
+    note = " · bonus added (0.8.5)" if last is not None and getattr(last, "accept_len_note", None) \
+        and "0.8.5" in str(getattr(last, "accept_len_note", "")) else ""
+    rows = [("accept len", num(med_al if med_al is not None else al),
+             f"median · last {num(al)} · bonus included{note}", "")]
+    if isinstance(last, VllmDecodeRecord):
+        rows.append(("accepted", num(last.accept_rate),
+                     f"of drafted · per position {pos} · "
+                     f"{num(last.accepted_tok_s, '{:.1f}')} accepted tok/s (last interval)", ""))
+    return rows
+
+
 def _kv_row(state: ServerState) -> tuple[str, str, str, str]:
     """KV cache use from #token and the pool size: SGLang prints `token usage` with two
     decimals, so a bs-1 server on a 1.2M-token pool always reads 0.00."""
     last = state.last_decode
+    if isinstance(last, VllmDecodeRecord):
+        return ("KV cache", num(last.kv_cache_usage_pct, "{:.1f}%"),
+                f"{last.kv_device or 'GPU'} usage · prefix cache hit "
+                f"{num(last.prefix_cache_hit_pct, '{:.1f}%')}", "")
     tokens = last.tokens if last else None
     pool = state.args.get("max_total_num_tokens")
     pool = pool if isinstance(pool, int) and not isinstance(pool, bool) and pool > 0 else None
