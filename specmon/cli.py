@@ -156,14 +156,16 @@ def _add_sim(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "sim",
-        help="simulated SGLang host (server processes, logs, HTTP, H200 GPUs) for demos/tests",
+        help="simulated SGLang/vLLM host (server processes, logs, HTTP, H200 GPUs) for demos/tests",
     )
     simsub = p.add_subparsers(dest="sim_command", metavar="SIMCOMMAND", required=True)
     srv = simsub.add_parser(
         "server",
-        help="run a simulated `python -m sglang.launch_server`",
+        help="run a simulated `python -m sglang.launch_server` (or `vllm serve`: --engine vllm)",
         description="Behaves like sglang.launch_server from outside: TP worker processes, "
-        "version-exact log lines, /health, /get_server_info, /metrics, /generate.",
+        "version-exact log lines, /health, /get_server_info, /metrics, /generate. With "
+        "--engine vllm like `vllm serve`: VLLM::EngineCore/Worker processes, vLLM's stats lines "
+        "per release, /health, /metrics (vllm: counters), /v1/completions.",
     )
     add_server_arguments(srv)
     srv.set_defaults(func=_cmd_sim_server)
