@@ -53,8 +53,10 @@ def test_vllm_tree_log_metrics_and_completions(launch, tmp_path):  # noqa: F811 
         assert b"NCCL_PROTO=LL128" in env and b"NCCL_CUMEM_ENABLE=0" in env
         assert not any(e.startswith(b"NCCL_P2P_LEVEL=") for e in env)
 
-    body = {"model": "x", "prompt": "hello there world", "max_tokens": 7, "stream": True,
-            "stream_options": {"include_usage": True}}
+    r = httpx.post(base + "/v1/completions", json={"model": "x", "prompt": "a"}, timeout=30)
+    assert r.status_code == 404 and "The model `x` does not exist." in r.text
+    body = {"model": "meta-llama/Llama-3.1-70B-Instruct", "prompt": "hello there world",
+            "max_tokens": 7, "stream": True, "stream_options": {"include_usage": True}}
     with httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         events = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]

@@ -303,13 +303,27 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
     return res
 
 
+async def served_model(client: httpx.AsyncClient) -> str | None:
+    """The first model id of an OpenAI server's `/v1/models` (what a request names)."""
+    try:
+        r = await client.get("/v1/models", timeout=10)
+        data = r.json().get("data") if r.status_code == 200 else None
+        first = data[0] if isinstance(data, list) and data else None
+        mid = first.get("id") if isinstance(first, dict) else None
+        return mid if isinstance(mid, str) else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
 async def _one_completion(client: httpx.AsyncClient, prompt: str, output_len: int,
-                          timeout: float) -> _One:
+                          timeout: float, model: str | None = None) -> _One:
     """One streamed OpenAI `/v1/completions` request (vLLM). Its chunks carry text, not token
     counts (a speculative step may send several tokens in one), so the token count comes from
     the final usage chunk and TTFT from the first chunk; per-token ITLs are not measured."""
     body = {"prompt": prompt, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
+    if model is not None:
+        body["model"] = model
     t0 = time.perf_counter()
     res = _One(ok=False)
     tokens = 0
@@ -373,11 +387,14 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         vllm_before, t_before = await vllm_scrape(client), time.perf_counter()
 
         # a vLLM server (its /metrics has vllm: series) speaks the OpenAI API, not /generate
-        one = _one_completion if vllm_before is not None else _one_request
+        openai = vllm_before is not None
+        model = await served_model(client) if openai else None
 
         async def go(p: str) -> _One:
             async with sem:
-                return await one(client, p, cfg.output_len, cfg.timeout_s)
+                if openai:
+                    return await _one_completion(client, p, cfg.output_len, cfg.timeout_s, model)
+                return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(go(p) for p in prompts))
@@ -399,7 +416,7 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
             verify_calls = b - a
     ok = [r for r in results if r.ok]
     notes: list[str] = []
-    if one is _one_completion:
+    if openai:
         notes.append("ITL N/A: vLLM's OpenAI stream chunks carry text, not token counts "
                      "(tokens from the usage chunk)")
     interval = info_log_interval(info)

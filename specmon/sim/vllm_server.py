@@ -468,6 +468,12 @@ def _make_vllm_handler(srv: VllmSimServer) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("body must be a JSON object")
+                model = body.get("model")
+                if model is not None and model != srv.model_name:
+                    self._json(404, {"error": {"message": f"The model `{model}` does not exist.",
+                                              "type": "NotFoundError", "param": "model",
+                                              "code": 404}})
+                    return
                 input_len = _prompt_len(body.get("prompt"))
                 max_tokens = body.get("max_tokens", 16)
                 if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or (
