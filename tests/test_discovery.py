@@ -244,3 +244,22 @@ def test_worker_titles_and_near_misses():
     for t in ("VLLM::WorkerPool", "VLLM::APIServer", "VLLM::DPSupervisor", "bash",
               "python3", "sglang::detokenizer", "Worker_TP0"):
         assert not is_worker_title(t), t
+
+
+async def test_vllm_log_is_stdout_sglang_log_is_stderr(fakes, tmp_path):
+    """`... > out.log 2> err.log`: vLLM's logger writes to stdout, SGLang's to stderr."""
+    procs = {}
+    for engine, module in (("vllm", "vllm.entrypoints.openai.api_server"),
+                           ("sglang", "sglang.launch_server")):
+        out, err = open(tmp_path / f"{engine}.out", "ab"), open(tmp_path / f"{engine}.err", "ab")
+        p = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, "hello", module, "--port",
+                              "30021" if engine == "sglang" else "8021"],
+                             stdout=out, stderr=err, start_new_session=True)
+        fakes.procs.append(p)
+        procs[engine] = p.pid
+        await wait_log(tmp_path / f"{engine}.out", b"ready")
+    async with AgentClient(LocalHost()) as agent:
+        servers = {s.pid: s for s in await discover(agent)}
+    v, s = servers[procs["vllm"]], servers[procs["sglang"]]
+    assert (v.engine, v.name, v.log_path) == ("vllm", "vllm-8021", str(tmp_path / "vllm.out"))
+    assert (s.engine, s.log_path) == ("sglang", str(tmp_path / "sglang.err"))

@@ -173,6 +173,14 @@ def _vllm_fields(s: DiscoveredServer) -> None:
     s.kind = "speculative" if method else "baseline"
 
 
+def _log_fds(s: DiscoveredServer, fds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """vLLM's logger writes to stdout (SGLang's to stderr): for a vLLM server fd 1 is looked at
+    first, so `vllm serve > out.log 2> err.log` tails out.log."""
+    if s.engine != "vllm" or not isinstance(fds, dict):
+        return fds
+    return {"2": fds.get("1") or {}, "1": fds.get("2") or {}}
+
+
 def _proc_row(r: Any) -> Proc | None:
     """One row of the agent's process list, checked (a malformed row is skipped, not a crash)."""
     if not (isinstance(r, list) and len(r) == 4 and all(type(x) is int for x in r[:3])
@@ -275,7 +283,7 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
         except Exception as exc:  # the process may have exited meanwhile
             s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
             continue
-        s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
+        s.log_path, s.log_problem, s.log_target = log_from_fds(_log_fds(s, info.get("fds", {})))
         if s.log_file_arg:
             # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
             path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
