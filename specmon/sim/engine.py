@@ -436,11 +436,7 @@ class Engine:
             self.last_accept_len = accept_len
         self.last_gen_throughput = gen
         self.last_decode_time = t
-        # the noise process moves once per log interval (lag-1 autocorrelation across lines)
-        phi = cfg.noise_phi
-        self._noise = phi * self._noise + math.sqrt(1 - phi * phi) * self.rng.gauss(
-            0.0, cfg.noise_sigma
-        )
+        self.step_noise()
         return DecodeRecord(
             t=t,
             running_req=bs,
@@ -457,6 +453,14 @@ class Engine:
             decode_tokens=tokens,
             decode_passes=passes,
             spec=self.spec_now,
+        )
+
+    def step_noise(self) -> None:
+        """The noise process moves once per log interval (lag-1 autocorrelation across lines);
+        a server that logs by time (vLLM) calls this once per stats interval."""
+        phi = self.cfg.noise_phi
+        self._noise = phi * self._noise + math.sqrt(1 - phi * phi) * self.rng.gauss(
+            0.0, self.cfg.noise_sigma
         )
 
     def _finish_done(self, res: StepResult, done: list[Request], end: float) -> None:

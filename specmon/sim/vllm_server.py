@@ -309,6 +309,7 @@ class VllmSimServer(SimServer):
             kv = e._kv_in_use()
             spec_now = (e.spec_drafts_total, e.spec_draft_tokens_total, e.spec_accepted_total,
                         list(e.spec_accepted_per_pos))
+            e.step_noise()  # the slow noise moves per stats interval, as per SGLang log line
         dt = now - self._last_t
         p_tps = (prompt - self._last_prompt) / dt if dt > 0 else 0.0
         g_tps = (gen - self._last_gen) / dt if dt > 0 else 0.0
