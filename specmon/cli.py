@@ -96,7 +96,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 def _add_record(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "record",
-        help="tail SGLang server logs on a host (no UI) and write them as JSON lines",
+        help="tail SGLang or vLLM server logs on a host (no UI) and write them as JSON lines",
         description="Connect to TARGET, find its SGLang servers (or use --log) and write one "
         'JSON object per received log line: {"server","path","offset","line","received_at",'
         '"record"}. Stops on Ctrl-C, SIGTERM or after --duration.',
@@ -223,7 +223,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         description="Stream a decode log through the drift detector and print the verdict. "
         "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.",
     )
-    p.add_argument("log", metavar="LOG", help="SGLang log file, or '-' for stdin")
+    p.add_argument("log", metavar="LOG", help="SGLang or vLLM log file, or '-' for stdin")
     p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
     p.add_argument("--baseline-value", metavar="TOKS", type=float,
                    help="a known baseline gen throughput (tok/s) instead of a recorded baseline")
@@ -259,7 +259,8 @@ def _add_baseline(sub: argparse._SubParsersAction) -> None:
     bs = p.add_subparsers(dest="baseline_action", metavar="ACTION")
     r = bs.add_parser("record", help="record a baseline from a log file")
     r.add_argument("name", metavar="NAME")
-    r.add_argument("--log", metavar="FILE", help="SGLang log ('-' for stdin); the last server run is used")
+    r.add_argument("--log", metavar="FILE",
+                   help="SGLang or vLLM log ('-' for stdin); the last server run is used")
     r.add_argument("--server-info", metavar="JSON", help="/get_server_info output (a file or inline JSON)")
     r.add_argument("--running-req", metavar="N", type=int, help="keep only this #running-req")
     r.add_argument("--last", metavar="LINES", type=int, help="only the last LINES decode lines")

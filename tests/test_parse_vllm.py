@@ -311,7 +311,17 @@ def test_api_server_start_is_ready() -> None:
     rec = parse_line("(APIServer pid=291) INFO 09-21 23:16:28 [api_server.py:1957] Starting vLLM "
                      "API server 0 on http://0.0.0.0:8000")
     assert isinstance(rec, VllmEventRecord) and rec.kind == "ready" and rec.pid == 291
+    assert rec.data == {"url": "http://0.0.0.0:8000", "port": 8000}  # where /metrics is
     from specmon.session.state import ServerState
     st = ServerState("v")
     st.apply("x", rec, 1.0)
-    assert st.status == "ready"
+    assert st.status == "ready" and st.args["port"] == 8000
+
+
+def test_real_f2b_line_is_bonus_included() -> None:
+    """vllm#19254 (0.9.0.1): 2.16 = 1 + 0.543 + 0.357 + 0.264 (rounded): nothing to correct."""
+    rows = [r for r in _real() if "19254" in r["source"]]
+    recs = join_records(parse_line(r["line"]) for r in rows)
+    dec = next(r for r in recs if isinstance(r, VllmDecodeRecord))
+    assert dec.accept_len == 2.16 and dec.accept_len_note is None
+    assert dec.accept_rate == pytest.approx(150 / 387)

@@ -111,8 +111,13 @@ def test_mixed_engines_cli_one_line(tmp_path: Path) -> None:
     f = tmp_path / "mixed.log"
     f.write_text(SPEC_LOG.read_text() + "[2026-02-26 19:16:00 TP0] Decode batch, #running-req: 1, "
                  "#token: 900, token usage: 0.04, gen throughput (token/s): 80.00, #queue-req: 0\n")
-    for args in (("parse", str(f)), ("parse", "--json", str(f)), ("parse", "--runs", str(f))):
-        r = cli(*args)
+    import os
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (("parse", str(f)), ("parse", "--json", str(f)), ("parse", "--runs", str(f)),
+                 ("compare", str(BASE_LOG), str(f)), ("check", "--baseline-value", "100", str(f)),
+                 ("advise", str(f)), ("baseline", "record", "m", "--log", str(f))):
+        r = subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True,
+                           timeout=120, text=True, env=env)
         assert r.returncode == 2, args
         err = r.stderr.strip().splitlines()
         assert len(err) == 1 and "mixes engines" in err[0] and "Traceback" not in r.stderr
@@ -145,6 +150,11 @@ def test_compare_cli_on_vllm_logs_labels_throughput() -> None:
     spec = res["speculative"]["median_tok_s"]
     assert res["speedup"]["value"] == pytest.approx(spec / base, rel=0.02)
     assert any("prefill steps incl." in n for n in res["notes"])
+    state = read_runs(SPEC_LOG.read_text().splitlines())
+    pts = [p for p in state.runs[0].decode if p.rec.running_req == 16]
+    want = sum(p.rec.spec["accepted"] for p in pts) / sum(p.rec.spec["drafted"] for p in pts)
+    assert res["speculative"]["accept_rate_counts"] == round(want, 4)
+    assert "accept_rate_counts" not in res["baseline"]
     assert not any("decode-only gen throughput" in n for n in res["notes"])
     direct = compare(read_runs(BASE_LOG.read_text().splitlines()),
                      read_runs(SPEC_LOG.read_text().splitlines()))
@@ -282,6 +292,7 @@ def test_export_and_report_from_a_recording(tmp_path: Path) -> None:
     md = (tmp_path / "rep.md").read_text()
     assert "vLLM servers: throughput is" in md and "prefill steps incl." in md
     assert "accept rate (vLLM's counts" in md
+    assert "| vLLM 0.11.0: eagle3 k 3 |" in md
     from specmon.export.snapshot import read_snapshot
     s = read_snapshot(str(snap))
     dec = [e.record for sv in s.servers if sv.name == "vspec" for e in sv.entries
@@ -430,3 +441,35 @@ def test_ui_advisor_segments_from_a_live_vllm_log() -> None:
     assert adv.engine == "vllm" and len(adv.profile.survival) == 3
     assert adv.current.accept_len is not None and adv.current.per_position is not None
     assert adv.flags.startswith("--speculative-config")
+
+
+def test_held_engine_line_released_after_a_quiet_while() -> None:
+    """An interval without drafts has no spec line; if the server then goes idle (prints
+    nothing), the held engine line still counts, 2 s (receive time) later, via the fleet tick."""
+    from specmon.session.events import LineItem
+    from specmon.session.fleet import FleetSession
+
+    lines = SPEC_LOG.read_text().splitlines()
+    fleet = FleetSession(["h"], clock=lambda: 0.0)
+    fleet.lines("h", "v", [LineItem(lines[0], parse_line(lines[0]), 100.0),
+                           LineItem(lines[1], parse_line(lines[1]), 101.0)])
+    st = fleet.host("h").session.servers["v"]
+    assert st.decode_total == 0  # held: its spec line may follow
+    fleet.tick(102.0)
+    assert st.decode_total == 0
+    fleet.tick(103.5)
+    assert st.decode_total == 1 and st.last_decode is not None
+    assert st.last_decode.accept_len is None  # no spec line came: not invented
+
+
+def test_summary_sums_vllm_counts() -> None:
+    from specmon.analysis.logfile import summarise
+
+    s = summarise(str(SPEC_LOG))
+    spec = [json.loads(x) for x in cli("parse", "--json", "--kind", "spec", str(SPEC_LOG))
+            .stdout.splitlines()]
+    acc, dra = sum(x["accepted"] for x in spec), sum(x["drafted"] for x in spec)
+    assert (s.spec_accepted, s.spec_drafted) == (acc, dra) and len(spec) == 40
+    want0 = sum(x["per_position"][0] * x["drafted"] for x in spec) / dra
+    assert s.spec_pos[0] / s.spec_pos_drafted == pytest.approx(want0)
+    assert f"{acc / dra:.3f} ({acc:,} / {dra:,})" in s.render()

@@ -32,6 +32,11 @@ class LogSummary:
     invalid: int = 0  # SUMMARISED values printed but impossible (non-finite, negative, absurd)
     engine: str | None = None  # "vllm" for a vLLM log (None: SGLang's)
     name: str = "log"
+    # vLLM prints its acceptance counts: summed over the joined intervals
+    spec_accepted: int = 0
+    spec_drafted: int = 0
+    spec_pos: list[float] = field(default_factory=list)  # sum of rate x drafted, per position
+    spec_pos_drafted: int = 0  # drafted tokens behind spec_pos (lines with the same k)
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -43,6 +48,7 @@ class LogSummary:
             self.throughput[(rec.accept_len is not None, rec.running_req, rec.gen_throughput)] += 1
             if rec.accept_len is not None:
                 self.accept[rec.accept_len] += 1
+            self._add_counts(getattr(rec, "spec", None))
         else:
             self.prefill += 1
         t = rec.timestamp or rec.time_of_day
@@ -50,6 +56,20 @@ class LogSummary:
             if self.first_time is None:
                 self.first_time = t
             self.last_time = t
+
+    def _add_counts(self, spec: dict[str, object] | None) -> None:
+        if not spec:
+            return
+        acc, dra, pp = spec.get("accepted"), spec.get("drafted"), spec.get("per_position")
+        if not isinstance(acc, int) or not isinstance(dra, int) or dra <= 0:
+            return
+        self.spec_accepted += acc
+        self.spec_drafted += dra
+        if isinstance(pp, list) and pp and all(isinstance(x, float) for x in pp) and (
+                not self.spec_pos or len(pp) == len(self.spec_pos)):
+            self.spec_pos = [a + float(x) * dra for a, x in
+                             zip(self.spec_pos or [0.0] * len(pp), pp, strict=True)]
+            self.spec_pos_drafted += dra
 
     @property
     def recognised(self) -> int:
@@ -73,6 +93,12 @@ class LogSummary:
         if self.engine is None and other.engine is not None:
             self.engine = other.engine
         self.lines += other.lines
+        self.spec_accepted += other.spec_accepted
+        self.spec_drafted += other.spec_drafted
+        if other.spec_pos and (not self.spec_pos or len(other.spec_pos) == len(self.spec_pos)):
+            self.spec_pos = [a + b for a, b in zip(self.spec_pos or [0.0] * len(other.spec_pos),
+                                                   other.spec_pos, strict=True)]
+            self.spec_pos_drafted += other.spec_pos_drafted
         self.decode += other.decode
         self.prefill += other.prefill
         self.throughput.update(other.throughput)
@@ -162,6 +188,13 @@ class LogSummary:
                     f"  accept len (tokens per verify round, bonus included): median {_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
                 )
+                if self.spec_drafted:
+                    pos = " ".join(f"{x / self.spec_pos_drafted:.3f}" for x in self.spec_pos) \
+                        if self.spec_pos_drafted else "N/A"
+                    lines.append(
+                        f"  accept rate (vLLM's counts, accepted / drafted over the log): "
+                        f"{self.spec_accepted / self.spec_drafted:.3f} "
+                        f"({self.spec_accepted:,} / {self.spec_drafted:,}); per position {pos}")
         return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="speedup of a speculative server's log over a baseline's (last runs, per batch size)",
-        description="Read two SGLang server logs (files, .gz or '-'), split each into runs "
+        description="Read two SGLang or vLLM server logs (files, .gz or '-'), split each into runs "
         "(server_args lines, restarts) and compare the last run of each at the same "
         "#running-req, with the same code as the UI. Exit status: 0 compared, 3 no batch size "
         "has enough samples on both, 2 usage error.",

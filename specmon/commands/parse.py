@@ -1,4 +1,4 @@
-"""`specmon parse`: offline analysis of SGLang logs, and the JSON contract other tools build on."""
+"""`specmon parse`: offline analysis of SGLang and vLLM logs, and the JSON contract other tools build on."""
 
 from __future__ import annotations
 

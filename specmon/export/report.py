@@ -372,7 +372,10 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     for s in snap.servers:
         a = s.args
         spec_cfg = NA
-        if a.get("speculative_algorithm"):
+        if a.get("speculative_algorithm") and a.get("engine_version"):  # vLLM's own words
+            spec_cfg = (f"vLLM {a.get('engine_version')}: {a.get('speculative_algorithm')} k "
+                        f"{a.get('speculative_num_tokens')}")
+        elif a.get("speculative_algorithm"):
             spec_cfg = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
                         f"topk {a.get('speculative_eagle_topk')} draft "
                         f"{a.get('speculative_num_draft_tokens')}")

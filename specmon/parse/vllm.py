@@ -16,8 +16,9 @@ API (what other modules use):
     F3 0.10.2-0.33) and V0 `Speculative metrics: ...` -> `VllmEventRecord(kind "spec")`; its
     `data` holds `mean_accept_len` (as printed), `accepted`, `drafted`, `draft_accept_rate_pct`,
     `accepted_throughput`, `drafted_throughput`, `per_position` (None where the layout lacks them;
-    `nan` -> None, the field named in `invalid`). V0 counts are cumulative since start
-    (`cumulative: True`); `SpecJoiner` diffs them.
+    `nan` -> None, the field named in `invalid`). V0 prints counts since start
+    (`cumulative: True`): kept as `accepted_total`, `drafted_total`, `emitted_total`; the
+    per-interval fields are filled by `V0Differ` from two lines (`SpecJoiner` uses it).
   - `Initializing a V1 LLM engine (vX) with config: ...` -> `VllmEventRecord(kind "server_args")`
     with `engine_version`, `model_path`, `speculative_algorithm` (the method),
     `speculative_num_tokens`, `speculative_draft_model_path`, `tp_size`, `pp_size`, `dp_size`;
@@ -27,7 +28,9 @@ API (what other modules use):
 * `SpecJoiner`: a small stream stage that joins each spec record onto the decode record of its
   engine printed just before it (the spec line has no engine id) and fills in the SGLang-shaped
   `accept_len` (normalised to "bonus included": 0.8.5 prints it without the bonus; detected from
-  the per-position rates and corrected, saying so in `accept_len_note`) and `accept_rate`.
+  the per-position rates and corrected, saying so in `accept_len_note`), `accept_rate` (vLLM's
+  accepted / drafted) and `accepted_tok_s` (over the engine's measured interval, not the whole
+  idle gap as 0.10.2+ prints it after idling). `join_records(records)` is the offline form.
 * `engine_of(record) -> "vllm" | "sglang" | None`: which server printed a record;
   `EngineGuard(name).check(record, line_no)` raises `MixedEngines` (a one-line `CliError`) when a
   log mixes the two.
@@ -138,6 +141,7 @@ _RE_SIZES = {
     "dp_size": re.compile(r"\bdata_parallel_size=(\d+)"),
 }
 _RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_RE_URL = re.compile(r"\bon (https?://[^\s/:]+(?::(\d{1,5}))?)")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
 # The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
 # secret on the command line (`api_key`, `hf_token`, ...) never leaves the parser.
@@ -572,8 +576,12 @@ def parse_vllm_line(line: str | bytes) -> Record | None:
         if "non-default args:" in msg:
             return _non_default(head, msg)
         if msg.startswith("Starting vLLM API server"):  # `... [0 ]on http://HOST:PORT`
-            return VllmEventRecord("ready", head.timestamp, head.time_of_day, process=head.process,
-                                   pid=head.pid, date_inferred=head.date_inferred)
+            url = _RE_URL.search(msg)
+            port = small_int(url.group(2)) if url and url.group(2) else None
+            return VllmEventRecord("ready", head.timestamp, head.time_of_day,
+                                   data={"url": url.group(1) if url else None, "port": port},
+                                   process=head.process, pid=head.pid,
+                                   date_inferred=head.date_inferred)
         return None
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None
@@ -704,6 +712,10 @@ class SpecJoiner:
     def flush(self) -> list[Record]:
         held, self._held = self._held, None
         return [held] if held is not None else []
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
 
 
 DEFAULT_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL's default

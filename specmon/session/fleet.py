@@ -363,6 +363,12 @@ class FleetSession:
         """
         now = self.clock() if now is None else now
         changed: list[tuple[str, str, Alert]] = []
+        for h, hv in self.hosts.items():  # vLLM: an engine line whose spec line never came
+            for name, st in hv.session.servers.items():
+                w0 = self.watches.get((h, name))
+                if st.release_stale(now) and w0 is not None:
+                    for rec, t in st.last_released:
+                        w0.monitor.observe(rec, t)
         for (h, name), w in self.watches.items():
             session = self.host(h).session
             state = session.server(name)

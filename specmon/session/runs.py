@@ -16,7 +16,7 @@ from typing import Any
 
 from specmon.analysis.stats import median
 from specmon.parse.sglang import parse_line
-from specmon.parse.vllm import BONUS_NOTE, EngineGuard, throughput_label
+from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -92,6 +92,11 @@ def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
         acc = median([p.rec.accept_len for p in pts
                       if p.rec.accept_len is not None and p.rec.running_req == rr])
         out["accept_len_median"] = _r(acc) if acc is not None else None
+        counts = [p.rec.spec for p in pts if p.rec.running_req == rr
+                  and isinstance(p.rec, VllmDecodeRecord) and p.rec.spec is not None]
+        dra = sum(c.get("drafted") or 0 for c in counts)
+        if dra:  # vLLM prints its counts: the rate over the compared intervals, measured
+            out["accept_rate_counts"] = _r(sum(c.get("accepted") or 0 for c in counts) / dra)
     return out
 
 
@@ -199,6 +204,8 @@ def render(res: dict[str, Any]) -> str:
                      f"at #running-req {sp['running_req']}")
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
+        if "accept_rate_counts" in d:
+            extra += f", accept rate {num(d['accept_rate_counts'], '{:.3f}')} (vLLM's counts)"
         lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
                      f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 {num(d['p10'])}-"
                      f"{num(d['p90'])}{extra}")

@@ -33,6 +33,7 @@ MAX_RUNS = 32  # runs kept per server (older runs are summarised away)
 MAX_GROUPS = 64  # DP groups kept per run (a hostile log cannot grow it forever)
 SILENT_ROUNDS = 3  # a DP group missing from this many consecutive rounds is shown as silent
 RUN_GPU_SAMPLES = 600  # GPU samples kept per run (per GPU: about 10 min at 1 Hz)
+HOLD_WAIT_S = 2.0  # vLLM prints an engine's spec line right after its stats line: this is ample
 
 
 def log_time(rec: Record, received: float) -> float | None:
@@ -522,6 +523,15 @@ class ServerState:
             done.extend(self._apply_record(r, rt))
         return done
 
+    def release_stale(self, now: float, wait_s: float = HOLD_WAIT_S) -> list[DecodePoint]:
+        """A vLLM engine line held `wait_s` (receive time) without its spec line (an interval
+        without drafts, then silence: an idle server prints nothing) counts now, unjoined;
+        `last_released` says which records were released."""
+        if self._joiner is None or not self._joiner.holding or now - self._held_received < wait_s:
+            self.last_released = []
+            return []
+        return self.flush()
+
     def _same_config(self, rec: VllmEventRecord) -> bool:
         cur = self.runs[-1] if self.runs else None
         return (cur is not None and not cur.ended and cur.has_server_args and cur.lines_total == 0
@@ -603,6 +613,9 @@ class ServerState:
         elif ev.kind == "ready":
             self.startup.ready = True
             self.status = "ready"
+            port = ev.data.get("port")
+            if isinstance(ev, VllmEventRecord) and isinstance(port, int):
+                run.args.setdefault("port", port)  # vLLM says it only here (SGLang: server_args)
         elif ev.kind == "nccl_env":
             if self.log:
                 run.nccl_lines.append(self.log[-1])
