@@ -176,3 +176,30 @@ def test_vllm_worker_crash_logs_a_tagged_traceback_and_exits_1(launch):  # noqa:
     assert any("Traceback (most recent call last):" in ln for ln in tb)
     assert any("RuntimeError: CUDA error: an illegal memory access" in ln for ln in tb)
     assert "died unexpectedly, shutting down executor." in raw
+
+
+def test_specmon_counters_reads_the_sims_vllm_counters(launch):  # noqa: F811 (fixture)
+    """The log-free path end to end: `specmon counters` on the simulated server's /metrics."""
+    import subprocess
+    import sys
+
+    p, port, log = launch("--engine", "vllm", "--startup-s", "0", "--load-concurrency", "2",
+                          "--speculative-config", SPEC, "--accept-prob", "0.8")
+    wait_for(lambda: log.exists() and "Application startup complete." in log.read_text(),
+             what="ready")
+    out = subprocess.run([sys.executable, "-m", "specmon", "counters",
+                          f"http://127.0.0.1:{port}", "--interval", "1.5", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(ln) for ln in out.stdout.splitlines() if ln.strip()]
+    assert rows, out.stdout
+    row = rows[-1]
+    assert row["engine"] == "0" and row["restart"] is False and row["drafts"] > 0, row
+    assert row["draft_tokens"] == 3 * row["drafts"] and row["mean_draft_len"] == 3.0  # k = 3
+    assert row["accept_len"] == pytest.approx(1 + row["accepted_tokens"] / row["drafts"])
+    pp = row["per_position"]
+    assert len(pp) == 3 and pp == sorted(pp, reverse=True)  # a chain: never up with position
+    assert row["accepted_tokens"] == pytest.approx(sum(pp) * row["drafts"])
+    assert row["generation_tokens"] >= row["accepted_tokens"]
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait(20) == 0
