@@ -29,7 +29,7 @@ from specmon.sim.perf import SpecConfig
 from specmon.sim.server import SimError, SimServer, token_text
 from specmon.sim.worker import detokenizer_main, worker_main
 
-# (vLLM method, SpecConfig algorithm) pairs the sim models: every method is a chain of k drafts
+# vLLM methods the sim accepts; each is modelled as a chain of k draft tokens (SpecConfig, topk 1)
 METHODS = ("eagle", "eagle3", "ngram", "draft_model", "mtp", "deepseek_mtp", "suffix")
 
 
