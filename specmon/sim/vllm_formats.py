@@ -305,25 +305,28 @@ def env_edits(version: str, environ: Mapping[str, str]) -> dict[str, str]:
 def metrics_text(version: str, *, model_name: str, engine: int = 0,
                  counters: Mapping[str, float], gauges: Mapping[str, float],
                  per_pos: Sequence[int] | None, created: float) -> str:
-    """Prometheus text as prometheus_client writes vLLM's collectors: counters exposed as
-    `<name>_total` plus `<name>_created`, labels in vLLM's order (model_name, engine[, position]).
+    """Prometheus text as prometheus_client's generate_latest writes vLLM's collectors: a
+    counter family is `<name>_total` (HELP/TYPE counter), its `_created` samples follow as a
+    gauge family of their own; labels in vLLM's order (model_name, engine[, position]).
     `counters` keys are exposed names without `vllm:` and `_total`."""
     lab = f'model_name="{model_name}",engine="{engine}"'
     out: list[str] = []
+
+    def counter(name: str, rows: list[tuple[str, float]]) -> None:
+        help_ = _HELP.get(name, name)
+        out.extend([f"# HELP vllm:{name}_total {help_}", f"# TYPE vllm:{name}_total counter"])
+        out.extend(f"vllm:{name}_total{{{labels}}} {float(val)!r}" for labels, val in rows)
+        out.extend([f"# HELP vllm:{name}_created {help_}", f"# TYPE vllm:{name}_created gauge"])
+        out.extend(f"vllm:{name}_created{{{labels}}} {float(created)!r}" for labels, _ in rows)
+
     for name, val in gauges.items():
         out += [f"# HELP vllm:{name} {_HELP.get(name, name)}", f"# TYPE vllm:{name} gauge",
                 f"vllm:{name}{{{lab}}} {float(val)!r}"]
     for name, val in counters.items():
-        out += [f"# HELP vllm:{name}_total {_HELP.get(name, name)}",
-                f"# TYPE vllm:{name}_total counter",
-                f"vllm:{name}_total{{{lab}}} {float(val)!r}",
-                f"vllm:{name}_created{{{lab}}} {float(created)!r}"]
+        counter(name, [(lab, val)])
     if per_pos is not None:
-        name = "spec_decode_num_accepted_tokens_per_pos"
-        out += [f"# HELP vllm:{name}_total {_HELP[name]}", f"# TYPE vllm:{name}_total counter"]
-        for i, val in enumerate(per_pos):
-            out.append(f'vllm:{name}_total{{{lab},position="{i}"}} {float(val)!r}')
-            out.append(f'vllm:{name}_created{{{lab},position="{i}"}} {float(created)!r}')
+        counter("spec_decode_num_accepted_tokens_per_pos",
+                [(f'{lab},position="{i}"', val) for i, val in enumerate(per_pos)])
     return "\n".join(out) + "\n"
 
 
