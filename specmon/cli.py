@@ -193,10 +193,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="the live UI on a simulated host: a baseline and a speculative server (no GPU needed)",
     )
-    p.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
-                   help="simulate SGLang servers (default) or vLLM (`vllm serve`) servers")
-    p.add_argument("--format-version", metavar="V", default=None,
-                   help="release whose log format the simulated servers write (default newest)")
+    from specmon.commands.demo_cmd import add_engine_argument
+
+    add_engine_argument(p)
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="requests the built-in clients keep in flight per server (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")

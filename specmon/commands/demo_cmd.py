@@ -13,6 +13,14 @@ from specmon.session.baselines import BaselineStore
 from specmon.session.fleet import FleetSession
 
 
+def add_engine_argument(p: argparse.ArgumentParser) -> None:
+    """`--engine` and `--format-version` of `specmon demo` (the engine picks the version list)."""
+    p.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
+                   help="simulate SGLang servers (default) or vLLM (`vllm serve`) servers")
+    p.add_argument("--format-version", metavar="V", default=None,
+                   help="release whose log format the simulated servers write (default newest)")
+
+
 def run(args: argparse.Namespace) -> int:
     from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
     from specmon.sim import formats, vllm_formats
