@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo_cmd",
              "the live UI on a simulated host: a baseline and a speculative server (no GPU needed)"),
     "sim": ("sim_cmd",
-            "simulated SGLang host (server processes, logs, HTTP, H200 GPUs) for demos/tests"),
+            "simulated SGLang/vLLM host (server processes, logs, HTTP, H200 GPUs) for demos/tests"),
     "export": ("export_cmd", "turn a `specmon record` JSONL file into a session snapshot"),
     "report": ("report_cmd", "write a Markdown or HTML report of a snapshot, with charts"),
     "replay": ("replay_cmd", "open a snapshot in the UI, read-only: play, pause, seek, speed"),

@@ -303,6 +303,64 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
     return res
 
 
+async def served_model(client: httpx.AsyncClient) -> str | None:
+    """The first model id of an OpenAI server's `/v1/models` (what a request names)."""
+    try:
+        r = await client.get("/v1/models", timeout=10)
+        data = r.json().get("data") if r.status_code == 200 else None
+        first = data[0] if isinstance(data, list) and data else None
+        mid = first.get("id") if isinstance(first, dict) else None
+        return mid if isinstance(mid, str) else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+async def _one_completion(client: httpx.AsyncClient, prompt: str, output_len: int,
+                          timeout: float, model: str | None = None) -> _One:
+    """One streamed OpenAI `/v1/completions` request (vLLM). Its chunks carry text, not token
+    counts (a speculative step may send several tokens in one), so the token count comes from
+    the final usage chunk and TTFT from the first chunk; per-token ITLs are not measured."""
+    body = {"prompt": prompt, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if model is not None:
+        body["model"] = model
+    t0 = time.perf_counter()
+    res = _One(ok=False)
+    tokens = 0
+    try:
+        async with client.stream("POST", "/v1/completions", json=body, timeout=timeout) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return _One(ok=False, error=f"HTTP {r.status_code}: {r.text[:200]}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    return _One(ok=False, error=_stream_error(chunk["error"]))
+                choices = chunk.get("choices")
+                if res.ttft is None and isinstance(choices, list) and any(
+                        isinstance(c, dict) and c.get("text") for c in choices):
+                    res.ttft = time.perf_counter() - t0
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    tokens = int(usage["completion_tokens"])
+    except httpx.HTTPError as exc:
+        return _One(ok=False, error=f"{type(exc).__name__}: {exc}")
+    res.ok, res.tokens = tokens > 0, tokens
+    if not res.ok:
+        res.error = "no usage chunk with completion_tokens received"
+    return res
+
+
 def _stream_error(err: Any) -> str:
     """The server's own error text (one line, bounded)."""
     msg = err.get("message") if isinstance(err, dict) else err
@@ -328,8 +386,14 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         prom_before = await server_metrics(client)
         vllm_before, t_before = await vllm_scrape(client), time.perf_counter()
 
+        # a vLLM server (its /metrics has vllm: series) speaks the OpenAI API, not /generate
+        openai = vllm_before is not None
+        model = await served_model(client) if openai else None
+
         async def go(p: str) -> _One:
             async with sem:
+                if openai:
+                    return await _one_completion(client, p, cfg.output_len, cfg.timeout_s, model)
                 return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
 
         t0 = time.perf_counter()
@@ -352,6 +416,9 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
             verify_calls = b - a
     ok = [r for r in results if r.ok]
     notes: list[str] = []
+    if openai:
+        notes.append("ITL N/A: vLLM's OpenAI stream chunks carry text, not token counts "
+                     "(tokens from the usage chunk)")
     interval = info_log_interval(info)
     rounds = decode_rounds_lower_bound(ok, cfg.concurrency)
     if gen is not None and (interval is None or rounds < 2 * interval):

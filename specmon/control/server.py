@@ -7,7 +7,9 @@ the recorded group only, leader start time and command line verified in the same
 that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port
 forward, httpx), the GPU check (NVML compute processes) and the worker-environment audit
-(`/proc/PID/environ` of the launcher and every `sglang::scheduler*` worker, via the agent).
+(`/proc/PID/environ` of the launcher and every worker: `sglang::scheduler*`, vLLM's
+`VLLM::EngineCore*`/`VLLM::Worker*`, via the agent). A profile with engine = "vllm" starts
+`python -m vllm.entrypoints.openai.api_server` (or the simulated one) under the same rules.
 
 Nothing here signals by name: no pkill, no killall.
 """
@@ -38,9 +40,11 @@ from specmon.control.gpus import GpuPids, GpuProbe, NvmlGpuProbe, SimGpuProbe
 from specmon.control.progress import ProgressTracker, StartProgress
 from specmon.hosts.agent_client import AgentClient, AgentError
 from specmon.hosts.base import Host, HostError, PortForward
+from specmon.sources.discovery import is_worker_title
 
 AUDIT_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_")
-WORKER_PREFIX = "sglang::scheduler"
+WORKER_PREFIX = "sglang::scheduler"  # kept for callers; titles are matched by is_worker_title
+AUDIT_PREFIXES_VLLM = ("VLLM_",)
 LOG_TAIL_LINES = 40
 POLL_S = 0.25
 
@@ -468,6 +472,14 @@ class ServerController:
             if now >= next_health:
                 next_health = now + 0.5
                 if await self.health():
+                    # the lines written while /health was answering (vLLM binds its port early
+                    # and answers only when up, so one poll can span the rest of the start-up)
+                    data, offset = await self._read_from(agent, path, offset)
+                    for raw in (buf + data).split(b"\n")[:-1]:
+                        p = tracker.update(raw.decode("utf-8", "replace"))
+                        if p is not None:
+                            p.elapsed_s = time.monotonic() - t0
+                            emit(p)
                     return
             if now > deadline:
                 tail = [ln for ln in lines if ln.strip()][-LOG_TAIL_LINES:]
@@ -525,10 +537,11 @@ class ServerController:
         while todo:
             for pid, argv in kids.get(todo.pop(), []):
                 todo.append(pid)
-                if argv and argv[0].startswith(WORKER_PREFIX):
+                if argv and is_worker_title(argv[0]):
                     targets.append((pid, argv[0].split()[0], "worker"))
         expected = self.profile.launch_env()
-        prefixes = sorted(set(AUDIT_PREFIXES) | set(expected))
+        audit = AUDIT_PREFIXES + (AUDIT_PREFIXES_VLLM if self.profile.engine == "vllm" else ())
+        prefixes = sorted(set(audit) | set(expected))
         procs = []
         for pid, title, role in targets:
             try:
@@ -543,7 +556,7 @@ class ServerController:
                           if status == "empty" else status)
                 procs.append(ProcEnv(pid, title, role, "unreadable", reason))
                 continue
-            shown = {k: v for k, v in env.items() if k in expected or k.startswith(AUDIT_PREFIXES)}
+            shown = {k: v for k, v in env.items() if k in expected or k.startswith(audit)}
             missing = [k for k in expected if k not in env]
             differs = {k: (v, env[k]) for k, v in expected.items() if k in env and env[k] != v}
             procs.append(ProcEnv(pid, title, role, "ok", None, dict(sorted(shown.items())),
@@ -750,7 +763,7 @@ def _ident(rec: dict[str, Any]) -> dict[str, Any]:
 def _title(argv: list[str]) -> str:
     if not argv:
         return "?"
-    if argv[0].startswith("sglang::"):
+    if argv[0].startswith("sglang::") or is_worker_title(argv[0]):
         return argv[0].split()[0]
     return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv))[:120]
 

@@ -18,8 +18,10 @@ user can open it by its path.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import posixpath
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -31,6 +33,14 @@ LOG_NOT_READABLE = "log not readable; pass --log NAME=PATH"
 ALL_USERS_NOTE = ("listing every user's servers (--all-users): other users' logs are not "
                   "tailed and nothing of their processes is run")
 ACCEPT_LEN_PROBE_BYTES = 256 << 10
+VLLM_DEFAULT_PORT = 8000  # vllm serve's default --port
+# what only a speculative server's log prints: SGLang's decode field, vLLM V1's and V0's lines
+SPEC_LOG_MARKERS = (b"accept len", b"SpecDecoding metrics: ", b"Speculative metrics: ")
+# Worker process titles (data): SGLang's schedulers; vLLM's set_process_title
+# f"{VLLM_PROCESS_NAME_PREFIX}::{name}" (default prefix VLLM) for EngineCore[_DP<n>] and
+# Worker[_DP<d>][_PP<p>][_TP<t>]..., and the mp process name `VllmWorker...` of 0.8/0.9.
+WORKER_TITLE = re.compile(r"sglang::scheduler|[^\s:]+::(?:EngineCore|DPEngineCore|Worker|"
+                          r"VllmWorker)(?:_|\s|$)|VllmWorker")
 
 Kind = Literal["baseline", "speculative"]
 
@@ -56,6 +66,7 @@ class DiscoveredServer:
     tp_size: int | None = None
     model: str | None = None
     simulated: bool = False
+    engine: Literal["sglang", "vllm"] = "sglang"
     workers: list[tuple[int, str]] = field(default_factory=list)  # (pid, process title)
     log_path: str | None = None
     log_problem: str | None = None  # why the log cannot be tailed (None when it can)
@@ -93,6 +104,8 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
         nxt = argv[i + 1] if i + 1 < len(argv) else None
         if base == "sglang" and nxt == "serve":
             return True, False
+        if _is_vllm_main(argv, i, interp):
+            return True, False
         if base == "specmon" and nxt == "sim" and argv[i + 2: i + 3] == ["server"]:
             return True, True
         if arg == "specmon.sim" or arg.startswith("specmon.sim."):
@@ -100,6 +113,83 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
     return False, False
 
 
+
+
+def is_worker_title(argv0: str) -> bool:
+    """A server's GPU worker by its process title (SGLang scheduler, vLLM EngineCore/Worker)."""
+    return WORKER_TITLE.match(argv0) is not None
+
+
+def _is_vllm_main(argv: list[str], i: int, interp: bool) -> bool:
+    """`vllm serve ...` (the console script, or `python -m vllm.entrypoints.cli.main serve`),
+    `python -m vllm.entrypoints.openai.api_server ...`, or `specmon sim server --engine vllm`
+    counts as a vLLM API server at argv[i]."""
+    arg = argv[i]
+    base = os.path.basename(arg)
+    nxt = argv[i + 1] if i + 1 < len(argv) else None
+    if base == "vllm" and nxt == "serve":
+        return True
+    if arg in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main") and interp:
+        return arg.endswith("api_server") or nxt == "serve"
+    return base == "api_server.py" and "vllm" in arg and "/entrypoints/" in arg
+
+
+def engine_of(argv: list[str]) -> Literal["sglang", "vllm"]:
+    """Which engine a server's command line runs."""
+    interp = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) if interp else min(1, len(argv))):
+        if _is_vllm_main(argv, i, interp):
+            return "vllm"
+    flags = flag_values(argv)
+    return "vllm" if flags.get("--engine") == "vllm" and "sim" in argv else "sglang"
+
+
+def _vllm_fields(s: DiscoveredServer) -> None:
+    """vLLM's defaults and flags: port 8000, `serve MODEL`, --tensor-parallel-size/-tp and the
+    --speculative-config JSON (or 0.8's --speculative-model / --num-speculative-tokens)."""
+    if engine_of(s.argv) != "vllm":
+        return
+    s.engine = "vllm"
+    if any("Worker" in t for _, t in s.workers):
+        # TP > 1: the EngineCore only drives the workers; the GPU ranks are the Worker_TP<r>
+        s.workers = [(pid, t) for pid, t in s.workers if "EngineCore" not in t]
+    flags = flag_values(s.argv)
+    if not s.port_from_args:
+        s.port = VLLM_DEFAULT_PORT
+    if s.tp_size is None:
+        tp = next((s.argv[j + 1] for j, a in enumerate(s.argv[:-1]) if a == "-tp"), None)
+        s.tp_size = _int(tp)
+    if s.model is None and "serve" in s.argv:
+        j = s.argv.index("serve") + 1
+        if j < len(s.argv) and not s.argv[j].startswith("-"):
+            s.model = s.argv[j]
+    spec: dict[str, str | bool] = {k: v for k, v in flags.items() if k in (
+        "--speculative-config", "--speculative_config", "--speculative-model",
+        "--num-speculative-tokens")}
+    method = None
+    raw = _first(spec, "--speculative-config", "--speculative_config")
+    if raw is not None:
+        try:
+            cfg = json.loads(raw)
+        except ValueError:
+            cfg = None
+        if isinstance(cfg, dict):
+            m = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
+            method = m if isinstance(m, str) else None
+    elif isinstance(spec.get("--speculative-model"), str):
+        method = str(spec["--speculative-model"])
+    s.spec_args = spec
+    if method:
+        s.spec_args["--speculative-algorithm"] = method  # what describe() and the UI show
+    s.kind = "speculative" if method else "baseline"
+
+
+def _log_fds(s: DiscoveredServer, fds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """vLLM's logger writes to stdout (SGLang's to stderr): for a vLLM server fd 1 is looked at
+    first, so `vllm serve > out.log 2> err.log` tails out.log."""
+    if s.engine != "vllm" or not isinstance(fds, dict):
+        return fds
+    return {"2": fds.get("1") or {}, "1": fds.get("2") or {}}
 
 
 def _proc_row(r: Any) -> Proc | None:
@@ -154,17 +244,19 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
             uid=p.uid,
         )
     for p in procs:
-        if p.argv and p.argv[0].startswith("sglang::scheduler"):
+        if p.argv and is_worker_title(p.argv[0]):
             for a in _ancestors(p, by_pid):
                 if a.pid in mains:
                     mains[a.pid].workers.append((p.pid, p.argv[0].split()[0]))
                     break
+    for s in mains.values():
+        _vllm_fields(s)
     servers = sorted(mains.values(), key=lambda s: (s.port, s.pid))
     seen: dict[int, int] = {}
     for s in servers:
         seen[s.port] = seen.get(s.port, 0) + 1
     for s in servers:
-        s.name = f"sglang-{s.port}" if seen[s.port] == 1 else f"sglang-{s.port}-{s.pid}"
+        s.name = f"{s.engine}-{s.port}" if seen[s.port] == 1 else f"{s.engine}-{s.port}-{s.pid}"
         s.workers.sort()
     return servers
 
@@ -220,7 +312,7 @@ async def discover(agent: AgentClient, *, probe_log: bool = True,
         except Exception as exc:  # the process may have exited meanwhile
             s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
             continue
-        s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
+        s.log_path, s.log_problem, s.log_target = log_from_fds(_log_fds(s, info.get("fds", {})))
         if s.log_file_arg:
             # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
             path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
@@ -244,6 +336,6 @@ async def discover(agent: AgentClient, *, probe_log: bool = True,
                 )
             except Exception:
                 continue
-            if b"accept len" in base64.b64decode(res["b64"]):
+            if any(m in base64.b64decode(res["b64"]) for m in SPEC_LOG_MARKERS):
                 s.kind, s.kind_source = "speculative", "log"
     return servers
