@@ -101,7 +101,8 @@ def test_compare_dp_groups_sums_the_groups(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "compare", dp, dp, "--json", "--running-req", "80")
     assert code == 0
     res = json.loads(out)
-    assert res["speedup"] == {"running_req": 80, "value": 1.0, "ci95": res["speedup"]["ci95"]}
+    assert {k: res["speedup"][k] for k in ("running_req", "value", "ci95_reason", "n_base")} == \
+        {"running_req": 80, "value": 1.0, "ci95_reason": None, "n_base": 298}
     assert 4 * 380 < res["baseline"]["median_tok_s"] < 4 * 440  # four groups of ~414 tok/s
     assert any("4 DP groups, summed per interval" in n for n in res["notes"])
     code, out, _ = run_cli(capsys, "parse", "--runs", dp)
@@ -131,3 +132,22 @@ def test_compare_usage_errors_exit_2(tmp_path, capsys, two_run_base):
     assert code == 2 and "no run 3 (the log holds runs 1..2)" in err
     code, _, err = run_cli(capsys, "compare", base, base, "--running-req", "0")
     assert code == 2 and "--running-req" in err
+
+
+def test_compare_json_ci95_is_null_with_reason_for_one_sample_a_side(tmp_path, capsys):
+    def log(name: str, rr_vals: list[tuple[int, float]]) -> str:
+        lines = [restart("2026-05-25 17:56:00", tp_size=1)]
+        for i, (rr, v) in enumerate(rr_vals):
+            lines.append(f"[2026-05-25 17:56:{10 + i:02d}] Decode batch, #running-req: {rr}, "
+                         f"#token: 900, token usage: 0.04, cuda graph: True, gen throughput "
+                         f"(token/s): {v:.2f}, #queue-req: 0")
+        return write(tmp_path / name, lines)
+
+    base = log("b.log", [(1, 80.0), (1, 81.0), (1, 79.0), (4, 200.0)])
+    spec = log("s.log", [(1, 120.0), (1, 121.0), (1, 119.0), (4, 260.0)])
+    code, out, _ = run_cli(capsys, "compare", base, spec, "--json")
+    assert code == 0
+    rows = {r["running_req"]: r for r in json.loads(out)["by_running_req"]}
+    assert rows[4]["ci95"] is None and rows[4]["speedup"] == 1.3
+    assert "fewer than 2 samples" in rows[4]["ci95_reason"]
+    assert rows[1]["ci95"] is not None and rows[1]["ci95_reason"] is None

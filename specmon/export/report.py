@@ -24,8 +24,11 @@ from specmon.parse.sglang import BatchRecord
 from specmon.session.state import DecodePoint
 from specmon.session.window import (
     MIN_N,
+    Speedup,
     WindowStats,
+    interval_text,
     recomputed_accept_rate,
+    speedup_of,
     stats_for,
 )
 from specmon.textsafe import visible
@@ -67,32 +70,12 @@ def per_batch_size(points: list[DecodePoint], span_s: float) -> list[WindowStats
     return out
 
 
-@dataclass(frozen=True)
-class SpeedupRow:
-    running_req: int
-    base: WindowStats
-    spec: WindowStats
-    ratio: float
-    low: float | None
-    high: float | None
-
-
-def speedup_rows(base: list[WindowStats], spec: list[WindowStats]) -> list[SpeedupRow]:
-    """spec ÷ baseline median at every common batch size with ≥ MIN_N samples on both sides;
-    the 95% interval from both medians' standard errors, as in the live speedup bar."""
+def speedup_rows(base: list[WindowStats], spec: list[WindowStats]) -> list[Speedup]:
+    """spec ÷ baseline at every common batch size with ≥ MIN_N samples on both sides, by the
+    session's one speedup function (`session.window.speedup_of`)."""
     b_by = {w.running_req: w for w in base}
-    rows = []
-    for s in spec:
-        b = b_by.get(s.running_req)
-        if b is None or b.n < MIN_N or s.n < MIN_N:
-            continue
-        ratio = s.median / b.median
-        low = high = None
-        if b.se_log is not None and s.se_log is not None:
-            se = math.sqrt(b.se_log ** 2 + s.se_log ** 2)
-            low, high = ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
-        rows.append(SpeedupRow(s.running_req, b, s, ratio, low, high))
-    return rows
+    return [speedup_of(b, s) for s in spec
+            if (b := b_by.get(s.running_req)) is not None and b.n >= MIN_N and s.n >= MIN_N]
 
 
 @dataclass
@@ -410,8 +393,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                            f"{base.name} and {spec.name})."))
         else:
             head = max(sp_rows, key=lambda r: min(r.base.n, r.spec.n))
-            ci = (f" (95% {head.low:.3f}–{head.high:.3f})" if head.low is not None
-                  and head.high is not None else " (95% interval N/A)")
+            ci = f" (95% {interval_text(head)})"
             b.append(("p", f"**Speedup {head.ratio:.3f}×**{ci} at bs {head.running_req}: "
                            f"{spec.name} {head.spec.median:.2f} / {base.name} "
                            f"{head.base.median:.2f} tok/s (medians, n {head.spec.n}/"
@@ -422,8 +404,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                                 f"{spec.name} median (n)", "speedup", "95% interval"],
                       [[str(r.running_req), f"{r.base.median:.2f} ({r.base.n})",
                         f"{r.spec.median:.2f} ({r.spec.n})", f"{r.ratio:.3f}×",
-                        f"{r.low:.3f}–{r.high:.3f}" if r.low is not None and r.high is not None
-                        else NA] for r in sp_rows]))
+                        interval_text(r)] for r in sp_rows]))
 
     # accept length
     b.append(("h", 2, "Accept length"))

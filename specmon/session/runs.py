@@ -88,6 +88,11 @@ def _r(x: float) -> float:
     return round(x, 4)
 
 
+def _ci(sp: Speedup) -> list[float] | None:
+    """The interval as JSON: null (with `ci95_reason`) when a side has < 2 samples."""
+    return None if sp.ci95 is None else [_r(sp.ci95[0]), _r(sp.ci95[1])]
+
+
 @dataclass
 class Comparison:
     result: dict[str, Any]
@@ -152,14 +157,20 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
         "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
-                            "ci95": [_r(x.low), _r(x.high)], "n_base": x.base.n, "n_spec": x.spec.n}
-                           for x in rows],
+                            "ci95": _ci(x), "ci95_reason": x.ci_reason, "n_base": x.base.n,
+                            "n_spec": x.spec.n} for x in rows],
         "speedup": None if head is None else {"running_req": head.running_req,
-                                              "value": _r(head.ratio),
-                                              "ci95": [_r(head.low), _r(head.high)]},
+                                              "value": _r(head.ratio), "ci95": _ci(head),
+                                              "ci95_reason": head.ci_reason,
+                                              "n_base": head.base.n, "n_spec": head.spec.n},
         "notes": notes,
     }
     return Comparison(result, head is not None, why)
+
+
+def _ci_text(d: dict[str, Any]) -> str:
+    ci = d.get("ci95")
+    return "N/A" if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
 
 
 def render(res: dict[str, Any]) -> str:
@@ -172,7 +183,7 @@ def render(res: dict[str, Any]) -> str:
     if sp is None:
         lines.append("speedup: N/A")
     else:
-        lines.append(f"speedup {sp['value']:.3f}x (95% CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f}) "
+        lines.append(f"speedup {sp['value']:.3f}x (95% CI {_ci_text(sp)}) "
                      f"at #running-req {sp['running_req']}")
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
@@ -183,7 +194,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"{'#running-req':>12}  {'speedup':>8}  {'95% CI':>15}  {'n base':>7}  {'n spec':>7}")
         for row in res["by_running_req"]:
             lines.append(f"{row['running_req']:>12}  {row['speedup']:>8.3f}  "
-                         f"{row['ci95'][0]:>7.3f}-{row['ci95'][1]:<7.3f}  {row['n_base']:>7}  "
+                         f"{_ci_text(row):>15}  {row['n_base']:>7}  "
                          f"{row['n_spec']:>7}")
     for n in res["notes"]:
         lines.append(f"note: {n}")

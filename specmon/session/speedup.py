@@ -82,7 +82,7 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
                                     f"in their last {window_s:.0f} s")
     rec = recorded_median(recorded, sp.running_req)
     return replace(
-        view, value=sp.ratio, ci95=(sp.low, sp.high), running_req=sp.running_req,
+        view, value=sp.ratio, ci95=sp.ci95, running_req=sp.running_req,
         base_median=sp.base.median, spec_median=sp.spec.median, n_base=sp.base.n,
         n_spec=sp.spec.n, recorded_base=rec,
         drift_pct=100.0 * (sp.base.median / rec - 1.0) if rec else None,

@@ -92,7 +92,7 @@ def headline_model(session: Session, base: ServerState | None, spec: ServerState
     sp = view.detail if view.value is not None else None
     if sp is None:
         return HeadlineModel("na", None, window_s, view.reason, states, view)
-    state = "win" if sp.low > 1.0 else ("lose" if sp.high < 1.0 else "tie")
+    state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
     return HeadlineModel(state, sp, window_s, None, states, view)
 
 

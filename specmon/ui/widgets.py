@@ -30,6 +30,7 @@ from specmon.session.window import (
     MIN_N,
     WindowStats,
     current_stats,
+    interval_text,
     recomputed_accept_rate,
     run_stats_text,
     window_points,
@@ -204,7 +205,8 @@ class SpeedupBar(Lines):
         head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
         p.append((fit(head, w) or head[:w], STATE_STYLE[model.state]))
         verdict = {"win": "speculation wins", "lose": "speculation loses",
-                   "tie": "no clear difference (the interval holds 1)"}[model.state]
+                   "tie": "no clear difference (the interval holds 1)",
+                   "na": "no verdict (no interval)"}[model.state]
         lines: list[tuple[str, str]] = []
         # what makes the number suspect comes first, each statement on its own line: the
         # drift against the recorded baseline, the runs' differences, an ended run's age
@@ -212,7 +214,7 @@ class SpeedupBar(Lines):
         if drift:
             lines.append((" · ".join(drift), "bold $warning"))
         lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
-        lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
+        lines.append((f"95% {interval_text(sp)} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
         lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
                       f"n {sp.spec.n}/{sp.base.n}", "$text-muted"))

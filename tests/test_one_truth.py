@@ -1,0 +1,57 @@
+"""One owner per rule (issue 21): the session raises every alert, the pays rule included, for
+every front end; a /metrics scrape reads the model and changes nothing."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from uikit import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
+
+from specmon.export.prometheus import registry_for
+from specmon.session.fleet import FleetSession
+from specmon.session.state import Session
+
+
+def _feed(s: Session, spec_tok: float, base_tok: float, t0: float, n: int = 30) -> None:
+    for i in range(n):
+        apply(s, "baseline", decode_line(int(t0 - T0) + i, base_tok + (i % 3) * 0.2), t0 + i)
+        apply(s, "speculative", decode_line(int(t0 - T0) + i, spec_tok + (i % 3) * 0.2, 2.6),
+              t0 + i)
+
+
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_session_raises_no_longer_pays_for_every_front_end_and_a_scrape_changes_nothing():
+    s = Session(host="h")
+    s.server("baseline").role = "baseline"
+    s.server("speculative").role = "speculative"
+    apply(s, "baseline", ARGS_BASE, T0)
+    apply(s, "speculative", ARGS_SPEC, T0)
+    now = [T0 + 31]
+    fleet = FleetSession.of(s, clock=lambda: now[0], window_s=25.0)
+    heard: list[tuple[str, str, str, bool]] = []  # what `record` and the UI listen to
+    fleet.alert_listeners.append(lambda h, n, a: heard.append((h, n, a.kind, a.cleared)))
+    _feed(s, 110.0, 88.8, T0 + 1)
+    assert fleet.tick(now[0]) == []  # it pays: the reference
+    _feed(s, 80.0, 88.8, T0 + 100)  # slower than the baseline, interval wholly below 1
+    now[0] = T0 + 131
+    reg = registry_for(fleet)
+    text = generate_latest(reg).decode()
+    assert _metric(text, "specmon_server_alert_level", kind="speculation_pays") is None
+    assert s.alerts == [] and heard == []  # the scrape raised nothing
+    changed = fleet.tick(now[0])
+    assert [(h, n, a.kind, a.cleared) for h, n, a in changed] == \
+        [("h", "speculative", "speculation_pays", False)]
+    assert heard == [("h", "speculative", "speculation_pays", False)]
+    assert [a["kind"] for a in s.alerts] == ["speculation_pays"]  # snapshots carry it
+    assert [a.kind for _, _, a in fleet.active_alerts()] == ["speculation_pays"]
+    assert "cycle slower" in changed[0][2].causes
+    text = generate_latest(reg).decode()
+    assert _metric(text, "specmon_server_alert_level", host="h", server="speculative",
+                   kind="speculation_pays") == 2.0
+    generate_latest(reg)
+    assert len(s.alerts) == 1 and fleet.tick(now[0]) == []  # raised once
