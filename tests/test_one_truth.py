@@ -55,3 +55,48 @@ def test_session_raises_no_longer_pays_for_every_front_end_and_a_scrape_changes_
                    kind="speculation_pays") == 2.0
     generate_latest(reg)
     assert len(s.alerts) == 1 and fleet.tick(now[0]) == []  # raised once
+
+
+def _gpu(i: int, pids: tuple[int, ...] | None = None):  # noqa: ANN202
+    from specmon.parse.gpu import GpuProcess, GpuSample
+
+    procs = None if pids is None else tuple(GpuProcess(p) for p in pids)
+    return GpuSample(ts=T0, index=i, clock_sm=1980, max_clock_sm=1980, processes=procs)
+
+
+def test_gpu_ownership_one_rule_pids_then_args_then_unknown_never_all():
+    from specmon.export.report import gpu_groups as report_groups
+    from specmon.export.snapshot import ServerSnap, Snapshot
+    from specmon.session.drift import server_gpus
+    from specmon.session.ownership import owned_gpus
+    from specmon.ui.widgets import gpu_groups as panel_groups
+
+    no_procs = [_gpu(i) for i in range(16)]
+    # 1. pids: the NVML process lists win over the arguments
+    with_procs = [_gpu(i, (4242,) if i in (2, 3) else ()) for i in range(16)]
+    own = owned_gpus(with_procs, {4242}, {"tp_size": 8, "base_gpu_id": 8})
+    assert (own.indices, own.rule) == ((2, 3), "pids")
+    # 2. args: tp x pp / nnodes GPUs from base_gpu_id
+    own = owned_gpus(no_procs, {4242}, {"tp_size": 4, "pp_size": 4, "nnodes": 2,
+                                        "base_gpu_id": 8})
+    assert (own.indices, own.rule) == (tuple(range(8, 16)), "args")
+    assert own.text() == "GPUs 8-15 (from tp x pp / nnodes at base_gpu_id)"
+    # 3. unknown: nothing, never every GPU of the host
+    own = owned_gpus(no_procs, set(), {})
+    assert (own.indices, own.rule) == ((), "unknown")
+
+    # every front end uses it: the session (drift causes), the panel, the report
+    s = Session(host="h")
+    base, spec = s.server("base"), s.server("spec")
+    base.args = {"tp_size": 8, "base_gpu_id": 0}
+    spec.args = {"tp_size": 8, "base_gpu_id": 8}
+    s.set_gpus(no_procs)
+    unknown = s.server("other")  # no args, no pids
+    assert [g.index for g in server_gpus(s, spec)] == list(range(8, 16))
+    assert server_gpus(s, unknown) == []  # not all 16
+    panel = {name: [g.index for g in gs] for name, gs in panel_groups(no_procs, [base, spec])}
+    assert panel == {"base": list(range(8)), "spec": list(range(8, 16))}
+    snap = Snapshot(servers=[ServerSnap("base", args=dict(base.args)),
+                             ServerSnap("spec", args=dict(spec.args)), ServerSnap("other")],
+                    gpu_samples=no_procs)
+    assert {name: sorted(ix) for name, ix in report_groups(snap)} == panel

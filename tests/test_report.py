@@ -91,7 +91,7 @@ def test_markdown_report_has_the_key_figures(tmp_path, capsys):
     assert "base (baseline) bs 8" in svg
     assert not re.search(r"<script[^>]+src=", svg)  # no external JavaScript
     gpu_svg = (tmp_path / "s.report-gpu.svg").read_text()
-    assert "GPUs (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg
+    assert "base (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg  # tp 1 at GPU 0
     power_svg = (tmp_path / "s.report-gpu-power.svg").read_text()
     assert "power W" in power_svg
     capsys.readouterr()

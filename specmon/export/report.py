@@ -21,6 +21,7 @@ from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
+from specmon.session.ownership import owned_gpus
 from specmon.session.state import DecodePoint
 from specmon.session.window import (
     MIN_N,
@@ -180,30 +181,15 @@ MAX_GPU_GROUPS = 4  # GPU groups drawn (each a median line and a min/max band: 3
 MAX_LEGEND = 12  # legend entries of any chart; more squeeze the plot away (pygal then hangs)
 
 
-def _gpu_indices(s: ServerSnap) -> list[int] | None:
-    """The GPU indices a server ran on, when its args say so (`gpus`, or base_gpu_id+tp_size)."""
-    a = s.args
-    gl = a.get("gpus")
-    if isinstance(gl, list) and gl and all(isinstance(g, int) and not isinstance(g, bool)
-                                           for g in gl):
-        return sorted(set(gl))
-    base, tp = a.get("base_gpu_id"), a.get("tp_size")
-    if isinstance(base, int) and isinstance(tp, int) and not isinstance(base, bool) \
-            and 0 <= base < 4096 and 0 < tp <= 4096:
-        return list(range(base, base + tp))
-    return None
-
-
 def gpu_groups(snap: Snapshot) -> list[tuple[str, set[int | None]]]:
-    """GPUs grouped by the server that ran on them (when the snapshot says which), the rest as
-    one group; at most MAX_GPU_GROUPS (the smallest ones merged into "other GPUs")."""
+    """GPUs grouped by the server that owns them (specmon.session.ownership: its pids, else its
+    arguments), the rest as one group; at most MAX_GPU_GROUPS (the last merged into "other
+    GPUs")."""
     present = {g.index for g in snap.gpu_samples}
     groups: list[tuple[str, set[int | None]]] = []
     taken: set[int | None] = set()
     for s in snap.servers:
-        idx = _gpu_indices(s)
-        if idx is None:
-            continue
+        idx = owned_gpus(snap.gpu_samples, s.pids, s.args).indices
         mine = (set(idx) & present) - taken
         if mine:
             groups.append((s.name, set(mine)))

@@ -15,6 +15,7 @@ from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
+from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
 from specmon.session.state import Run, ServerState, Session
 
@@ -24,12 +25,11 @@ class NotEnoughSamples(Exception):
 
 
 def server_gpus(session: Session, state: ServerState) -> list[GpuSample]:
-    """The latest samples of the GPUs this server's processes use (all GPUs if unknown)."""
+    """The latest samples of the server's own GPUs (specmon.session.ownership: its processes,
+    else its arguments; none when unknown, never every GPU of the host)."""
     gpus = [g for g in session.gpus if isinstance(g, GpuSample)]
-    if not state.pids:
-        return gpus
-    mine = [g for g in gpus if g.processes and any(p.pid in state.pids for p in g.processes)]
-    return mine or gpus
+    own = set(owned_gpus(gpus, state.pids, state.args).indices)
+    return [g for g in gpus if g.index in own]
 
 
 def server_gpu_history(session: Session, state: ServerState) -> list[GpuSample]:

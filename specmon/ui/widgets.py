@@ -24,6 +24,7 @@ from textual.widgets import Digits, Input, Log, Static
 from specmon.analysis.stats import median
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import format_speedup
 from specmon.session.state import ServerState
 from specmon.session.window import (
@@ -678,26 +679,16 @@ def reason_style(name: str) -> str:
 
 def gpu_groups(gpus: Sequence[Any], servers: Iterable[ServerState]
                ) -> list[tuple[str, list[Any]]]:
-    """GPUs grouped by the server whose processes use them (else by its `--base-gpu-id` and
-    `--tp-size`), in server order; the rest in an "unowned" group."""
+    """GPUs grouped by the server that owns them (specmon.session.ownership: its processes,
+    else its arguments), in server order; the rest in an "unowned" group."""
     owned: dict[int, str] = {}
     order: list[str] = []
-    servers = list(servers)
     for s in servers:
         order.append(s.name)
+        own = set(owned_gpus(gpus, s.pids, s.args).indices)
         for g in gpus:
-            procs = getattr(g, "processes", None)
-            if s.pids and procs and any(p.pid in s.pids for p in procs):
+            if getattr(g, "index", None) in own:
                 owned.setdefault(id(g), s.name)
-    if not owned:  # no process lists: the server arguments say which GPUs a server took
-        for s in servers:
-            tp = s.args.get("tp_size")
-            base = s.args.get("base_gpu_id", 0)
-            if isinstance(tp, int) and isinstance(base, int) and tp > 0 and s.args:
-                for g in gpus:
-                    idx = getattr(g, "index", None)
-                    if isinstance(idx, int) and base <= idx < base + tp:
-                        owned.setdefault(id(g), s.name)
     groups: dict[str, list[Any]] = {name: [] for name in order}
     rest: list[Any] = []
     for g in gpus:
