@@ -100,3 +100,15 @@ def test_gpu_ownership_one_rule_pids_then_args_then_unknown_never_all():
                              ServerSnap("spec", args=dict(spec.args)), ServerSnap("other")],
                     gpu_samples=no_procs)
     assert {name: sorted(ix) for name, ix in report_groups(snap)} == panel
+
+
+def test_one_na_formatter_and_one_spec_config_text():
+    from specmon.numfmt import NA, num, spec_config_text
+
+    assert [num(None), num(float("nan")), num(float("inf")), num(True)] == [NA] * 4
+    assert num(88.849) == "88.85" and num(3, "{}") == "3" and num(0.0) == "0.00"
+    args = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 2,
+            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3}
+    assert spec_config_text(args) == "EAGLE3 steps 2 topk 1 draft 3"
+    assert spec_config_text({"speculative_algorithm": "NGRAM"}) == "NGRAM"  # nothing guessed
+    assert spec_config_text({"speculative_algorithm": None, "tp_size": 8}) is None

@@ -19,6 +19,7 @@ from typing import Any
 from specmon.analysis.stats import median, quantile_sorted
 from specmon.export.redact import redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord
 from specmon.session.ownership import owned_gpus
@@ -34,12 +35,8 @@ from specmon.session.window import (
 )
 from specmon.textsafe import visible
 
-NA = "N/A"
 MAX_CHART_POINTS = 600
-
-
-def _num(v: float | int | None, fmt: str = "{:.2f}") -> str:
-    return NA if v is None else fmt.format(v)
+_num = num  # specmon.numfmt: the one N/A formatter
 
 
 def _when(t: float | None) -> str:
@@ -329,11 +326,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     rows = []
     for s in snap.servers:
         a = s.args
-        spec_cfg = NA
-        if a.get("speculative_algorithm"):
-            spec_cfg = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
-                        f"topk {a.get('speculative_eagle_topk')} draft "
-                        f"{a.get('speculative_num_draft_tokens')}")
+        spec_cfg = spec_config_text(a) or NA
         rows.append([s.name, s.role or NA, s.status, s.path or NA,
                      str(a.get("model_path") or a.get("served_model_name") or NA),
                      _num(a.get("tp_size"), "{}"), spec_cfg,

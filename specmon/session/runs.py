@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.sglang import parse_line
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
@@ -48,10 +49,9 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("speculative_algorithm"):
-        parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
-                     f"topk {args.get('speculative_eagle_topk')} "
-                     f"draft {args.get('speculative_num_draft_tokens')}")
+    spec = spec_config_text(args)
+    if spec:
+        parts.append(spec)
     return ", ".join(parts) if parts else "no server_args line"
 
 
@@ -170,14 +170,11 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
 
 def _ci_text(d: dict[str, Any]) -> str:
     ci = d.get("ci95")
-    return "N/A" if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
+    return NA if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
 
 
 def render(res: dict[str, Any]) -> str:
     b, s, sp = res["baseline"], res["speculative"], res["speedup"]
-
-    def num(v: Any, fmt: str = "{:.2f}") -> str:
-        return "N/A" if v is None else fmt.format(v)
 
     lines = []
     if sp is None:

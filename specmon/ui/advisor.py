@@ -8,7 +8,6 @@ measured. The "speculation no longer pays" alert is raised by the session model
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from specmon.analysis.advisor import (
     measure,
     segments_from_log,
 )
+from specmon.numfmt import num
 from specmon.session.state import ServerState, Session
 from specmon.ui.safe import plain
 
@@ -50,8 +50,7 @@ class AdvisorMemory:
             del runs[:-20]
 
 
-def _n(v: float | None, fmt: str = ".2f") -> str:
-    return "N/A" if v is None or not math.isfinite(v) else format(v, fmt)
+_n = num  # specmon.numfmt: the one N/A formatter
 
 
 def advisor_report(session: Session, memory: AdvisorMemory) -> str:

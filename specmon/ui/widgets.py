@@ -22,6 +22,7 @@ from textual.reactive import reactive
 from textual.widgets import Digits, Input, Log, Static
 
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.parse.sglang import BatchRecord, parse_line
 from specmon.session.ownership import owned_gpus
@@ -39,7 +40,6 @@ from specmon.session.window import (
 from specmon.ui.headline import HeadlineModel
 from specmon.ui.safe import plain
 
-NA = "N/A"
 Piece = tuple[str, str]  # (text, Textual style: "bold $warning", "" for none)
 
 STATUS_MARK = {
@@ -55,12 +55,6 @@ def safe_id(name: str) -> str:
     """A widget id for a server name (`host/server` has characters ids may not hold)."""
     out = "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
     return out if not out[0].isdigit() else f"s{out}"
-
-
-def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return NA
-    return fmt.format(v)
 
 
 def fit(text: str, width: int) -> str:
@@ -540,13 +534,9 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
     extras = []
     if state.args.get("tp_size"):
         extras.append(f"tp {state.args['tp_size']}")
-    algo = state.args.get("speculative_algorithm")
-    if algo:
-        extras.append(str(algo))
-        for key, word in (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
-                          ("speculative_num_draft_tokens", "draft")):
-            if state.args.get(key) is not None:
-                extras.append(f"{word} {state.args.get(key)}")
+    spec_cfg = spec_config_text(state.args, " · ")
+    if spec_cfg:
+        extras.append(spec_cfg)
     used = sum(len(t) for t, _ in p)
     if extras:
         p.append((fit(" · " + " · ".join(plain(str(e)) for e in extras),
