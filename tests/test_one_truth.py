@@ -112,3 +112,49 @@ def test_one_na_formatter_and_one_spec_config_text():
     assert spec_config_text(args) == "EAGLE3 steps 2 topk 1 draft 3"
     assert spec_config_text({"speculative_algorithm": "NGRAM"}) == "NGRAM"  # nothing guessed
     assert spec_config_text({"speculative_algorithm": None, "tp_size": 8}) is None
+
+
+def test_conditions_differ_args_nccl_power_files_versions_not_identity_or_speculation():
+    from specmon.analysis.conditions import conditions_differ
+    from specmon.analysis.fingerprint import GpuState, fingerprint_from
+
+    def fp(args: dict, nccl: dict[str, str], limit: float, files: list[str], ver: str):  # noqa: ANN202
+        lines = [f"h:1:1 [0] NCCL INFO {k} set by environment to {v}" for k, v in nccl.items()]
+        lines.append("h:1:1 [0] NCCL INFO NCCL version 2.27.3")  # NCCL_DEBUG on: env known
+        return fingerprint_from(server_args=args, nccl_lines=lines, version=ver,
+                                modified_files=files, modified_method="RECORD",
+                                gpus=[GpuState(0, power_limit_w=limit)])
+
+    base_args = {"tp_size": 8, "port": 30000, "base_gpu_id": 0, "random_seed": 1,
+                 "disable_custom_all_reduce": False, "cuda_graph_max_bs": 160,
+                 "mem_fraction_static": 0.88, "disable_overlap_schedule": False}
+    spec_args = {**base_args, "port": 30001, "base_gpu_id": 8, "random_seed": 2,
+                 "disable_overlap_schedule": True,  # SGLang sets it for EAGLE itself
+                 "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3}
+    same = conditions_differ(fp(base_args, {"NCCL_PROTO": "LL"}, 700.0, [], "0.5.11"),
+                             fp(spec_args, {"NCCL_PROTO": "LL"}, 700.0, [], "0.5.11"))
+    assert same == []
+    spec_args.update(disable_custom_all_reduce=True, cuda_graph_max_bs=48, tp_size=4,
+                     mem_fraction_static=0.8)
+    diffs = conditions_differ(
+        fp(base_args, {"NCCL_PROTO": "LL"}, 700.0, [], "0.5.11"),
+        fp(spec_args, {}, 330.0, ["sglang/srt/layers/communicator.py"], "0.5.12"))
+    assert diffs == [
+        "cuda_graph_max_bs: 160 vs 48", "disable_custom_all_reduce: False vs True",
+        "mem_fraction_static: 0.88 vs 0.8", "tp_size: 8 vs 4",
+        "NCCL env seen by workers: NCCL_PROTO LL vs unset",
+        "GPU power limit 700 W vs 330 W",
+        "modified SGLang files (speculative: sglang/srt/layers/communicator.py)",
+        "SGLang version 0.5.11 vs 0.5.12"]
+
+
+def test_batch_size_limits_count_only_above_the_smaller_limit():
+    from specmon.analysis.conditions import args_differ
+
+    base = {"cuda_graph_max_bs": 256, "max_running_requests": 2048}
+    spec = {"cuda_graph_max_bs": 48, "max_running_requests": 48,  # SGLang's speculative defaults
+            "speculative_algorithm": "EAGLE3"}
+    assert args_differ(base, spec, running_req=1) == []
+    assert args_differ(base, spec, running_req=64) == ["cuda_graph_max_bs: 256 vs 48",
+                                                       "max_running_requests: 2048 vs 48"]
+    assert len(args_differ(base, spec)) == 2  # batch size unknown: said

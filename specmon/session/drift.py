@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
@@ -100,9 +101,12 @@ def session_speedup_view(session: Session, base: ServerState | None, spec: Serve
     if base is not None and watch is not None:
         recorded = watch.baseline.stats
         active = watch.last is not None and not watch.last.cleared and watch.last.level != "info"
-    diffs: list[str] = []
+    view = speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
+                        drift_active=active)
     if base is not None and spec is not None and base.runs and spec.runs:
+        rr = view.running_req if view.running_req is not None else \
+            (spec.last_decode.running_req if spec.last_decode is not None else None)
         diffs = fingerprint_differences(run_fingerprint(session, base),
-                                        run_fingerprint(session, spec))
-    return speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
-                        drift_active=active, fingerprint_diffs=diffs)
+                                        run_fingerprint(session, spec), rr)
+        view = replace(view, fingerprint_diffs=tuple(diffs))
+    return view

@@ -14,8 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.analysis.conditions import conditions_differ
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
 from specmon.numfmt import NA, num, spec_config_text
+from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
@@ -113,6 +116,27 @@ def pick_run(state: ServerState, k: int | None, label: str) -> Run:
     raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
 
 
+def run_fingerprint_offline(run: Run) -> Fingerprint:
+    """What a run's own lines (and the probe and GPU samples it carries) say about its
+    conditions: server args, NCCL_DEBUG lines, SGLang version and modified files, GPUs."""
+    probe = run.probe or {}
+    files = probe.get("modified_files")
+    version = probe.get("version")
+    gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
+    return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
+                            version=version if isinstance(version, str) else None,
+                            modified_files=list(files) if isinstance(files, list) else None,
+                            modified_method=str(probe.get("method")) if isinstance(files, list)
+                            else None, gpus=gpu_states(gpus))
+
+
+def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list[str]:
+    """What differs between two runs besides speculation (analysis.conditions, the one rule),
+    at the batch size compared."""
+    return conditions_differ(run_fingerprint_offline(base), run_fingerprint_offline(spec),
+                             running_req)
+
+
 def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None,
             spec_run: int | None = None, running_req: int | None = None,
             labels: tuple[str, str] = ("baseline", "speculative")) -> Comparison:
@@ -153,7 +177,9 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         notes.append(why)
     elif rr is not None:
         notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+    differ = run_conditions(b, s, rr)
     result = {
+        "conditions_differ": differ,
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
         "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
@@ -182,6 +208,8 @@ def render(res: dict[str, Any]) -> str:
     else:
         lines.append(f"speedup {sp['value']:.3f}x (95% CI {_ci_text(sp)}) "
                      f"at #running-req {sp['running_req']}")
+    if res.get("conditions_differ"):
+        lines.append("conditions differ: " + "; ".join(res["conditions_differ"]))
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
         lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
