@@ -305,16 +305,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write a Markdown or HTML report of a snapshot, with charts",
-        description="Servers and fingerprints, throughput per batch size (median, p10-p90, n), "
-        "speedup with its 95%% interval, accept length, GPU clocks and power, alerts, and SVG "
-        "charts of throughput over time.",
+        help="write a Markdown, HTML or JSON report of a snapshot, with charts",
+        description="The snapshot played through the session model: servers and readable "
+        "fingerprints, one section per server run (throughput per batch size: median, p10-p90, "
+        "n), the speedup between the current runs with their run numbers, its 95%% interval "
+        "and the conditions that differ, accept length, GPU clocks and power per server, "
+        "alerts, and SVG charts on log time. --format json prints the same document.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT")
-    p.add_argument("--format", choices=["md", "html"], default="md")
+    p.add_argument("--format", choices=["md", "html", "json"], default="md")
     p.add_argument("-o", "--out", metavar="FILE",
-                   help="report file (default: next to SNAPSHOT, .report.md/.report.html); '-' "
-                   "prints Markdown without chart files")
+                   help="report file (default: next to SNAPSHOT, .report.md/.report.html/"
+                   ".report.json); '-' prints to stdout (Markdown without chart files)")
     p.set_defaults(func=_cmd_report)
 
 

@@ -67,6 +67,23 @@ def run_row(run: Run) -> dict[str, Any]:
             "untimed_lines": run.untimed}
 
 
+def run_by_rr(run: Run) -> list[dict[str, Any]]:
+    """A run's decode throughput per #running-req over the whole run (decode-only gen
+    throughput medians, p10-p90, n, accept length): what the report and `parse --runs` show."""
+    pts = run_window(run, WHOLE_RUN)
+    out = []
+    for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
+        st = stats_for(pts, rr, WHOLE_RUN)
+        if st is None:
+            continue
+        out.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
+                    "p10": _r(st.p10), "p90": _r(st.p90),
+                    "robust_cv": _r(st.robust_cv) if st.robust_cv is not None else None,
+                    "accept_len_median": _r(st.accept_len) if st.accept_len is not None
+                    else None})
+    return out
+
+
 def _mode_rr(run: Run) -> int | None:
     c = Counter(p.rec.running_req for p in run.decode if p.rec.running_req is not None)
     return c.most_common(1)[0][0] if c else None
