@@ -1,7 +1,7 @@
 """Recorded lines through the session model, as a live session would have received them.
 
-`play` applies (server, line) pairs (and GPU polls) in received order to a `FleetSession` and ticks it once per
-second of receive time (the live 1 Hz tick), so runs, windows, speedups and every alert the
+`play` applies (server, line) pairs (and GPU polls) in received order to a `FleetSession` and
+ticks it once per second of receive time (the live 1 Hz tick), so runs, windows, speedups and every alert the
 session raises (drift, "speculation no longer pays") come from the one model: the report of a
 record or snapshot shows what the screen showed, not a second computation.
 """
