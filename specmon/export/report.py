@@ -345,6 +345,8 @@ def _redact_block(blk: Block) -> Block:
         return ("p", _clean(blk[1]))
     if blk[0] == "table":
         return ("table", [_clean(h) for h in blk[1]], [[_clean(c) for c in row] for row in blk[2]])
+    if blk[0] == "svg":  # the caption names a server: host text
+        return ("svg", blk[1], blk[2], _clean(blk[3]))
     return blk
 
 
@@ -359,10 +361,24 @@ THROUGHPUT_NOTE = ("Throughput is SGLang's own `gen throughput (token/s)`: decod
 def _fingerprint_lines(s: ServerSnap, st: ServerState) -> list[str]:
     """Readable fingerprint lines: the recorded one when the snapshot has it, else what the
     current run's own lines say (args, NCCL_DEBUG, probe, GPUs)."""
-    fp = Fingerprint.from_json(s.fingerprint) if s.fingerprint else None
-    if fp is None and st.runs:
+    known = set(Fingerprint.__dataclass_fields__)
+    d = s.fingerprint or {}
+    fp = Fingerprint.from_json({k: v for k, v in d.items() if k in known}) if d else None
+    if fp is None and not d and st.runs:
         fp = run_fingerprint_offline(st.runs[-1])
-    return fp.summary() if fp is not None else []
+    out = fp.summary() if fp is not None else []
+    # keys a fingerprint of another shape carries (a probe's env, versions): one line each
+    out += [f"{k}: {v}" for k, v in _flatten({k: v for k, v in d.items() if k not in known})]
+    return out
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(d, dict):
+        out: list[tuple[str, Any]] = []
+        for k, v in d.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [(prefix, d)]
 
 
 def _accept(run: Run, ndt: int | None) -> dict[str, Any] | None:
@@ -646,7 +662,7 @@ def render_markdown(blocks: list[Block], chart_files: dict[str, str] | None = No
             for r in rows:
                 out.append("| " + " | ".join(_md_cell(c) for c in r) + " |")
         elif blk[0] == "svg":
-            name, alt = blk[1], blk[3]
+            name, alt = blk[1], _md_text(blk[3]).replace("[", "(").replace("]", ")")
             if chart_files and name in chart_files:
                 out.append(f"![{alt}]({chart_files[name]})")
             else:
