@@ -158,3 +158,28 @@ def test_batch_size_limits_count_only_above_the_smaller_limit():
     assert args_differ(base, spec, running_req=64) == ["cuda_graph_max_bs: 256 vs 48",
                                                        "max_running_requests: 2048 vs 48"]
     assert len(args_differ(base, spec)) == 2  # batch size unknown: said
+
+
+def test_snapshots_carry_the_server_pids_the_ownership_rule_needs(tmp_path):
+    from specmon.export.snapshot import read_snapshot, snapshot_from_session, write_snapshot
+
+    s = Session(host="h")
+    s.server("base").pids = {4242, 4243}
+    s.set_gpus([_gpu(0, (4243,)), _gpu(1, ())])
+    snap = read_snapshot(write_snapshot(snapshot_from_session(s), tmp_path / "s.json"))
+    [base] = snap.servers
+    assert base.pids == [4242, 4243]
+    from specmon.export.report import gpu_groups
+
+    assert gpu_groups(snap) == [("base", {0}), ("other GPUs", {1})]  # by its process
+
+
+def test_a_snapshot_with_bad_pids_is_refused_in_one_line():
+    import pytest
+
+    from specmon.export.snapshot import SCHEMA, SnapshotError, from_doc
+
+    doc = {"schema": SCHEMA, "servers": [{"name": "b", "pids": [1, "x"]}]}
+    with pytest.raises(SnapshotError, match=r"^snapshot: servers\[0\]: pids: expected at most "
+                                            r"65536 process ids \(positive integers\)$"):
+        from_doc(doc)

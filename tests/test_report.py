@@ -147,3 +147,34 @@ def test_json_report_is_the_same_document_with_runs_and_the_speedup(tmp_path, ca
     md = capsys.readouterr().out
     assert f"**Speedup {sp['value']:.3f}×** (95% {sp['ci95'][0]:.3f}–{sp['ci95'][1]:.3f}) at bs 1: " \
            "spec run 1 94.00 / base run 1 89.00" in md
+
+
+def test_history_read_at_connect_is_charted_on_log_time_per_run(tmp_path):
+    from snapshot_data import write_record
+
+    from specmon.export.report import report_model, throughput_series
+    from specmon.export.snapshot import snapshot_from_record
+
+    # 20 lines printed one a minute across a restart, all received at the same instant (the
+    # history a connect reads): the chart spreads them over the 19 minutes SGLang printed
+    lines = [BASE_ARGS] + [decode_line(88.0 + i % 3) for i in range(10)] + \
+        [BASE_ARGS.replace("2026-02-26 19:16:40", "2026-02-26 19:27:00")] + \
+        [decode_line(62.0 + i % 3) for i in range(10)]
+    minute = 0
+
+    def stamped(text: str) -> str:
+        nonlocal minute
+        if "server_args" in text:
+            return text
+        minute += 1
+        return text.replace("19:16:45", f"{19 + (16 + minute) // 60}:{(16 + minute) % 60:02d}:45")
+
+    rows = [("base", stamped(x), T0) for x in lines]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows))
+    series = dict(throughput_series(report_model(snap)))
+    assert sorted(series) == ["base (baseline) run 1 bs 1", "base (baseline) run 2 bs 1"]
+    xs1 = [x for x, _ in series["base (baseline) run 1 bs 1"]]
+    xs2 = [x for x, _ in series["base (baseline) run 2 bs 1"]]
+    assert xs1 == [float(i) for i in range(10)]  # one a minute from the first line, not all 0
+    assert xs2[0] == 10.0 and xs2[-1] == 19.0
+    assert {y for _, y in series["base (baseline) run 2 bs 1"]} == {62.0, 63.0, 64.0}

@@ -169,43 +169,49 @@ def _bucketed(points: list[tuple[float, float]], max_points: int) -> tuple[list[
     return out, width
 
 
-def throughput_chart(snap: Snapshot, model: ReportModel | None = None, *,
-                     max_series_per_server: int = 3) -> str | None:
-    """SVG: decode tok/s over log time (SGLang's printed timestamps, so history read at connect
-    is spread over the time it covers), one series per server run and batch size (the most
-    common ones of the newest runs)."""
+def throughput_series(model: ReportModel, max_series_per_server: int = 3
+                      ) -> list[tuple[str, list[tuple[float, float]]]]:
+    """(label, [(minutes since the first decode line, tok/s)]) per server run and batch size
+    (the most common sizes of the newest runs first), on log time: the timestamps SGLang
+    printed, so history read at connect spreads over the time it covers."""
+    runs = [(name, st.role, r) for name, st in model.states.items() for r in st.runs if r.decode]
+    if not runs:
+        return []
+    t0 = min(r.decode[0].t for _, _, r in runs)
+    per_server = max(1, min(max_series_per_server, MAX_LEGEND // max(1, len(model.states))))
+    out: list[tuple[str, list[tuple[float, float]]]] = []
+    for name, role, run in sorted(runs, key=lambda x: -x[2].decode[-1].t):  # newest first
+        pts = list(run.decode)
+        counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
+        for rr, _ in counts.most_common(per_server):
+            if len(out) >= MAX_LEGEND:
+                return out
+            out.append((f"{name} ({role or 'role?'}) run {run.index} bs {rr}",
+                        [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
+                         if p.rec.running_req == rr and p.rec.gen_throughput is not None]))
+    return out
+
+
+def throughput_chart(snap: Snapshot, model: ReportModel | None = None) -> str | None:
+    """SVG: decode tok/s over log time, one series per server run and batch size."""
     try:
         import pygal
     except ImportError:
         return None
-    model = model or report_model(snap)
-    runs = [(name, st.role, r) for name, st in model.states.items() for r in st.runs if r.decode]
-    if not runs:
+    series_all = throughput_series(model or report_model(snap))
+    if not series_all:
         return None
-    t0 = min(r.decode[0].t for _, _, r in runs)
     chart = pygal.XY(width=960, height=420, js=[], show_dots=False, stroke_style={"width": 1.5},
                      x_title="minutes since the first decode line (log time)",
                      y_title="decode tok/s (SGLang gen throughput)",
                      title="Decode throughput over log time, per run", legend_at_bottom=True,
                      truncate_legend=-1, dynamic_print_values=False)
     notes = []
-    per_server = max(1, min(max_series_per_server, MAX_LEGEND // max(1, len(model.states))))
-    drawn = 0
-    for name, role, run in sorted(runs, key=lambda x: -x[2].decode[-1].t):  # newest first
-        if drawn >= MAX_LEGEND:
-            break
-        pts = list(run.decode)
-        counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
-        for rr, _ in counts.most_common(per_server):
-            if drawn >= MAX_LEGEND:
-                break
-            series = [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
-                      if p.rec.running_req == rr and p.rec.gen_throughput is not None]
-            series, width = _bucketed(series, MAX_CHART_POINTS)
-            if width is not None:
-                notes.append(f"median per {width * 60:.1f} s")
-            chart.add(_chart_text(f"{name} ({role or 'role?'}) run {run.index} bs {rr}"), series)
-            drawn += 1
+    for label, series in series_all:
+        pts, width = _bucketed(series, MAX_CHART_POINTS)
+        if width is not None:
+            notes.append(f"median per {width * 60:.1f} s")
+        chart.add(_chart_text(label), pts)
     if notes:
         chart.title = ("Decode throughput over log time, per run ("
                        + ", ".join(sorted(set(notes))[:2]) + ")")
