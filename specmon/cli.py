@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim_cmd",
             "simulated SGLang/vLLM host (server processes, logs, HTTP, H200 GPUs) for demos/tests"),
     "export": ("export_cmd", "turn a `specmon record` JSONL file into a session snapshot"),
-    "report": ("report_cmd", "write a Markdown or HTML report of a snapshot, with charts"),
+    "report": ("report_cmd", "write a Markdown, HTML or JSON report of a snapshot, with charts"),
     "replay": ("replay_cmd", "open a snapshot in the UI, read-only: play, pause, seek, speed"),
     "server": ("server_cmd",
                "start, stop, restart, benchmark or show a server profile from the config"),

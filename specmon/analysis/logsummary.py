@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from specmon.analysis.stats import weighted_quantiles
+from specmon.numfmt import NA, num
 from specmon.parse.fastscan import FastCounts
 from specmon.parse.sglang import BatchRecord, EventRecord
 
@@ -199,8 +200,7 @@ class LogSummary:
 
 
 def _na(v: object) -> str:
-    return "N/A" if v is None else str(v)
+    return NA if v is None else str(v)
 
 
-def _num(v: float | None) -> str:
-    return "N/A" if v is None else f"{v:.2f}"
+_num = num

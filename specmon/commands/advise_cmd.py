@@ -12,7 +12,6 @@ said), 2 usage error.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,7 @@ from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
     from specmon.analysis.advisor import Advice, Check, Segment
-    from specmon.session.state import Run, ServerState
+    from specmon.session.state import ServerState
 
 MAX_DECODE_LINES = 2_000_000  # per file: records are kept in memory
 
@@ -70,51 +69,6 @@ def read_state(name: str) -> ServerState:
     return state
 
 
-# Server args that do not change what a decode step costs (where and how the server listens).
-_NOT_CONDITIONS = frozenset({
-    "port", "host", "base_gpu_id", "nccl_port", "dist_init_addr", "random_seed", "log_level",
-    "log_level_http", "log_requests", "served_model_name", "file_storage_path",
-    "metrics_http_port", "api_key", "decrypted_config_file", "decrypted_draft_config_file",
-})
-
-
-def conditions_differ(base: Run | None, spec: Run | None) -> list[str]:
-    """What differs between the two runs besides speculation, as far as their logs tell:
-    server args other than `speculative_*` and listening addresses, and the NCCL variables
-    the workers reported ("set by environment"), when both logs carry NCCL_DEBUG lines.
-
-    Interim: the session's `conditions_differ()` (issue 21, the "truth" branch) replaces this
-    when it lands; the advisor takes the list from whoever computes it.
-    """
-    if base is None or spec is None:
-        return []
-    out: list[str] = []
-    ba, sa = base.args, spec.args
-    if ba and sa:
-        for key in sorted(set(ba) | set(sa)):
-            if key.startswith("speculative_") or key in _NOT_CONDITIONS:
-                continue
-            if ba.get(key) != sa.get(key):
-                out.append(f"{key}: {ba.get(key)!r} vs {sa.get(key)!r}")
-    bn, sn = _nccl_env(base.nccl_lines), _nccl_env(spec.nccl_lines)
-    if base.nccl_lines and spec.nccl_lines:
-        for var in sorted(set(bn) | set(sn)):
-            if bn.get(var) != sn.get(var):
-                out.append(f"NCCL env seen by the workers, {var}: {bn.get(var, 'unset')} vs "
-                           f"{sn.get(var, 'unset')}")
-    return out
-
-
-def _nccl_env(lines: list[str]) -> dict[str, str]:
-
-    out: dict[str, str] = {}
-    for ln in lines:
-        m = re.search(r"NCCL INFO (NCCL_\w+) set by environment to (\S+?)\.?$", ln.strip())
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from specmon.analysis.advisor import CannotAdvise, advise, holdout_checks
     from specmon.errors import CliError
@@ -134,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline_log and any(s.speculative for s in base):
         raise CliError(f"{args.baseline_log}: has speculative decode lines; --baseline-log is "
                        "the non-speculative server's log")
-    differ = conditions_differ(bstate.runs[-1] if bstate is not None and bstate.runs else None,
-                               states[-1].runs[-1] if states[-1].runs else None)
+    from specmon.session.runs import run_conditions
+
+    # the one rule (as compare and the headline): what differs besides speculation
+    differ = (run_conditions(bstate.runs[-1], states[-1].runs[-1], args.running_req)
+              if bstate is not None and bstate.runs and states[-1].runs else [])
     try:
         adv = advise(spec, base, args.running_req, differ)
     except CannotAdvise as exc:

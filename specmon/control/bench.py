@@ -29,6 +29,7 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
+from specmon.numfmt import num
 from specmon.parse.bench import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
@@ -93,7 +94,7 @@ class BenchResult:
 
     def describe(self) -> str:
         def f(v: float | None, fmt: str = ".1f") -> str:
-            return "N/A" if v is None else format(v, fmt)
+            return num(v, "{:" + fmt + "}")
 
         return (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
                 f"n={self.completed}]: end-to-end output {f(self.output_tok_s)} tok/s, "

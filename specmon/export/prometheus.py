@@ -38,6 +38,7 @@ METRIC_NAMES = (
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
+    "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
     "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
     "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
@@ -60,8 +61,7 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = self.fleet
-        now = self.clock()
-        f.update_alerts(now)
+        now = self.clock()  # reads the model only: alerts are raised by its owner's tick
         g: dict[str, GaugeMetricFamily] = {}
 
         def fam(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -100,6 +100,9 @@ class FleetCollector(Collector):
                     [*SERVER, "metric"])
         level = fam("specmon_server_drift_alert_level",
                     "Drift alert: 0 none, 1 info (improved), 2 warning, 3 critical", SERVER)
+        anyal = fam("specmon_server_alert_level", "Active alert by kind (throughput, cycle, "
+                    "acceptance, speculation_pays): 1 info, 2 warning, 3 critical",
+                    [*SERVER, "kind"])
         sp = fam("specmon_speedup_ratio", "Speculative / baseline decode throughput at the same "
                  "#running-req on one host", ["host", "server", "baseline", "running_req"])
         sp_lo = fam("specmon_speedup_ratio_ci95_low", "Lower end of the speedup's 95% interval",
@@ -164,8 +167,9 @@ class FleetCollector(Collector):
                 if res is not None:
                     lab = [h, s_.name, b.name, str(res.running_req)]
                     sp.add_metric(lab, res.ratio)
-                    sp_lo.add_metric(lab, res.low)
-                    sp_hi.add_metric(lab, res.high)
+                    if res.ci95 is not None:  # no interval from < 2 samples a side
+                        sp_lo.add_metric(lab, res.ci95[0])
+                        sp_hi.add_metric(lab, res.ci95[1])
             for gs in hv.session.gpus:
                 if gs.index is None:
                     continue
@@ -185,6 +189,10 @@ class FleetCollector(Collector):
                 _opt(mutil, gl, gs.util_mem, 0.01)
                 _opt(mem, gl, gs.mem_used_mib, 1024.0 * 1024.0)
 
+        for h, name, a in f.active_alerts():
+            who = f.host(h).session.servers.get(name)
+            anyal.add_metric([h, name, (who.role if who else None) or "", a.kind],
+                             float(ALERT_LEVELS.get(a.level, 0)))
         for ls in f.logical_servers():
             for gh, gs in f.server_gpus(ls):
                 ginfo.add_metric([gh, str(gs.index), ls.server, ls.host, ls.role or ""], 1.0)

@@ -215,6 +215,7 @@ class ServerSnap:
     log_limit: int = MAX_LOG_LINES
     line_times: str = "exact"
     entries: list[Entry] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # launcher and workers (GPU ownership)
 
     def decode_entries(self) -> list[Entry]:
         return [e for e in self.entries
@@ -288,7 +289,7 @@ def to_doc(snap: Snapshot) -> dict[str, Any]:
                 "args": _jsonable(s.args), "fingerprint": _jsonable(s.fingerprint),
                 "exit_code": s.exit_code, "traceback": list(s.traceback),
                 "notices": list(s.notices), "counts": dict(s.counts), "log_limit": s.log_limit,
-                "line_times": s.line_times, "line_columns": LINE_COLUMNS,
+                "line_times": s.line_times, "pids": sorted(s.pids), "line_columns": LINE_COLUMNS,
                 "lines": [[e.t, e.line, record_to_json(e.record) if e.record is not None else None]
                           for e in s.entries],
             }
@@ -377,6 +378,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
                     if isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT},
             log_limit=_small(_want(sd, "log_limit", int, w, MAX_LOG_LINES), f"{w}: log_limit"),
             line_times=_want(sd, "line_times", str, w, "exact"),
+            pids=_pids(_want(sd, "pids", list, w, []), f"{w}: pids"),
         )
         cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
         if cols != LINE_COLUMNS:
@@ -426,6 +428,13 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             _time(a["t"], f"{where}: alerts[{j}].t")
         snap.alerts.append(a)
     return snap
+
+
+def _pids(v: list[Any], where: str) -> list[int]:
+    if len(v) > 65_536 or not all(isinstance(p, int) and not isinstance(p, bool)
+                                  and 0 < p < 2 ** 32 for p in v):
+        raise SnapshotError(f"{where}: expected at most 65536 process ids (positive integers)")
+    return [int(p) for p in v]
 
 
 def _small(v: Any, where: str) -> Any:
@@ -666,6 +675,7 @@ def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit:
         args=dict(state.args), fingerprint=_jsonable(getattr(state, "fingerprint", None)),
         exit_code=state.exit_code, traceback=list(state.traceback), notices=list(state.notices),
         counts=counts, log_limit=log_limit, line_times=line_times, entries=entries,
+        pids=sorted(state.pids),
     )
 
 

@@ -14,7 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.analysis.conditions import conditions_differ
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
+from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.session.state import Run, ServerState
@@ -53,16 +57,11 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("engine_version"):  # vLLM's config line: its own words for k and the draft
+    if args.get("engine_version"):  # vLLM's config line
         parts.insert(0, f"vLLM {args['engine_version']}")
-        if args.get("speculative_algorithm"):
-            draft = args.get("speculative_draft_model_path")
-            parts.append(f"{args['speculative_algorithm']} k {args.get('speculative_num_tokens')}"
-                         + (f" draft {draft}" if draft else ""))
-    elif args.get("speculative_algorithm"):
-        parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
-                     f"topk {args.get('speculative_eagle_topk')} "
-                     f"draft {args.get('speculative_num_draft_tokens')}")
+    spec = spec_config_text(args)
+    if spec:
+        parts.append(spec)
     return ", ".join(parts) if parts else "no server_args line"
 
 
@@ -89,6 +88,23 @@ def by_running_req(run: Run) -> dict[str, Any]:
                      "accept_len_median": None if st.accept_len is None else _r(st.accept_len)})
     return {"by_running_req": rows, "stats_points": len(pts),
             "stats_start": stamp(pts[0].t) if pts else None}
+
+
+def run_by_rr(run: Run) -> list[dict[str, Any]]:
+    """A run's decode throughput per #running-req over the whole run (decode-only gen
+    throughput medians, p10-p90, n, accept length): what the report and `parse --runs` show."""
+    pts = run_window(run, WHOLE_RUN)
+    out = []
+    for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
+        st = stats_for(pts, rr, WHOLE_RUN)
+        if st is None:
+            continue
+        out.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
+                    "p10": _r(st.p10), "p90": _r(st.p90),
+                    "robust_cv": _r(st.robust_cv) if st.robust_cv is not None else None,
+                    "accept_len_median": _r(st.accept_len) if st.accept_len is not None
+                    else None})
+    return out
 
 
 def _mode_rr(run: Run) -> int | None:
@@ -120,6 +136,11 @@ def _r(x: float) -> float:
     return round(x, 4)
 
 
+def _ci(sp: Speedup) -> list[float] | None:
+    """The interval as JSON: null (with `ci95_reason`) when a side has < 2 samples."""
+    return None if sp.ci95 is None else [_r(sp.ci95[0]), _r(sp.ci95[1])]
+
+
 @dataclass
 class Comparison:
     result: dict[str, Any]
@@ -138,6 +159,27 @@ def pick_run(state: ServerState, k: int | None, label: str) -> Run:
         if r.index == k:
             return r
     raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
+
+
+def run_fingerprint_offline(run: Run) -> Fingerprint:
+    """What a run's own lines (and the probe and GPU samples it carries) say about its
+    conditions: server args, NCCL_DEBUG lines, SGLang version and modified files, GPUs."""
+    probe = run.probe or {}
+    files = probe.get("modified_files")
+    version = probe.get("version")
+    gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
+    return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
+                            version=version if isinstance(version, str) else None,
+                            modified_files=list(files) if isinstance(files, list) else None,
+                            modified_method=str(probe.get("method")) if isinstance(files, list)
+                            else None, gpus=gpu_states(gpus))
+
+
+def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list[str]:
+    """What differs between two runs besides speculation (analysis.conditions, the one rule),
+    at the batch size compared."""
+    return conditions_differ(run_fingerprint_offline(base), run_fingerprint_offline(spec),
+                             running_req)
 
 
 def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None,
@@ -192,32 +234,39 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                          "(not decode-only)")
         else:
             notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+    differ = run_conditions(b, s, rr)
     result = {
+        "conditions_differ": differ,
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
         "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
-                            "ci95": [_r(x.low), _r(x.high)], "n_base": x.base.n, "n_spec": x.spec.n}
-                           for x in rows],
+                            "ci95": _ci(x), "ci95_reason": x.ci_reason, "n_base": x.base.n,
+                            "n_spec": x.spec.n} for x in rows],
         "speedup": None if head is None else {"running_req": head.running_req,
-                                              "value": _r(head.ratio),
-                                              "ci95": [_r(head.low), _r(head.high)]},
+                                              "value": _r(head.ratio), "ci95": _ci(head),
+                                              "ci95_reason": head.ci_reason,
+                                              "n_base": head.base.n, "n_spec": head.spec.n},
         "notes": notes,
     }
     return Comparison(result, head is not None, why)
 
 
+def _ci_text(d: dict[str, Any]) -> str:
+    ci = d.get("ci95")
+    return NA if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
+
+
 def render(res: dict[str, Any]) -> str:
     b, s, sp = res["baseline"], res["speculative"], res["speedup"]
-
-    def num(v: Any, fmt: str = "{:.2f}") -> str:
-        return "N/A" if v is None else fmt.format(v)
 
     lines = []
     if sp is None:
         lines.append("speedup: N/A")
     else:
-        lines.append(f"speedup {sp['value']:.3f}x (95% CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f}) "
+        lines.append(f"speedup {sp['value']:.3f}x (95% CI {_ci_text(sp)}) "
                      f"at #running-req {sp['running_req']}")
+    if res.get("conditions_differ"):
+        lines.append("conditions differ: " + "; ".join(res["conditions_differ"]))
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
         if "accept_rate_counts" in d:
@@ -229,7 +278,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"{'#running-req':>12}  {'speedup':>8}  {'95% CI':>15}  {'n base':>7}  {'n spec':>7}")
         for row in res["by_running_req"]:
             lines.append(f"{row['running_req']:>12}  {row['speedup']:>8.3f}  "
-                         f"{row['ci95'][0]:>7.3f}-{row['ci95'][1]:<7.3f}  {row['n_base']:>7}  "
+                         f"{_ci_text(row):>15}  {row['n_base']:>7}  "
                          f"{row['n_spec']:>7}")
     for n in res["notes"]:
         lines.append(f"note: {n}")

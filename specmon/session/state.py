@@ -23,6 +23,7 @@ from specmon.parse.vllm import (
     engine_of,
     sglang_equivalents,
 )
+from specmon.session.ownership import owned_gpus
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -654,12 +655,12 @@ class ServerState:
             cur.probe = self.probe
 
     def add_gpu_samples(self, samples: list[Any]) -> None:
-        """GPU samples while this run is current (only its own GPUs when its pids are known)."""
+        """GPU samples of this server's own GPUs while this run is current
+        (specmon.session.ownership; none while its GPUs are unknown)."""
         if not self.runs or self.runs[-1].ended:
             return
-        mine = [g for g in samples if not self.pids or any(
-            getattr(p, "pid", None) in self.pids for p in (getattr(g, "processes", None) or ()))]
-        self.runs[-1].gpu_samples.extend(mine or samples)
+        own = set(owned_gpus(samples, self.pids, self.runs[-1].args).indices)
+        self.runs[-1].gpu_samples.extend(g for g in samples if getattr(g, "index", None) in own)
 
     def process_exited(self, code: int | None) -> None:
         """The server process we started has exited (signal or crash): its run ends."""

@@ -1,13 +1,13 @@
-"""The advisor screen (key `a`) and the "speculation no longer pays" alert in the live app.
+"""The advisor screen (key `a`) in the live app.
 
-The numbers come from specmon.analysis.advisor (pure); this module only picks the servers,
+The numbers come from specmon.analysis.advisor (pure); this module only picks the servers and
 remembers what was predicted for a run so the next run at those settings shows predicted vs
-measured, and turns the rule into session alerts. Text from hosts goes through `plain`.
+measured. The "speculation no longer pays" alert is raised by the session model
+(specmon.session.pays, from `FleetSession.tick`). Text from hosts goes through `plain`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,16 +20,13 @@ from textual.widgets import Static
 from specmon.analysis.advisor import (
     Advice,
     CannotAdvise,
-    PaysState,
     advise,
     check_prediction,
     measure,
-    pays_state,
-    speculation_no_longer_pays,
 )
+from specmon.numfmt import num
 from specmon.session.advice import segments
 from specmon.session.state import ServerState, Session
-from specmon.session.window import speedup
 from specmon.ui.safe import plain
 
 
@@ -53,8 +50,7 @@ class AdvisorMemory:
             del runs[:-20]
 
 
-def _n(v: float | None, fmt: str = ".2f") -> str:
-    return "N/A" if v is None or not math.isfinite(v) else format(v, fmt)
+_n = num  # specmon.numfmt: the one N/A formatter
 
 
 def advisor_report(session: Session, memory: AdvisorMemory) -> str:
@@ -131,40 +127,8 @@ class AdvisorScreen(ModalScreen[None]):
             yield Static(self.text, id="advisor-text", markup=False)
 
 
-class PaysWatcher:
-    """Evaluates the rule each tick for the speculative server against the current baseline."""
-
-    def __init__(self) -> None:
-        self.ref: dict[str, PaysState] = {}
-        self.active: dict[str, str] = {}
-
-    def tick(self, session: Session, now: float, window_s: float) -> list[dict[str, Any]]:
-        spec, base = session.by_role("speculative"), session.by_role("baseline")
-        if spec is None or base is None:
-            return []
-        st = pays_state(speedup(base, spec, now, window_s))
-        if st is None:
-            return []
-        if st.low > 1.0:
-            self.ref[spec.name] = st  # speculation paid here: the reference for "what moved"
-        verdict = speculation_no_longer_pays(st, self.ref.get(spec.name))
-        out: list[dict[str, Any]] = []
-        if verdict is not None and spec.name not in self.active:
-            self.active[spec.name] = verdict.text
-            out.append({"t": now, "server": spec.name, "level": "warning",
-                        "kind": "speculation_pays", "text": verdict.text,
-                        "causes": [verdict.moved] if verdict.moved else [],
-                        "cause": verdict.moved, "cleared": False})
-        elif verdict is None and spec.name in self.active and st.low > 1.0:
-            text = self.active.pop(spec.name)
-            out.append({"t": now, "server": spec.name, "level": "info",
-                        "kind": "speculation_pays", "text": text, "causes": [], "cause": None,
-                        "cleared": True})
-        return out
-
-
 class AdvisorKeysMixin:
-    """Key `a` (advisor screen) and the rule's alerts, for SpecmonApp."""
+    """Key `a` (advisor screen), for SpecmonApp."""
 
     ADVISOR_BINDINGS = [Binding("a", "advisor", "Advisor", show=False, id="advisor.show")]
 
@@ -172,16 +136,6 @@ class AdvisorKeysMixin:
         app: Any = self
         mem = app.__dict__.setdefault("_advisor_memory", AdvisorMemory())
         app.push_screen(AdvisorScreen(advisor_report(app.session, mem)))
-
-    def advisor_tick(self, now: float) -> None:
-        """Called from the app's 1 Hz drift tick: the "speculation no longer pays" rule."""
-        app: Any = self
-        w = app.__dict__.setdefault("_pays_watcher", PaysWatcher())
-        for a in w.tick(app.session, now, app.window_s):
-            app.session.alerts.append(a)
-            if not a["cleared"]:
-                app.notify(f"{plain(a['server'])}: {a['text']}", severity="warning",
-                           markup=False, timeout=10)
 
 
 def measured_for(state: ServerState) -> Any:

@@ -94,7 +94,7 @@ def headline_model(session: Session, base: ServerState | None, spec: ServerState
     engine = "vllm" if any(s is not None and s.engine == "vllm" for s in (base, spec)) else None
     if sp is None:
         return HeadlineModel("na", None, window_s, view.reason, states, view, engine)
-    state = "win" if sp.low > 1.0 else ("lose" if sp.high < 1.0 else "tie")
+    state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
     return HeadlineModel(state, sp, window_s, None, states, view, engine)
 
 

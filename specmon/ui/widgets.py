@@ -22,15 +22,18 @@ from textual.reactive import reactive
 from textual.widgets import Digits, Input, Log, Static
 
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.parse.sglang import BatchRecord, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, throughput_label
+from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import format_speedup
 from specmon.session.state import ServerState
 from specmon.session.window import (
     MIN_N,
     WindowStats,
     current_stats,
+    interval_text,
     recomputed_accept_rate,
     run_stats_text,
     window_points,
@@ -38,7 +41,6 @@ from specmon.session.window import (
 from specmon.ui.headline import HeadlineModel
 from specmon.ui.safe import plain
 
-NA = "N/A"
 Piece = tuple[str, str]  # (text, Textual style: "bold $warning", "" for none)
 
 STATUS_MARK = {
@@ -54,12 +56,6 @@ def safe_id(name: str) -> str:
     """A widget id for a server name (`host/server` has characters ids may not hold)."""
     out = "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
     return out if not out[0].isdigit() else f"s{out}"
-
-
-def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return NA
-    return fmt.format(v)
 
 
 def fit(text: str, width: int) -> str:
@@ -205,7 +201,8 @@ class SpeedupBar(Lines):
         head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
         p.append((fit(head, w) or head[:w], STATE_STYLE[model.state]))
         verdict = {"win": "speculation wins", "lose": "speculation loses",
-                   "tie": "no clear difference (the interval holds 1)"}[model.state]
+                   "tie": "no clear difference (the interval holds 1)",
+                   "na": "no verdict (no interval)"}[model.state]
         lines: list[tuple[str, str]] = []
         # what makes the number suspect comes first, each statement on its own line: the
         # drift against the recorded baseline, the runs' differences, an ended run's age
@@ -213,7 +210,7 @@ class SpeedupBar(Lines):
         if drift:
             lines.append((" · ".join(drift), "bold $warning"))
         lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
-        lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
+        lines.append((f"95% {interval_text(sp)} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
         lines.append((f"medians, {throughput_label(model.engine)}, last {model.window_s:.0f} s "
                       f"of each run · n {sp.spec.n}/{sp.base.n}", "$text-muted"))
@@ -563,13 +560,9 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
     extras = []
     if state.args.get("tp_size"):
         extras.append(f"tp {state.args['tp_size']}")
-    algo = state.args.get("speculative_algorithm")
-    if algo:
-        extras.append(str(algo))
-        for key, word in (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
-                          ("speculative_num_draft_tokens", "draft")):
-            if state.args.get(key) is not None:
-                extras.append(f"{word} {state.args.get(key)}")
+    spec_cfg = spec_config_text(state.args, " · ")
+    if spec_cfg:
+        extras.append(spec_cfg)
     used = sum(len(t) for t, _ in p)
     if extras:
         p.append((fit(" · " + " · ".join(plain(str(e)) for e in extras),
@@ -702,26 +695,16 @@ def reason_style(name: str) -> str:
 
 def gpu_groups(gpus: Sequence[Any], servers: Iterable[ServerState]
                ) -> list[tuple[str, list[Any]]]:
-    """GPUs grouped by the server whose processes use them (else by its `--base-gpu-id` and
-    `--tp-size`), in server order; the rest in an "unowned" group."""
+    """GPUs grouped by the server that owns them (specmon.session.ownership: its processes,
+    else its arguments), in server order; the rest in an "unowned" group."""
     owned: dict[int, str] = {}
     order: list[str] = []
-    servers = list(servers)
     for s in servers:
         order.append(s.name)
+        own = set(owned_gpus(gpus, s.pids, s.args).indices)
         for g in gpus:
-            procs = getattr(g, "processes", None)
-            if s.pids and procs and any(p.pid in s.pids for p in procs):
+            if getattr(g, "index", None) in own:
                 owned.setdefault(id(g), s.name)
-    if not owned:  # no process lists: the server arguments say which GPUs a server took
-        for s in servers:
-            tp = s.args.get("tp_size")
-            base = s.args.get("base_gpu_id", 0)
-            if isinstance(tp, int) and isinstance(base, int) and tp > 0 and s.args:
-                for g in gpus:
-                    idx = getattr(g, "index", None)
-                    if isinstance(idx, int) and base <= idx < base + tp:
-                        owned.setdefault(id(g), s.name)
     groups: dict[str, list[Any]] = {name: [] for name in order}
     rest: list[Any] = []
     for g in gpus:
