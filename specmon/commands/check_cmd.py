@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--run must be >= 1 (got {args.run})")
     from specmon.analysis.fingerprint import LogEvidence
     from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
-    from specmon.session.runs import stamp
+    from specmon.session.runs import run_by_rr, stamp
     from specmon.session.state import ServerState
 
     def fresh() -> tuple[DriftMonitor, LogEvidence]:
@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
         if run_no:
             r = next((x for x in state.runs if x.index == run_no), None)
             runs.append({"run": run_no, "start": stamp(r.start_t) if r else None,
-                         **result(monitor, fp_recorded, evidence)})
+                         **result(monitor, fp_recorded, evidence),
+                         # the run's own statistics, as parse --runs, compare and the report
+                         # show them (the verdict's `live` is the detector's clean samples)
+                         "by_running_req": run_by_rr(r) if r else []})
 
     fh = open_input(args.log)
     joiner = SpecJoiner()  # vLLM: the spec line joins its engine's line (no-op for SGLang)
@@ -199,6 +202,10 @@ def render(out: dict[str, Any]) -> str:
     if out.get("run") is not None:
         lines.append(f"judged: run {out['run']} of {out['runs_total']} (from {out['start'] or '?'})"
                      + (", the last" if out["run"] == out["runs_total"] else ""))
+    for row in out.get("by_running_req", []):
+        lines.append(f"run median at #running-req {row['running_req']}: {row['median_tok_s']} tok/s "
+                     f"(p10 {row['p10']}, p90 {row['p90']}, n {row['n']}; whole run, as compare "
+                     "and parse --runs)")
     if out["first_alert_line"] is not None:
         lines.append(f"first alert at line {out['first_alert_line']}")
     for c in out["causes"]:

@@ -74,25 +74,10 @@ def run_row(run: Run) -> dict[str, Any]:
             "untimed_lines": run.untimed, **by_running_req(run)}
 
 
-def by_running_req(run: Run) -> dict[str, Any]:
-    """The run's decode statistics per #running-req, by the UI's window code over the whole run
-    (the run's kept points: `stats_points` of them from `stats_start`, the newest RECENT_POINTS)."""
-    pts = run_window(run, WHOLE_RUN)
-    rows = []
-    for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
-        st = stats_for(pts, rr, WHOLE_RUN)
-        if st is None:
-            continue
-        rows.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
-                     "p10": _r(st.p10), "p90": _r(st.p90),
-                     "accept_len_median": None if st.accept_len is None else _r(st.accept_len)})
-    return {"by_running_req": rows, "stats_points": len(pts),
-            "stats_start": stamp(pts[0].t) if pts else None}
-
-
 def run_by_rr(run: Run) -> list[dict[str, Any]]:
-    """A run's decode throughput per #running-req over the whole run (decode-only gen
-    throughput medians, p10-p90, n, accept length): what the report and `parse --runs` show."""
+    """A run's decode throughput per #running-req over the whole run (gen throughput medians,
+    p10-p90, n, accept length), by the UI's window code: what `parse --runs`, `check`, the report
+    and `compare` show for a run."""
     pts = run_window(run, WHOLE_RUN)
     out = []
     for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
@@ -105,6 +90,14 @@ def run_by_rr(run: Run) -> list[dict[str, Any]]:
                     "accept_len_median": _r(st.accept_len) if st.accept_len is not None
                     else None})
     return out
+
+
+def by_running_req(run: Run) -> dict[str, Any]:
+    """`run_by_rr` with the points it covers: `stats_points` of them from `stats_start` (a run
+    keeps its newest RECENT_POINTS)."""
+    pts = run_window(run, WHOLE_RUN)
+    return {"by_running_req": run_by_rr(run), "stats_points": len(pts),
+            "stats_start": stamp(pts[0].t) if pts else None}
 
 
 def _mode_rr(run: Run) -> int | None:
