@@ -54,7 +54,7 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
         sp = speedup(base, spec, T0 + 31, 60)
         assert f"speedup {sp.ratio:.2f}x vs live baseline" in bar
         assert f"95% {sp.low:.3f}–{sp.high:.3f} · bs 1" in bar
-        assert "decode-only" in bar and "n 30/30" in bar
+        assert "decode-only" in bar and "n spec 30 / base 30" in bar
 
 
 async def test_speedup_na_when_no_common_batch_size():

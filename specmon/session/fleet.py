@@ -58,6 +58,21 @@ class Watch:
     raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
     notified: int = 0  # of those, how many were notified
     cleared_notified: int = 0
+    run: int | None = None  # the server's run whose records the monitor was fed last
+
+    def evidence(self, state: ServerState) -> tuple[int, int]:
+        """(clean samples of the server's *current* run in its current stratum, the n a verdict
+        needs): a badge says OK or DRIFT only on this run's own evidence, never on n 0 or on the
+        run before a restart (the monitor has not seen this run yet: n 0)."""
+        mon = self.monitor
+        need = mon.p.min_live
+        run = state.runs[-1] if state.runs else None
+        if run is None or run.last is None or self.run != run.index:
+            return 0, need
+        stratum = stratum_of(run.last, mon.p)
+        key = "*" if mon.baseline.fixed else (stratum.key if stratum is not None else None)
+        det = mon.detectors.get(key) if key is not None else None
+        return (len(det.live) if det is not None else 0), need
 
 
 @dataclass
@@ -202,6 +217,10 @@ class FleetSession:
             s.apply(it.text, it.record, it.t)
             if it.record is not None:
                 if w is not None:
+                    run = s.runs[-1].index if s.runs else None
+                    if w.run is not None and run != w.run:
+                        w.monitor.restart()  # every run earns its own verdict (any boundary)
+                    w.run = run
                     w.monitor.observe(it.record, it.t)
                 self._sglang_seen.add(key)
             for fn in self.record_listeners:

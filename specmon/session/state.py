@@ -350,6 +350,7 @@ class ServerState:
     control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
+    last_bench_run: int | None = None  # the index of the server's run it measured
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
 

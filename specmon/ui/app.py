@@ -56,13 +56,13 @@ from specmon.ui.messages import (
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
+    BigFigure,
     DriftPanel,
     GpuPanel,
     HostsPanel,
     LogView,
     ServerPanel,
     SpeedupBar,
-    SpeedupDigits,
     safe_id,
 )
 
@@ -264,7 +264,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
         with Horizontal(id="headline"):
-            yield SpeedupDigits("-•--", id="speedup-big")
+            yield BigFigure("", id="speedup-big")
             yield SpeedupBar("", id="speedup")
             yield DriftPanel("", id="alerts")
         if self._multi:
@@ -577,7 +577,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
                                self.window_s)
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
-        self.query_one(SpeedupDigits).show(model)
+        self.query_one(BigFigure).show(model)
         self.query_one(SpeedupBar).show(model, rows)
         self.query_one(DriftPanel).show(model, rows)
 

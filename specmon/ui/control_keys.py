@@ -235,6 +235,7 @@ class ServerControlMixin:
         app: Any = self
         state = self._ctl_state(server)
         state.last_bench = result
+        state.last_bench_run = state.runs[-1].index if state.runs else None  # shown in that run
         data = result.to_json() if hasattr(result, "to_json") else dict(result)
         data.pop("raw", None)
         app.fleet.host(server[0]).session.benchmarks.append(data)

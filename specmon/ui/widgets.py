@@ -19,7 +19,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import Digits, Input, Log, Static
+from textual.widgets import Input, Log, Static
 
 from specmon.analysis.stats import median
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
@@ -172,23 +172,73 @@ def nice_ceiling(x: float) -> float:
 STATE_STYLE = {"win": "bold $success", "lose": "bold $error", "tie": "bold $warning",
                "na": "bold $text-muted"}
 DRIFT_STYLE = {"drift": "bold $error", "improved": "bold $success", "ok": "$success",
-               "none": "$text-muted"}
+               "checking": "$text-muted", "none": "$text-muted"}
 
 
-class SpeedupDigits(Digits):
-    """The speedup as the biggest text on screen, coloured by state through CSS classes."""
+# A 3x5 pixel font drawn with half blocks into 3 rows: solid strokes that read as digits at
+# 80x24 (Textual's Digits are thin box-drawing lines that do not).
+_FONT = {
+    "0": ("###", "#.#", "#.#", "#.#", "###"), "1": (".#.", "##.", ".#.", ".#.", "###"),
+    "2": ("###", "..#", "###", "#..", "###"), "3": ("###", "..#", "###", "..#", "###"),
+    "4": ("#.#", "#.#", "###", "..#", "..#"), "5": ("###", "#..", "###", "..#", "###"),
+    "6": ("###", "#..", "###", "#.#", "###"), "7": ("###", "..#", "..#", "..#", "..#"),
+    "8": ("###", "#.#", "###", "#.#", "###"), "9": ("###", "#.#", "###", "..#", "###"),
+    ".": (".", ".", ".", ".", "#"), "x": ("...", "...", "#.#", ".#.", "#.#"),
+    "-": ("...", "...", "###", "...", "..."), "N": ("#..#", "##.#", "#.##", "#..#", "#..#"),
+    "/": ("..#", "..#", ".#.", "#..", "#.."), "A": (".#.", "#.#", "###", "#.#", "#.#"),
+}
+
+
+_BLANK = "\u00a0"  # a no-break space: a row's leading blank cells are kept, not stripped
+
+
+def big_text(text: str) -> list[str]:
+    """`text` in the block font: 3 rows (5 pixel rows, two per row), one blank column between
+    glyphs; characters without a glyph are left out."""
+    glyphs = [_FONT[c] for c in text if c in _FONT]
+    rows = []
+    for top, bottom in ((0, 1), (2, 3), (4, None)):
+        cells = []
+        for g in glyphs:
+            cells.append("".join(
+                {(True, True): "█", (True, False): "▀", (False, True): "▄"}.get(
+                    (a == "#", bottom is not None and g[bottom][i] == "#"), _BLANK)
+                for i, a in enumerate(g[top])))
+        rows.append(_BLANK.join(cells))
+    return rows
+
+
+class BigFigure(Lines):
+    """The headline's biggest number (the speedup true right now) in solid block digits,
+    coloured by its own 95% interval, with what it is compared against under it."""
+
+    DEFAULT_CLASSES = "big-figure"
+    value: str = "N/A"
 
     def show(self, model: HeadlineModel) -> None:
-        value = model.ratio_text if model.speedup is not None else "-•--"
-        if value != self.value:
-            self.update(value)
+        big = model.big
+        style = STATE_STYLE[big.state]
+        rows = big_text(big.text)
+        label = "vs recorded" if "recorded" in big.label else (
+            "vs live base" if "live" in big.label else "speedup")
+        p: list[Piece] = []
+        for i, row in enumerate(rows):
+            ink = row.lstrip(_BLANK)
+            # leading blank cells as their own piece: SVG renderers strip a text run's leading
+            # spaces, which would shift the row in a screenshot
+            p.append((("\n" if i else "") + _BLANK * (len(row) - len(ink)), ""))
+            p.append((ink, style))
+        p.append(("\n" + label, "$text-muted"))
+        self.put(p)
+        self.value = big.text  # the figure shown ("1.07x", "N/A"): tests read it
         for st in STATE_STYLE:
-            self.set_class(st == model.state, f"-{st}")
+            self.set_class(st == big.state, f"-{st}")
 
 
 class SpeedupBar(Lines):
-    """Beside the digits: the speedup line of the runs model (current runs, drift, differences),
-    its interval, batch size, medians and what it implies."""
+    """Beside the big figure: the speedup it shows with its interval, the statements that make
+    the live number suspect (drift, conditions that differ, an ended run), batch size,
+    medians with their n, and what they imply. The session computes all of it."""
 
     def show(self, model: HeadlineModel, rows: int = 4) -> None:
         sp = model.speedup
@@ -201,21 +251,35 @@ class SpeedupBar(Lines):
             self.put(p)
             return
         parts = format_speedup(view).split(" · ") if view is not None else [f"{sp.ratio:.2f}x"]
-        head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
-        p.append((fit(head, w) or head[:w], STATE_STYLE[model.state]))
+        big = model.big
+        honest = "recorded" in big.label
+        if honest:
+            vr = view.vs_recorded_ci95 if view is not None else None
+            ci = f" (95% {vr[0]:.2f}–{vr[1]:.2f})" if vr else ""
+            head = f"speedup {big.text} {big.label}{ci}"
+        else:
+            head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
+        p.append((fit(head, w) or head[:w], STATE_STYLE[big.state]))
         verdict = {"win": "speculation wins", "lose": "speculation loses",
                    "tie": "no clear difference (the interval holds 1)"}[model.state]
         lines: list[tuple[str, str]] = []
-        # what makes the number suspect comes first, each statement on its own line: the
-        # drift against the recorded baseline, the runs' differences, an ended run's age
-        drift = [x for x in parts[1:] if "DRIFT" in x or "vs recorded" in x]
-        if drift:
-            lines.append((" · ".join(drift), "bold $warning"))
-        lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
-        lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
+        statements = list(model.statements)
+        if honest:
+            # the live figure second, with why it is not the speedup
+            drift = [x for x in statements if "DRIFT" in x]
+            lines.append((" · ".join([f"live {parts[0]}", *drift]), "bold $warning"))
+            statements = [x for x in statements if x not in drift and "x vs recorded" not in x]
+        else:
+            drift = [x for x in statements if "DRIFT" in x or "vs recorded" in x]
+            if drift:
+                lines.append((" · ".join(drift), "bold $warning"))
+            statements = [x for x in statements if x not in drift]
+        lines.extend((x, "bold $warning") for x in statements)
+        live = "live " if honest else ""
+        lines.append((f"{live}95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
         lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
-                      f"n {sp.spec.n}/{sp.base.n}", "$text-muted"))
+                      f"n spec {sp.spec.n} / base {sp.base.n}", "$text-muted"))
         cyc, be = sp.verify_cycle_ms, sp.break_even_accept_len
         if cyc is not None and be is not None and sp.spec.accept_len is not None:
             lines.append((f"verify cycle {cyc:.1f} ms · break-even accept len {be:.2f} "
@@ -279,15 +343,26 @@ class ServerSummary(Lines):
         self.put(p)
 
 
+def run_age_text(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
 def summary_rows(state: ServerState, now: float, window_s: float
                  ) -> list[tuple[str, str, str, str]]:
-    """(label, value, how it was measured, value style) rows of a server panel."""
-    last = state.last_decode
+    """(label, value, how it was measured, value style) rows of a server panel.
+
+    Every value is the current run's (a restart clears the last run's from these rows), and
+    an ended run's values say so ("run 2 ended 40 s ago")."""
+    run = state.runs[-1] if state.runs else None
+    last = run.last if run is not None else None
     bs = last.running_req if last else None
     rows: list[tuple[str, str, str, str]] = []
     w: WindowStats | None = current_stats(state, now, window_s)
     label = f"median {window_s:.0f} s"
     run_txt = plain(run_stats_text(state, w))  # "run 3 since 14:02:11, n 4"
+    ended = ""
+    if run is not None and run.ended and run.last_received is not None:
+        ended = f"run {run.index} ended {run_age_text(max(0.0, now - run.last_received))} ago · "
     if w is not None and w.n >= MIN_N:
         cv = f" · CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
         rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · {run_txt} · "
@@ -296,21 +371,30 @@ def summary_rows(state: ServerState, now: float, window_s: float
         rows.append((label, NA, f"{run_txt} · too few decode lines" if w is not None else
                      f"{run_txt} · no decode lines in the window", "$text-muted"))
     stale = "stale · " if state.stale else ""
-    rows.append(("last interval", num(last.gen_throughput if last else None),
-                 f"{stale}tok/s · bs {num(bs, '{}')} · queue "
-                 f"{num(last.queue_req if last else None, '{}')} · decode-only",
-                 "$warning" if state.stale else ""))
+    if last is None:
+        idx = run.index if run is not None else 1
+        rows.append(("last interval", NA, f"no decode line in run {idx} yet", "$text-muted"))
+    else:
+        rows.append(("last interval", num(last.gen_throughput),
+                     f"{ended}{stale}tok/s · bs {num(bs, '{}')} · queue "
+                     f"{num(last.queue_req, '{}')} · decode-only",
+                     "$warning" if state.stale or ended else ""))
     if state.is_speculative:
         al = last.accept_len if last else None
         med_al = w.accept_len if w else None
         ndt = state.num_draft_tokens
         rate = recomputed_accept_rate(med_al if med_al is not None else al, ndt)
-        rows.append(("accept len", num(med_al if med_al is not None else al),
-                     f"median · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft tokens) · "
-                     f"last {num(al)}", ""))
+        if al is None and med_al is None:
+            rows.append(("accept len", NA, "no decode line in this run yet", "$text-muted"))
+        else:
+            rows.append(("accept len", num(med_al if med_al is not None else al),
+                         f"{ended}median · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft "
+                         f"tokens) · last {num(al)}", ""))
     if last is not None and bs and last.gen_throughput:
         rows.append(("ms/token", f"{1000.0 * bs / last.gen_throughput:.1f}",
-                     "per request · last interval", ""))
+                     f"{ended}per request · last interval", ""))
+    else:
+        rows.append(("ms/token", NA, "no decode line in this run yet", "$text-muted"))
     rows.append(_kv_row(state))
     rows.append(_graph_row(last))
     return rows
@@ -319,7 +403,7 @@ def summary_rows(state: ServerState, now: float, window_s: float
 def _kv_row(state: ServerState) -> tuple[str, str, str, str]:
     """KV cache use from #token and the pool size: SGLang prints `token usage` with two
     decimals, so a bs-1 server on a 1.2M-token pool always reads 0.00."""
-    last = state.last_decode
+    last = state.runs[-1].last if state.runs else None  # the current run's
     tokens = last.tokens if last else None
     pool = state.args.get("max_total_num_tokens")
     pool = pool if isinstance(pool, int) and not isinstance(pool, bool) and pool > 0 else None
@@ -601,7 +685,8 @@ def _throughput_spark(state: ServerState, now: float, window_s: float, recorded:
                       width: int) -> list[Piece]:
     """Decode tok/s at the current bs on a fixed 0..top scale (top: a round number above the
     recorded baseline and the data)."""
-    bs = state.last_decode.running_req if state.last_decode else None
+    last = state.runs[-1].last if state.runs else None
+    bs = last.running_req if last else None
     span = max(window_s, 1.0) * 5
     pts = window_points(state, now, span)
     data = [p.rec.gen_throughput for p in pts
@@ -634,8 +719,8 @@ def _startup_pieces(state: ServerState, width: int = 200) -> list[Piece]:
         else:
             line(f"env audit: ok ({len(audit.workers)} workers read)", "$text-muted")
     bench = state.last_bench
-    if bench is not None:
-        line(plain(f"benchmark (end-to-end, c={bench.concurrency}, out={bench.output_len}, "
+    if bench is not None and state.runs and state.last_bench_run == state.runs[-1].index:
+        line(plain(f"benchmark of this run (end-to-end, c={bench.concurrency}, out={bench.output_len}, "
                    f"n={bench.completed}): {num(bench.output_tok_s, '{:.1f}')} tok/s, "
                    f"TTFT {num(bench.mean_ttft_ms, '{:.0f}')} ms, ITL "
                    f"{num(bench.mean_itl_ms, '{:.2f}')} ms, accept len "
@@ -913,5 +998,5 @@ class HostsPanel(Static):
 
 
 __all__ = ["NA", "DriftPanel", "GpuPanel", "HostsPanel", "LogView", "ServerPanel",
-           "ServerSummary", "SpeedupBar", "SpeedupDigits", "StickyLog", "compact_line",
+           "ServerSummary", "SpeedupBar", "BigFigure", "big_text", "StickyLog", "compact_line",
            "fit", "gpu_groups", "safe_id", "summary_rows"]
