@@ -194,7 +194,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                    help="SGLang release whose log format the simulated servers write (default newest)")
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="requests the built-in clients keep in flight per server (default 1)")
-    p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the demo's log files and recorded baselines on exit")
     p.add_argument("--export-dir", metavar="DIR", default=None,
                    help="where e (snapshot) and s (screenshot) write (default: current folder)")
     p.add_argument("--config", metavar="FILE", help="specmon TOML config whose [keys] remap the UI "

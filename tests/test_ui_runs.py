@@ -39,6 +39,8 @@ def test_restart_clears_the_ended_runs_values_from_the_live_rows():
     spec.last_bench = SimpleNamespace(concurrency=1, output_len=64, completed=4, output_tok_s=90.0,
                                       mean_ttft_ms=20.0, mean_itl_ms=11.0, accept_length=2.4)
     spec.last_bench_run = spec.run.index
+    from specmon.ui.widgets import _startup_pieces
+    assert any(t.startswith("bench 90.0 tok/s end-to-end, this run") for t, _ in _startup_pieces(spec))
     watches = {n: w for (h, n), w in fleet.watches.items()}
     assert drift_state("speculative", watches, spec).state == "ok"
 
@@ -48,8 +50,7 @@ def test_restart_clears_the_ended_runs_values_from_the_live_rows():
     for label in ("last interval", "ms/token", "accept len", "median 60 s"):
         assert rows[label][0] == "N/A", (label, rows[label])
     assert "run 2" in rows["last interval"][1]
-    from specmon.ui.widgets import _startup_pieces
-    assert not any("benchmark" in t for t, _ in _startup_pieces(spec))  # run 1's benchmark
+    assert not any("bench" in t for t, _ in _startup_pieces(spec))  # run 1's benchmark
     ds = drift_state("speculative", watches, spec)
     assert ds.state == "checking" and ds.n == 0 and ds.text.startswith("checking n 0/")
     m = headline_model(s, s.server("baseline"), spec, watches, DEMO_NOW + 6, 60.0)

@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
                      actions=demo_actions(feed), title=f"{feed.host} (simulated host)",
                      keymap=dict(cfg.keys) if cfg is not None else None,
-                     export_dir=Path(args.export_dir) if args.export_dir else None)
+                     export_dir=Path(args.export_dir) if args.export_dir else None,
+                     store_note=None if args.keep else
+                     "demo: temporary store, deleted at exit")
 
     def _quit(_signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started

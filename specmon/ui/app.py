@@ -60,9 +60,11 @@ from specmon.ui.widgets import (
     DriftPanel,
     GpuPanel,
     HostsPanel,
+    Lines,
     LogView,
     ServerPanel,
     SpeedupBar,
+    fit,
     safe_id,
 )
 
@@ -212,7 +214,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                  keymap: dict[str, str] | None = None, clock: Callable[[], float] = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
                  baseline_store: BaselineStore | None = None,
-                 actions: dict[ServerKey, Any] | None = None, title: str | None = None) -> None:
+                 actions: dict[ServerKey, Any] | None = None, title: str | None = None,
+                 store_note: str | None = None) -> None:
         super().__init__()
         self.fleet = session if isinstance(session, FleetSession) else \
             FleetSession.of(session, clock=clock)
@@ -239,12 +242,41 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self._chart_sig: object = None
         self.compact_logs = True
         self.sub_title = plain(title or ", ".join(self.fleet.hosts))
+        self.store_note = store_note  # e.g. the demo's "temporary store, deleted at exit"
+        self.status_text: tuple[str, str] | None = None  # (the newest notification, severity)
+        self._status_timer: Any = None
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
-        """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
-        super().notify(plain_lines(message), title=plain(title), severity=severity,
-                       timeout=timeout, markup=markup)
+        """One line in the status area under the headline, replaced by the next (no toast over
+        the panels: at 80x24 a toast hid the speculative panel's numbers). The text passes
+        `plain`: it may hold a host's or a file's words."""
+        lines = [x.strip() for x in plain_lines(message).splitlines() if x.strip()]
+        text = " · ".join(([plain(title)] if title else []) + lines)
+        self.status_text = (text, str(severity))
+        self._show_status()
+        if self._status_timer is not None:
+            self._status_timer.stop()
+        wait = timeout if timeout is not None else 6.0
+        self._status_timer = self.set_timer(wait, self._clear_status) if self.is_running else None
+
+    def _clear_status(self) -> None:
+        self.status_text = None
+        self._status_timer = None
+        self._show_status()
+
+    def _show_status(self) -> None:
+        try:
+            line = self.query_one("#status", Lines)
+        except NoMatches:
+            return
+        if self.status_text is None:
+            line.display = False
+            return
+        text, severity = self.status_text
+        style = {"error": "bold $error", "warning": "bold $warning"}.get(severity, "")
+        line.display = True
+        line.put([(fit(text, line.avail) or text[:line.avail], style)])
 
     @property
     def session(self) -> Session:
@@ -263,6 +295,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
+        yield Lines("", id="status")
         with Horizontal(id="headline"):
             yield BigFigure("", id="speedup-big")
             yield SpeedupBar("", id="speedup")
@@ -313,6 +346,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         if self._keymap:
             self.set_keymap(self._keymap)  # the config's [keys], ids checked when it was read
         self._apply_size(self.size.width, self.size.height)
+        self._show_status()  # a message from before the first frame
         for host, st in self.fleet.servers():
             self._ensure_panel(host, st.name)
         self.fleet.alert_listeners.append(self._alert_changed)
@@ -541,6 +575,9 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         """On screen now: the refresh cost follows the visible panels, not the tailed logs."""
         if not widget.display or widget.parent is None:
             return False
+        shown = self.screen.maximized
+        if shown is not None:  # `l`: only the maximized log is on screen
+            return isinstance(widget, ServerPanel) and shown is widget.log_view
         try:
             container = widget.parent
             box = container.scrollable_content_region if hasattr(
@@ -573,13 +610,22 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         return headline_model(hs, hs.by_role("baseline"), hs.by_role("speculative"),
                               self.shown_watches(host), self.clock(), self.window_s)
 
+    def _baseline_hint(self) -> str:
+        """"b records this run as the baseline", with the key as bound now."""
+        keys = [self.get_key_display(b) for bs in self._bindings.key_to_bindings.values()
+                for b in bs if b.action == "record_baseline"]
+        if not keys:
+            return ""
+        where = f" ({self.store_note})" if self.store_note else ""
+        return f"{keys[0]} records this run as the baseline{where}"
+
     def _show_headline(self, host: str | None, base: Any, spec: Any, now: float) -> None:
         model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
                                self.window_s)
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
         self.query_one(BigFigure).show(model)
         self.query_one(SpeedupBar).show(model, rows)
-        self.query_one(DriftPanel).show(model, rows)
+        self.query_one(DriftPanel).show(model, rows, self._baseline_hint())
 
     # --- baselines and drift (the session model owns them; the UI shows and stores) -----------
 
@@ -605,7 +651,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         best = b.stats.best()
         what = (f"{best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()}"
                 if best and best.median_thr is not None else "")
-        self.notify(f"baseline recorded: {b.name} ({what})", markup=False)
+        where = f"; {self.store_note}" if self.store_note else ""
+        self.notify(f"baseline recorded: {b.name} ({what}{where})", markup=False)
         return b
 
     def drift_tick(self) -> None:
@@ -788,8 +835,16 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                             "baseline and watch for drift", self.action_record_baseline)
         yield SystemCommand("Export snapshot", "Write the session to a snapshot file",
                             self.action_export_snapshot)
-        yield SystemCommand("Screenshot", "Save an SVG screenshot", self.action_screenshot)
         for name, desc, fn in (
+            ("Advisor", "Best speculative settings and the break-even accept length",
+             self.action_advisor),
+            ("Chart metric", "Chart: decode tok/s, accept len, t_cycle", self.action_chart_metric),
+            ("GPU rows", "Every GPU's row, or one summary row per server", self.action_toggle_gpus),
+            ("Compact / raw log", "Compact log lines (time, bs, tok/s, accept len) or raw lines",
+             self.action_toggle_compact),
+            ("Log full screen", "The focused server's log full screen, and back",
+             self.action_toggle_log_full),
+            ("Clear filter", "Show every line of the focused log again", self.action_clear_filter),
             ("Start server", "Start the focused server from its profile", self.action_server_start),
             ("Stop server", "Stop the focused server (confirmation)", self.action_server_stop),
             ("Restart server", "Restart the focused server", self.action_server_restart),
@@ -798,6 +853,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
              self.action_server_bench),
         ):
             yield SystemCommand(name, desc, fn)
+        if self._multi:
+            yield SystemCommand("Next host", "Show the next host's tab", self.action_next_host)
 
 
 

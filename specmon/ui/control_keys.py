@@ -90,8 +90,9 @@ class ServerControlMixin:
             try:
                 result = await coro
             except Exception as exc:  # noqa: BLE001 - every control failure is one line
-                state.control_text = f"{what} failed: {exc}"
-                app.notify(f"{self._ctl_name(server)}: {what} failed: {exc}", severity="error",
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                state.control_text = f"{what} failed: {why}"
+                app.notify(f"{self._ctl_name(server)}: {what} failed: {why}", severity="error",
                            markup=False, timeout=10)
                 last = getattr(exc, "last_lines", None)
                 if last:
@@ -153,6 +154,12 @@ class ServerControlMixin:
             app.notify("swap needs a second server profile", severity="warning")
             return
         other = self.actions[others[0]]
+        if getattr(other, "running", False):
+            # nothing to swap to: stopping this one would only leave it stopped
+            app.notify(f"swap: {self._ctl_name(others[0])} is already running; nothing was "
+                       f"stopped (x stops {self._ctl_name(server)})", severity="warning",
+                       markup=False)
+            return
 
         async def do_swap() -> Any:
             from specmon.control.server import ServerController, swap

@@ -295,7 +295,8 @@ class SpeedupBar(Lines):
 class DriftPanel(Lines):
     """Each compared server against its recorded baseline: OK, or DRIFT with its first cause."""
 
-    def show(self, model: HeadlineModel, rows: int = 4) -> None:
+    def show(self, model: HeadlineModel, rows: int = 4, hint: str = "") -> None:
+        """`hint`: said after "no recorded baseline" (how to record one, where it goes)."""
         w = self.avail
         p: list[Piece] = []
         left = rows - len(model.drift)  # rows left for causes
@@ -310,6 +311,10 @@ class DriftPanel(Lines):
             if len(name) + 1 + len(text) > w:
                 text = text.split(" vs ")[0]  # "DRIFT -29%": the essential
             p.append((fit(text, max(w - len(name) - 1, 4)), DRIFT_STYLE[d.state]))
+            if d.state == "none" and hint and left > 0:  # once, on its own line
+                p.append(("\n  " + (fit(hint, w - 2) or hint[:w - 2]), "$accent"))
+                left -= 1
+                hint = ""
             if d.cause and left > 0:
                 lines = wrap_words("cause: " + plain(d.cause), w - 2, left)
                 left -= len(lines)
@@ -388,11 +393,11 @@ def summary_rows(state: ServerState, now: float, window_s: float
             rows.append(("accept len", NA, "no decode line in this run yet", "$text-muted"))
         else:
             rows.append(("accept len", num(med_al if med_al is not None else al),
-                         f"{ended}median · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft "
+                         f"median · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft "
                          f"tokens) · last {num(al)}", ""))
     if last is not None and bs and last.gen_throughput:
         rows.append(("ms/token", f"{1000.0 * bs / last.gen_throughput:.1f}",
-                     f"{ended}per request · last interval", ""))
+                     "per request · last interval", ""))
     else:
         rows.append(("ms/token", NA, "no decode line in this run yet", "$text-muted"))
     rows.append(_kv_row(state))
@@ -492,6 +497,7 @@ class LogView(Vertical):
     """
 
     DEFAULT_CLASSES = "logview"
+    ALLOW_MAXIMIZE = True  # `l` (it is not focusable itself: its Log is)
     filter_text: reactive[str] = reactive("")
 
     def __init__(self, server: str, *, id: str | None = None, compact: bool = True) -> None:
@@ -720,11 +726,10 @@ def _startup_pieces(state: ServerState, width: int = 200) -> list[Piece]:
             line(f"env audit: ok ({len(audit.workers)} workers read)", "$text-muted")
     bench = state.last_bench
     if bench is not None and state.runs and state.last_bench_run == state.runs[-1].index:
-        line(plain(f"benchmark of this run (end-to-end, c={bench.concurrency}, out={bench.output_len}, "
-                   f"n={bench.completed}): {num(bench.output_tok_s, '{:.1f}')} tok/s, "
-                   f"TTFT {num(bench.mean_ttft_ms, '{:.0f}')} ms, ITL "
-                   f"{num(bench.mean_itl_ms, '{:.2f}')} ms, accept len "
-                   f"{num(bench.accept_length)}"))
+        line(plain(f"bench {num(bench.output_tok_s, '{:.1f}')} tok/s end-to-end, this run "
+                   f"(c={bench.concurrency}, out={bench.output_len}, n={bench.completed}) · TTFT "
+                   f"{num(bench.mean_ttft_ms, '{:.0f}')} ms · ITL {num(bench.mean_itl_ms, '{:.2f}')}"
+                   f" ms · accept len {num(bench.accept_length)}"))
     if state.status == "crashed":
         code = f" (exit {state.exit_code})" if state.exit_code is not None else ""
         line(f"crashed{code}", "bold $error")
