@@ -341,10 +341,12 @@ class ServerSummary(Lines):
         for i, (label, value, hint, style) in enumerate(rows):
             lead = "\n" if i else ""
             p.append((f"{lead}{label:<{lw}} ", "$text-muted"))
-            p.append((f"{value:>{vw}}", style or "bold"))
             room = w - lw - vw - 2
-            if hint and room >= 6:
-                p.append((" " + fit(hint, room), "$text-muted"))
+            hint = fit(hint, room) if hint and room >= 6 else ""
+            # the space goes with the value: a text run's leading space is lost in SVG renderers
+            p.append((f"{value:>{vw}}" + (" " if hint else ""), style or "bold"))
+            if hint:
+                p.append((hint, "$text-muted"))
         self.put(p)
 
 
