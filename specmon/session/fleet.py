@@ -38,6 +38,8 @@ BaselineLookup = Callable[[str, str, "str | None"], Any]
 RecordListener = Callable[[str, str, LineItem], None]
 #: called when a server's alert changes (raised, level/causes changed, cleared)
 AlertListener = Callable[[str, str, Alert], None]
+#: called with every notice (host, server or "*", text): the UI's status line shows them
+NoticeListener = Callable[[str, str, str], None]
 
 ALERT_LEVELS = {"info": 1, "warning": 2, "critical": 3}
 NO_SGLANG_S = 30.0  # a tailed file without one SGLang line this long is said so on its panel
@@ -165,6 +167,10 @@ class FleetSession:
         self.alerts: dict[tuple[str, str], Alert] = {}  # active (not cleared) alerts
         self.record_listeners: list[RecordListener] = []
         self.alert_listeners: list[AlertListener] = []
+        self.notice_listeners: list[NoticeListener] = []
+        # what a requested baseline goes through before it is stored (the UI redacts secrets)
+        self.prepare_baseline: Callable[[Baseline], None] | None = None
+        self.read_only = False  # a replay: a requested baseline is refused, nothing is stored
         self._looked_up: set[tuple[str, str]] = set()
         self._declared_at: dict[tuple[str, str], float] = {}
         self._sglang_seen: set[tuple[str, str]] = set()
@@ -244,6 +250,8 @@ class FleetSession:
             self.host(host).notices.append(text)
         else:
             self.server(host, server).notices.append(text)
+        for fn in self.notice_listeners:
+            fn(host, server, text)
 
     def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
         then = "waiting for it to appear" if reason == "no such file" else "retrying"
@@ -265,11 +273,20 @@ class FleetSession:
         self.host(host).infos = {i.name: i for i in infos}
 
     def request_baseline(self, host: str, server: str) -> None:
-        """Headless: record and watch; a failure is a notice on the server."""
+        """Record and watch (a feed's scenario, or the `b` key); the result is a notice on the
+        server, a failure too (one line)."""
+        if self.read_only:
+            self.notice(host, server, "read-only (a replay): no baseline recorded")
+            return
         try:
-            self.record_baseline(host, server)
+            b = self.record_baseline(host, server, prepare=self.prepare_baseline)
         except Exception as exc:  # noqa: BLE001 - too few samples, a store error: one line
             self.notice(host, server, f"baseline not recorded: {exc}")
+            return
+        best = b.stats.best()
+        what = (f" ({best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()})"
+                if best is not None and best.median_thr is not None else "")
+        self.notice(host, server, f"baseline recorded: {b.name}{what}")
 
     def reset_host(self, host: str, fresh: Session) -> None:
         """Start the host over from `fresh` (a replay seeking backwards): its servers, GPUs and

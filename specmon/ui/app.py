@@ -1,38 +1,38 @@
 """The Textual app: baseline and speculative servers side by side, speedup, GPUs, logs.
 
-The app does not know where data comes from: a feed (demo, SSH connect, replay) pushes batches
-through a sink that posts messages; handlers update the session; widgets refresh from the session
-on a timer at a few Hz, so 1,000 log lines per second per server cost a handful of repaints.
+The app does not know where data comes from: a feed (demo, SSH connect, replay) calls a sink
+that applies each event to the session model directly (the feed runs on the app's loop) and
+posts one replaceable "session changed" message; what the UI does about an event comes from
+the session's listeners (lines, notices, alerts). Widgets refresh from the session on a timer
+at a few Hz, so 1,000 log lines per second per server cost a handful of repaints.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rich.markup import escape
-from textual import events, on
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
-from specmon.hosts.base import ConnectionState
-from specmon.parse.gpu import GpuSample
 from specmon.resources import stylesheet
-from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
-from specmon.session.drift import NotEnoughSamples, alert_lines
-from specmon.session.events import Feed, LineItem, ServerInfo
+from specmon.session.baselines import Baseline, BaselineStore
+from specmon.session.drift import alert_lines
+from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.state import Session
 from specmon.session.window import DEFAULT_WINDOW_S
@@ -40,19 +40,6 @@ from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model
-from specmon.ui.messages import (
-    BaselineRequest,
-    GpuUpdate,
-    HostServers,
-    HostStateChanged,
-    ServerDeclared,
-    ServerExited,
-    ServerLines,
-    ServerNotice,
-    ServerPids,
-    ServerProbe,
-    TailMissing,
-)
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
@@ -133,46 +120,33 @@ class HelpScreen(ModalScreen[None]):
                          "this help[/dim]", id="help-text")
 
 
-class _Sink:
-    """The FeedSink of the TUI: each feed event becomes a message (same event loop); its
-    handler calls the same method of the session model."""
+class SessionChanged(Message):
+    """A feed event was applied to the session model; one waits in the queue at a time (a
+    newer one replaces it): the handler redraws once for a burst of events."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SessionChanged)
+
+
+class _AppSink:
+    """The TUI's FeedSink: each event is the session model's method of the same name, applied
+    directly (the feed runs on the app's own loop), then one replaceable `SessionChanged`.
+
+    A new feed event needs no code here: the protocol (session/events.py) and the session
+    (`FleetSession`) are its two edits; what the UI does about it comes from the session's
+    listeners (lines, notices, alerts) and from the redraw."""
 
     def __init__(self, app: SpecmonApp) -> None:
-        self.app = app
+        self._app = app
 
-    def declare_server(self, host: str, server: str, role: str | None, path: str | None) -> None:
-        self.app.post_message(ServerDeclared(host, server, role, path))
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        apply = getattr(self._app.fleet, name)
 
-    def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
-        if items:
-            self.app.post_message(ServerLines(host, server, items))
+        def event(*args: Any, **kwargs: Any) -> None:
+            apply(*args, **kwargs)
+            self._app.post_message(SessionChanged())
 
-    def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
-        self.app.post_message(GpuUpdate(host, samples, error))
-
-    def server_exited(self, host: str, server: str, code: int | None) -> None:
-        self.app.post_message(ServerExited(host, server, code))
-
-    def notice(self, host: str, server: str, text: str) -> None:
-        self.app.post_message(ServerNotice(host, server, text))
-
-    def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
-        self.app.post_message(TailMissing(host, server, path, reason))
-
-    def host_state(self, host: str, state: ConnectionState) -> None:
-        self.app.post_message(HostStateChanged(host, state))
-
-    def host_servers(self, host: str, infos: Sequence[ServerInfo]) -> None:
-        self.app.post_message(HostServers(host, infos))
-
-    def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
-        self.app.post_message(ServerPids(host, server, pids))
-
-    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
-        self.app.post_message(ServerProbe(host, server, probe))
-
-    def request_baseline(self, host: str, server: str) -> None:
-        self.app.post_message(BaselineRequest(host, server))
+        return event
 
 
 ServerKey = tuple[str, str]
@@ -221,6 +195,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             FleetSession.of(session, clock=clock)
         if baseline_store is not None:
             self.fleet.store = baseline_store
+        self.fleet.prepare_baseline = _redact_baseline  # the store keeps no secret
         self.feed = feed
         self.window_s = window_s
         self.refresh_hz = refresh_hz
@@ -236,6 +211,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.metrics_server: Any = None  # what the command opened for this app (it closes them)
         self.hosts: list[Any] = []
         self.lines_received = 0
+        self.sink: FeedSink = cast(FeedSink, _AppSink(self))  # what the feed is given
         self.refreshes = 0
         self.chart_metric = METRICS[0]
         self._refresh_requested = False
@@ -350,10 +326,12 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         for host, st in self.fleet.servers():
             self._ensure_panel(host, st.name)
         self.fleet.alert_listeners.append(self._alert_changed)
+        self.fleet.record_listeners.append(self._line_applied)
+        self.fleet.notice_listeners.append(self._notice)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         self.set_interval(1.0, self.drift_tick)
         if self.feed is not None:
-            self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
+            self._feed_worker = self.run_worker(self.feed.run(self.sink), name="feed",
                                                 group="feed", exit_on_error=False)
         self.refresh_view()
 
@@ -371,8 +349,11 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.exit()
 
     async def on_unmount(self) -> None:
-        with contextlib.suppress(ValueError):
-            self.fleet.alert_listeners.remove(self._alert_changed)
+        for listeners, fn in ((self.fleet.alert_listeners, self._alert_changed),
+                              (self.fleet.record_listeners, self._line_applied),
+                              (self.fleet.notice_listeners, self._notice)):
+            with contextlib.suppress(ValueError):
+                listeners.remove(fn)  # type: ignore[arg-type]
         await self.stop_feed()
 
     def _ensure_panel(self, host: str, name: str) -> ServerPanel | None:
@@ -432,57 +413,22 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def panels(self) -> list[ServerPanel]:
         return [p for p in self._panels.values() if p.is_mounted]
 
-    # --- messages from the feed: each calls the session model's method of the same name -------
+    # --- the session model changed: its listeners and one redraw ----------------------------
 
-    @on(ServerDeclared)
-    def _declared(self, msg: ServerDeclared) -> None:
-        self.fleet.declare_server(msg.host, msg.server, msg.role, msg.path)
-        self._ensure_panel(msg.host, msg.server)
+    def on_session_changed(self, _msg: SessionChanged) -> None:
+        """New servers get their panel (the widgets read the rest at the next refresh)."""
+        for host, st in self.fleet.servers():
+            if (host, st.name) not in self._panels:
+                self._ensure_panel(host, st.name)
 
-    @on(ServerLines)
-    def _lines(self, msg: ServerLines) -> None:
-        self.fleet.lines(msg.host, msg.server, msg.items)
-        self._pending.setdefault((msg.host, msg.server), []).extend(it.text for it in msg.items)
-        self.lines_received += len(msg.items)
-        self._ensure_panel(msg.host, msg.server)
+    def _line_applied(self, host: str, server: str, item: LineItem) -> None:
+        """A record listener: the line goes to its panel's log at the next refresh."""
+        self._pending.setdefault((host, server), []).append(item.text)
+        self.lines_received += 1
 
-    @on(GpuUpdate)
-    def _gpus(self, msg: GpuUpdate) -> None:
-        self.fleet.gpus(msg.host, msg.samples, msg.error)
-
-    @on(ServerExited)
-    def _exited(self, msg: ServerExited) -> None:
-        self.fleet.server_exited(msg.host, msg.server, msg.code)
-
-    @on(ServerNotice)
-    def _notice(self, msg: ServerNotice) -> None:
-        self.fleet.notice(msg.host, msg.server, msg.text)
-        who = msg.host if msg.server == "*" else self.server_label((msg.host, msg.server))
-        self.notify(f"{who}: {msg.text}", markup=False)
-
-    @on(TailMissing)
-    def _tail_missing(self, msg: TailMissing) -> None:
-        self.fleet.tail_missing(msg.host, msg.server, msg.path, msg.reason)
-
-    @on(ServerProbe)
-    def _probe(self, msg: ServerProbe) -> None:
-        self.fleet.server_probe(msg.host, msg.server, msg.probe)
-
-    @on(ServerPids)
-    def _pids(self, msg: ServerPids) -> None:
-        self.fleet.server_pids(msg.host, msg.server, msg.pids)
-
-    @on(HostServers)
-    def _host_servers(self, msg: HostServers) -> None:
-        self.fleet.host_servers(msg.host, msg.infos)
-
-    @on(BaselineRequest)
-    def _baseline_request(self, msg: BaselineRequest) -> None:
-        self.record_baseline(msg.host, msg.server)
-
-    @on(HostStateChanged)
-    def _host_state(self, msg: HostStateChanged) -> None:
-        self.fleet.host_state(msg.host, msg.state)
+    def _notice(self, host: str, server: str, text: str) -> None:
+        who = host if server == "*" else self.server_label((host, server))
+        self.notify(f"{who}: {text}", markup=False)
 
     # --- periodic refresh ---------------------------------------------------------------------
 
@@ -637,23 +583,11 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         assert isinstance(store, BaselineStore)
         return store
 
-    def record_baseline(self, host: str, server: str) -> Baseline | None:
-        """Record the server's current run as its baseline, store it, and watch for drift."""
+    def record_baseline(self, host: str, server: str) -> None:
+        """Record the server's current run as its baseline, store it, and watch for drift:
+        the session model's `request_baseline` (its result comes back as a notice)."""
         _ = self.baseline_store  # the default store, unless one was given
-        try:
-            b = self.fleet.record_baseline(host, server, prepare=_redact_baseline)
-        except NotEnoughSamples as exc:
-            self.notify(str(exc), severity="warning", markup=False)
-            return None
-        except (OSError, sqlite3.Error, BaselineExists) as exc:
-            self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
-            return None
-        best = b.stats.best()
-        what = (f"{best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()}"
-                if best and best.median_thr is not None else "")
-        where = f"; {self.store_note}" if self.store_note else ""
-        self.notify(f"baseline recorded: {b.name} ({what}{where})", markup=False)
-        return b
+        self.fleet.request_baseline(host, server)
 
     def drift_tick(self) -> None:
         now = self.clock()

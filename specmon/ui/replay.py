@@ -10,14 +10,11 @@ and the SVG screenshot key (s); the live app can mix it in too (it needs `.sessi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.message import Message
 from textual.widgets import Footer, Static
 
 from specmon.export.snapshot import (
@@ -26,12 +23,6 @@ from specmon.export.snapshot import (
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.safe import plain
-
-
-@dataclass
-class ReplayReset(Message):
-    """Sent by the feed (through the app's queue, so it stays ordered with the lines) on a
-    backward seek: the session starts over from the snapshot's profile."""
 
 
 def _clock_text(t: float) -> str:
@@ -62,6 +53,7 @@ class ReplayApp(SpecmonApp):
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
                          export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
+        self.fleet.read_only = True  # a snapshot's scenario may ask for a baseline: refused
         self.sub_title = plain(f"replay · {snapshot.host}"
                                + (f" · {source_name}" if source_name else ""))
 
@@ -74,12 +66,6 @@ class ReplayApp(SpecmonApp):
         if action in self.READ_ONLY_ACTIONS:
             return False  # hidden from the footer and the help, and not run
         return super().check_action(action, parameters)
-
-    def record_baseline(self, host: str, server: str) -> None:
-        """Never in a replay: a snapshot's scenario may ask for one; the store is not touched."""
-        self.notify(f"replay is read-only: no baseline recorded for {server}", markup=False,
-                    timeout=3)
-        return None
 
     def get_system_commands(self, screen: Any) -> Any:
         hidden = {"Record baseline", "Start server", "Stop server", "Restart server",
@@ -97,10 +83,8 @@ class ReplayApp(SpecmonApp):
     # --- reset on backward seek ---------------------------------------------------------------
 
     def _request_reset(self) -> None:
-        self.post_message(ReplayReset())
-
-    @on(ReplayReset)
-    def _reset(self, _msg: ReplayReset) -> None:
+        """The feed seeks backwards: start the session over now, before the feed pushes the
+        lines up to the new position (its events are applied as they come, not queued)."""
         self.fleet.reset_host(self.replay.host, replay_session(self.snapshot))
         self._pending.clear()
         for panel in self.panels():
