@@ -433,7 +433,8 @@ def _graph_row(last: BatchRecord | None) -> tuple[str, str, str, str]:
 class StickyLog(Log):
     """A Log that stops following as soon as the user scrolls up, and says so."""
 
-    def _pause(self) -> None:
+    def pause(self) -> None:
+        """Stop following (the user scrolled up, or pressed p), and say so."""
         if self.auto_scroll:
             self.auto_scroll = False
             self.post_message(StickyLog.Paused())
@@ -452,19 +453,19 @@ class StickyLog(Log):
             self.post_message(StickyLog.Resumed())
 
     def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
-        self._pause()
+        self.pause()
         super()._on_mouse_scroll_up(event)
 
     def action_scroll_up(self) -> None:
-        self._pause()
+        self.pause()
         super().action_scroll_up()
 
     def action_page_up(self) -> None:
-        self._pause()
+        self.pause()
         super().action_page_up()
 
     def action_scroll_home(self) -> None:
-        self._pause()
+        self.pause()
         super().action_scroll_home()
 
 
@@ -517,8 +518,8 @@ class LogView(Vertical):
         yield Static("", classes="badge", id=f"badge-{safe_id(self.server)}")
 
     @property
-    def log_widget(self) -> Log:
-        return self.query_one(Log)
+    def log_widget(self) -> StickyLog:
+        return self.query_one(StickyLog)
 
     @property
     def following(self) -> bool:
@@ -582,7 +583,7 @@ class LogView(Vertical):
         self.query_one(".badge", Static).display = True
 
     def pause(self) -> None:
-        self.log_widget._pause()
+        self.log_widget.pause()
 
     def resume(self) -> None:
         log = self.log_widget
