@@ -337,6 +337,6 @@ async def test_control_status_line_clears_when_the_action_is_done():
         startup = app.query_one("#startup-baseline")
         assert "start…" in str(startup.content) and startup.display
         ctl.release.set()
-        await wait_for(pilot, lambda: app.session.server("baseline").control_text is None)
+        await wait_for(pilot, lambda: ("test-host", "baseline") not in app.control_status)
         await pilot.pause(0.4)
         assert "start" not in str(startup.content) and not startup.display

@@ -145,7 +145,7 @@ async def test_a_failed_benchmark_is_one_line_in_the_status_area():
         text, severity = app.status_text
         assert severity == "error" and "\n" not in text and "Traceback" not in text
         assert text == "baseline: benchmark failed: [Errno 104] Connection reset by peer"
-        assert app.fleet.server("test-host", "baseline").control_text == \
+        assert app.control_status[("test-host", "baseline")] == \
             "benchmark failed: [Errno 104] Connection reset by peer"
         status = app.query_one("#status")
         assert status.display and "benchmark failed" in str(status.content)

@@ -347,7 +347,6 @@ class ServerState:
     last_line_t: float | None = None  # receive time of the newest line
     pids: set[int] = field(default_factory=set)  # launcher and workers, when the feed knows them
     fingerprint: Any = None  # the fingerprint of the baseline recorded on this server, if any
-    control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
     last_bench_run: int | None = None  # the index of the server's run it measured

@@ -204,6 +204,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.show_clock = show_clock
         self.export_dir = export_dir or Path.cwd()
         self.actions = dict(actions or {})
+        self.control_status: dict[ServerKey, str] = {}
         self._pending: dict[ServerKey, list[str]] = {}
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
@@ -481,7 +482,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                 view.filled = False
                 continue
             rec = recorded.get(panel.server, (None,))[0] if panel.host == host else None
-            panel.refresh_from(state, now, self.window_s, rec)
+            panel.refresh_from(state, now, self.window_s, rec, self.control_status.get(key))
             view.set_source(state.log)
             if not view.filled:
                 view.refill()  # a panel mounted after lines arrived starts with what is kept

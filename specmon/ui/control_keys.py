@@ -51,6 +51,9 @@ class ServerControlMixin:
         Binding("m", "server_bench", "Benchmark", show=False, id="server.bench"),
     ]
     actions: dict[Key, Any]
+    # what the panel's status line says about the last start/stop/... from the keyboard (UI
+    # text: the session model holds none of it)
+    control_status: dict[Key, str]
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -74,24 +77,22 @@ class ServerControlMixin:
         return key, ctl
 
     def _progress(self, server: Key) -> Any:
-        state = self._ctl_state(server)
-
         def cb(p: Any) -> None:
-            state.control_text = p.describe() if hasattr(p, "describe") else str(p)
+            self.control_status[server] = p.describe() if hasattr(p, "describe") else str(p)
 
         return cb
 
     def _run(self, server: Key, what: str, coro: Any, done: Any = None) -> None:
         app: Any = self
         state = self._ctl_state(server)
-        state.control_text = f"{what}…"
+        self.control_status[server] = f"{what}…"
 
         async def work() -> None:
             try:
                 result = await coro
             except Exception as exc:  # noqa: BLE001 - every control failure is one line
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                state.control_text = f"{what} failed: {why}"
+                self.control_status[server] = f"{what} failed: {why}"
                 app.notify(f"{self._ctl_name(server)}: {what} failed: {why}", severity="error",
                            markup=False, timeout=10)
                 last = getattr(exc, "last_lines", None)
@@ -100,7 +101,7 @@ class ServerControlMixin:
                 self._offer_swap(server, exc)
                 return
             # superseded: the panel's own state says what follows (loading, ready, stopped)
-            state.control_text = None
+            self.control_status.pop(server, None)
             app.notify(f"{self._ctl_name(server)}: {what} done", markup=False, timeout=4)
             if done is not None:
                 done(result)

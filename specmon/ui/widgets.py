@@ -672,7 +672,7 @@ class ServerPanel(Vertical):
         return self.query_one(LogView)
 
     def refresh_from(self, state: ServerState, now: float, window_s: float,
-                     recorded: float | None = None) -> None:
+                     recorded: float | None = None, control: str | None = None) -> None:
         _, cls = STATUS_MARK.get(state.status, STATUS_MARK["unknown"])
         if cls != self._status_cls:
             for c in STATUS_MARK.values():
@@ -681,7 +681,7 @@ class ServerPanel(Vertical):
         title = self.query_one(".panel-title", Lines)
         title.put(title_pieces(state, title.avail))
         startup = self.query_one(".startup", Lines)
-        pieces = _startup_pieces(state, startup.avail)
+        pieces = _startup_pieces(state, startup.avail, control)
         startup.display = bool(pieces)
         startup.put(pieces)
         self.query_one(ServerSummary).show(state, now, window_s)
@@ -710,14 +710,17 @@ def _throughput_spark(state: ServerState, now: float, window_s: float, recorded:
             (f" bs {num(bs, '{}')} · {span:.0f} s", "$text-muted")]
 
 
-def _startup_pieces(state: ServerState, width: int = 200) -> list[Piece]:
+def _startup_pieces(state: ServerState, width: int = 200, control: str | None = None
+                    ) -> list[Piece]:
+    """Start-up progress, the last control action's status (`control`), env audit, benchmark
+    of this run, a crash's traceback."""
     p: list[Piece] = []
 
     def line(text: str, style: str = "") -> None:
         p.append((("\n" if p else "") + (fit(text, width) or text[:width]), style))
 
-    if state.control_text:
-        line(plain(state.control_text), "italic")
+    if control:
+        line(plain(control), "italic")
     if state.tail_status:  # why no line arrives: "no such file: ... (waiting)", a silent file
         line(plain(state.tail_status), "bold")
     audit = state.env_audit
