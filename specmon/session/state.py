@@ -338,6 +338,9 @@ class ServerState:
     decode_total: int = 0
     prefill_total: int = 0
     log: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
+    # the record each kept line was parsed into (None: not an SGLang line), in step with `log`:
+    # the UI shows the records as they were parsed once, never parsing a line again
+    log_records: deque[Record | None] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
     traceback: list[str] = field(default_factory=list)
     in_traceback: bool = False
     startup: StartupProgress = field(default_factory=StartupProgress)
@@ -429,6 +432,7 @@ class ServerState:
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)
+        self.log_records.append(rec)
         if self.in_traceback:
             if text.strip() and not text.startswith((" ", "\t", "Traceback")) and rec is not None:
                 self.in_traceback = False

@@ -29,6 +29,7 @@ from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
+from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineStore
 from specmon.session.drift import alert_lines
@@ -205,7 +206,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.export_dir = export_dir or Path.cwd()
         self.actions = dict(actions or {})
         self.control_status: dict[ServerKey, str] = {}
-        self._pending: dict[ServerKey, list[str]] = {}
+        self._pending: dict[ServerKey, list[tuple[str, Record | None]]] = {}
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
         self._multi = len(self.fleet.hosts) > 1
@@ -424,7 +425,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def _line_applied(self, host: str, server: str, item: LineItem) -> None:
         """A record listener: the line goes to its panel's log at the next refresh."""
-        self._pending.setdefault((host, server), []).append(item.text)
+        self._pending.setdefault((host, server), []).append((item.text, item.record))
         self.lines_received += 1
 
     def _notice(self, host: str, server: str, text: str) -> None:
@@ -483,7 +484,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                 continue
             rec = recorded.get(panel.server, (None,))[0] if panel.host == host else None
             panel.refresh_from(state, now, self.window_s, rec, self.control_status.get(key))
-            view.set_source(state.log)
+            view.set_source(state)
             if not view.filled:
                 view.refill()  # a panel mounted after lines arrived starts with what is kept
             elif pending:

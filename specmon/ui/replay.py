@@ -90,7 +90,7 @@ class ReplayApp(SpecmonApp):
         for panel in self.panels():
             view = panel.log_view
             view.log_widget.clear()
-            view.set_source(self.session.server(panel.server).log)
+            view.set_source(self.session.server(panel.server))
 
     # --- view ---------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from textual.widgets import Input, Log, Static
 
 from specmon.analysis.stats import median
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
-from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.parse.sglang import BatchRecord, Record
 from specmon.session.speedup import format_speedup
 from specmon.session.state import ServerState
 from specmon.session.window import (
@@ -469,10 +469,9 @@ class StickyLog(Log):
         super().action_scroll_home()
 
 
-def compact_line(line: str) -> str:
-    """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"); others
-    unchanged."""
-    rec = parse_line(line)
+def compact_line(line: str, rec: Record | None) -> str:
+    """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"), from the
+    record the session parsed it into; other lines unchanged."""
     if not isinstance(rec, BatchRecord):
         return plain(line)
     ts = rec.timestamp[11:] if rec.timestamp and len(rec.timestamp) > 11 else (
@@ -509,7 +508,8 @@ class LogView(Vertical):
         self.new_while_paused = 0
         self.filled = False
         self.compact = compact
-        self._source: Iterable[str] = ()
+        self._lines: Sequence[str] = ()
+        self._records: Sequence[Record | None] = ()
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (plain text)", id=f"filter-{safe_id(self.server)}",
@@ -530,8 +530,9 @@ class LogView(Vertical):
         self.query_one(Input).display = False
         self.set_class(self.compact, "-compact")
 
-    def set_source(self, lines: Iterable[str]) -> None:
-        self._source = lines
+    def set_source(self, state: ServerState) -> None:
+        """The server's kept lines and the records the session parsed them into."""
+        self._lines, self._records = state.log, state.log_records
 
     def set_compact(self, compact: bool) -> None:
         if compact != self.compact:
@@ -543,11 +544,11 @@ class LogView(Vertical):
     def _matches(self, line: str) -> bool:
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
-    def _show(self, line: str) -> str:
-        return compact_line(line) if self.compact else plain(line)
+    def _show(self, line: str, rec: Record | None) -> str:
+        return compact_line(line, rec) if self.compact else plain(line)
 
-    def append(self, lines: list[str]) -> None:
-        lines = [self._show(x) for x in lines if self._matches(x)]
+    def append(self, items: Sequence[tuple[str, Record | None]]) -> None:
+        lines = [self._show(x, rec) for x, rec in items if self._matches(x)]
         if not lines:
             return
         log = self.log_widget
@@ -601,8 +602,10 @@ class LogView(Vertical):
         self.filled = True
         log = self.log_widget
         log.clear()
-        log.write_lines([self._show(x) for x in self._source if self._matches(x)],
-                        scroll_end=False)
+        records = self._records if len(self._records) == len(self._lines) else \
+            [None] * len(self._lines)  # (a state built without records: raw lines)
+        log.write_lines([self._show(x, rec) for x, rec in zip(self._lines, records, strict=True)
+                         if self._matches(x)], scroll_end=False)
         if log.auto_scroll:
             log.scroll_end(animate=False, immediate=True, x_axis=False)
         self.new_while_paused = 0
