@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from rich.markup import escape
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
@@ -29,6 +29,7 @@ from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
+from specmon.keymap import ACTIONS, GROUPS, actions_for
 from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineStore
@@ -41,6 +42,7 @@ from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
@@ -77,39 +79,8 @@ changed the printed rate's definition twice.
 • N/A means specmon did not measure it; it never shows a guess.
 """
 
-# (group, [(action, what it does)]): the help lists these with the keys currently bound to them
-HELP_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("Move around", [("focus_next", "next panel (the focused one has a bright border)"),
-                     ("focus_previous", "previous panel"),
-                     ("next_host", "next host tab (several hosts)"),
-                     ("toggle_log_full", "the focused server's log full screen, and back"),
-                     ("toggle_gpus", "every GPU's row, or one summary row per server"),
-                     ("help", "this help"), ("command_palette", "every action, and the themes")]),
-    ("Logs", [("filter", "filter the focused log (plain text)"),
-              ("clear_filter", "clear the filter"),
-              ("pause", "pause following (scrolling up pauses too)"),
-              ("follow", "follow the end again"),
-              ("toggle_compact", "compact lines (time, bs, tok/s, accept len) or raw lines")]),
-    ("Numbers", [("cycle_window", "statistics window: 30 s, 60 s, 300 s"),
-                 ("advisor", "the advisor: best speculative settings, break-even accept len"),
-                 ("chart_metric", "chart: decode tok/s, accept len, t_cycle"),
-                 ("record_baseline", "record the focused server's run as its baseline")]),
-    ("Servers", [("server_start", "start the focused server from its profile"),
-                 ("server_stop", "stop it (asks first)"),
-                 ("server_restart", "restart it"),
-                 ("server_swap", "stop it and start the other"),
-                 ("server_bench", "a short end-to-end benchmark")]),
-    ("Replay", [("toggle_play", "play / pause"), ("seek(-10)", "back 10 s"),
-                ("seek(10)", "forward 10 s"), ("seek(-60)", "back 60 s"),
-                ("seek(60)", "forward 60 s"), ("slower", "slower"), ("faster", "faster"),
-                ("seek_start", "to the start"), ("seek_end", "to the end")]),
-    ("Files", [("export_snapshot", "export the session to a snapshot file"),
-               ("screenshot", "save an SVG screenshot"), ("quit", "quit")]),
-]
-
-
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", id="help.close")]
+    BINDINGS = bindings("help")
 
     def __init__(self, keys: str) -> None:
         super().__init__()
@@ -163,24 +134,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
-    BINDINGS = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("question_mark", "help", "Help", id="help"),
-        Binding("slash", "filter", "Filter", id="log.filter"),
-        Binding("end", "follow", "Follow log", show=False, id="log.follow"),
-        Binding("p", "pause", "Pause log", show=False, id="log.pause"),
-        Binding("w", "cycle_window", "Window", id="window.cycle"),
-        Binding("b", "record_baseline", "Baseline", id="baseline.record"),
-        Binding("h", "next_host", "Next host", id="host.next"),
-        Binding("l", "toggle_log_full", "Log", id="log.full"),
-        Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
-        Binding("t", "chart_metric", "Chart", show=False, id="chart.metric"),
-        Binding("d", "toggle_gpus", "GPU rows", id="gpus.toggle"),
-        *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
-        *ServerControlMixin.CONTROL_BINDINGS,
-        *AdvisorKeysMixin.ADVISOR_BINDINGS,
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
-    ]
+    BINDINGS = bindings("app")  # from the action table (specmon/keymap.py), remappable by id
     # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
     CHART_MIN = (160, 48)
 
@@ -663,12 +617,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             disp = self.get_key_display(b)
             if disp not in keys[b.action]:
                 keys[b.action].append(disp)
-        keys.setdefault("focus_next", ["tab"])
-        keys.setdefault("focus_previous", ["shift+tab"])
-        keys.setdefault("command_palette", ["ctrl+p"])
+        for a in actions_for("builtin"):  # Textual's own keys
+            keys.setdefault(a.action, [a.key])
         out = []
-        for group, entries in HELP_GROUPS:
-            rows = [(", ".join(keys[a]), what) for a, what in entries if keys.get(a)]
+        for group in GROUPS:
+            rows = [(", ".join(keys[a.action]), a.help) for a in ACTIONS
+                    if a.group == group and a.target in ("app", "replay", "builtin")
+                    and keys.get(a.action)]
             if not rows:
                 continue
             out.append(f"[b]{group}[/b]")
@@ -758,40 +713,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.refresh_view()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's commands, then every action of the table that has a palette title and
+        can run here (a replay hides the control keys, one host hides "next host")."""
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Help", "What every number means, and the keys", self.action_help)
-        yield SystemCommand("Filter log", "Show only log lines containing a text",
-                            self.action_filter)
-        yield SystemCommand("Follow log", "Resume the sticky tail of the focused log",
-                            self.action_follow)
-        yield SystemCommand("Pause log", "Stop following the focused log", self.action_pause)
-        yield SystemCommand("Cycle window", "Statistics window: 30 s, 60 s, 300 s",
-                            self.action_cycle_window)
-        yield SystemCommand("Record baseline", "Record the focused server's current run as its "
-                            "baseline and watch for drift", self.action_record_baseline)
-        yield SystemCommand("Export snapshot", "Write the session to a snapshot file",
-                            self.action_export_snapshot)
-        for name, desc, fn in (
-            ("Advisor", "Best speculative settings and the break-even accept length",
-             self.action_advisor),
-            ("Chart metric", "Chart: decode tok/s, accept len, t_cycle", self.action_chart_metric),
-            ("GPU rows", "Every GPU's row, or one summary row per server", self.action_toggle_gpus),
-            ("Compact / raw log", "Compact log lines (time, bs, tok/s, accept len) or raw lines",
-             self.action_toggle_compact),
-            ("Log full screen", "The focused server's log full screen, and back",
-             self.action_toggle_log_full),
-            ("Clear filter", "Show every line of the focused log again", self.action_clear_filter),
-            ("Start server", "Start the focused server from its profile", self.action_server_start),
-            ("Stop server", "Stop the focused server (confirmation)", self.action_server_stop),
-            ("Restart server", "Restart the focused server", self.action_server_restart),
-            ("Swap servers", "Stop the focused server, start the other", self.action_server_swap),
-            ("Benchmark", "Run a short end-to-end benchmark on the focused server",
-             self.action_server_bench),
-        ):
-            yield SystemCommand(name, desc, fn)
-        if self._multi:
-            yield SystemCommand("Next host", "Show the next host's tab", self.action_next_host)
-
+        for a in ACTIONS:
+            if a.palette and a.target == "app" and self.check_action(a.action, ()) is not False:
+                yield SystemCommand(a.palette, a.help[:1].upper() + a.help[1:],
+                                    partial(self.run_action, a.action))
 
 
 

@@ -11,17 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y", "answer(True)", "Yes", id="confirm.yes"),
-                Binding("n,escape", "answer(False)", "No", id="confirm.no")]
+    BINDINGS = bindings("confirm")
 
     def __init__(self, question: str) -> None:
         super().__init__()
@@ -43,13 +42,6 @@ class ServerControlMixin:
     """Needs `self.actions: dict[(host, server), Any]`, `self.fleet`, `_focused_server()`,
     `server_label()`, notify."""
 
-    CONTROL_BINDINGS = [
-        Binding("u", "server_start", "Start", id="server.start"),
-        Binding("x", "server_stop", "Stop", id="server.stop"),
-        Binding("r", "server_restart", "Restart", show=False, id="server.restart"),
-        Binding("o", "server_swap", "Swap", show=False, id="server.swap"),
-        Binding("m", "server_bench", "Benchmark", show=False, id="server.bench"),
-    ]
     actions: dict[Key, Any]
     # what the panel's status line says about the last start/stop/... from the keyboard (UI
     # text: the session model holds none of it)

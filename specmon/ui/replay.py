@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.widgets import Footer, Static
 
 from specmon.export.snapshot import (
@@ -22,6 +21,7 @@ from specmon.export.snapshot import (
 )
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
 
@@ -32,18 +32,7 @@ def _clock_text(t: float) -> str:
 
 class ReplayApp(SpecmonApp):
     TITLE = "specmon replay"
-    BINDINGS = [
-        *SpecmonApp.BINDINGS,
-        Binding("space", "toggle_play", "Play/pause", id="replay.toggle"),
-        Binding("comma", "seek(-10)", "−10 s", id="replay.back"),
-        Binding("full_stop", "seek(10)", "+10 s", id="replay.forward"),
-        Binding("less_than_sign", "seek(-60)", "−60 s", show=False, id="replay.back_long"),
-        Binding("greater_than_sign", "seek(60)", "+60 s", show=False, id="replay.forward_long"),
-        Binding("left_square_bracket", "slower", "Slower", id="replay.slower"),
-        Binding("right_square_bracket", "faster", "Faster", id="replay.faster"),
-        Binding("g", "seek_start", "Start", show=False, id="replay.start"),
-        Binding("G", "seek_end", "End", show=False, id="replay.end"),
-    ]
+    BINDINGS = [*SpecmonApp.BINDINGS, *bindings("replay")]  # (specmon/keymap.py)
 
     def __init__(self, snapshot: Snapshot, *, speed: float = 1.0, playing: bool = True,
                  export_dir: str | Path | None = None, source_name: str = "",
@@ -66,13 +55,6 @@ class ReplayApp(SpecmonApp):
         if action in self.READ_ONLY_ACTIONS:
             return False  # hidden from the footer and the help, and not run
         return super().check_action(action, parameters)
-
-    def get_system_commands(self, screen: Any) -> Any:
-        hidden = {"Record baseline", "Start server", "Stop server", "Restart server",
-                  "Swap servers", "Benchmark"}
-        for cmd in super().get_system_commands(screen):
-            if cmd.title not in hidden:
-                yield cmd
 
     def compose(self) -> ComposeResult:
         for widget in super().compose():
