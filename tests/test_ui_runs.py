@@ -39,7 +39,7 @@ def test_restart_clears_the_ended_runs_values_from_the_live_rows():
     spec.last_bench = SimpleNamespace(concurrency=1, output_len=64, completed=4, output_tok_s=90.0,
                                       mean_ttft_ms=20.0, mean_itl_ms=11.0, accept_length=2.4)
     spec.last_bench_run = spec.run.index
-    from specmon.ui.widgets import _startup_pieces
+    from specmon.ui.widgets import startup_pieces as _startup_pieces
     assert any(t.startswith("bench 90.0 tok/s end-to-end, this run") for t, _ in _startup_pieces(spec))
     watches = {n: w for (h, n), w in fleet.watches.items()}
     assert drift_state("speculative", watches, spec).state == "ok"
