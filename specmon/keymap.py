@@ -16,8 +16,9 @@ from dataclasses import dataclass
 class Action:
     """One user action: its binding id (the `[keys]` name), default key(s) in Textual's form,
     the action it runs, the short text of the footer, the help group and the help text, where
-    its binding lives (`target`: "app", "replay", "help", "confirm", "advisor"; "builtin": a
-    Textual key listed in the help only), whether the footer shows it, and its command-palette
+    its binding lives (`target`: "app", "panel" (a server panel: the focused server), "log"
+    (a log view, and the panel around it), "replay", "help", "confirm", "advisor"; "builtin":
+    a Textual key listed in the help only), whether the footer shows it, and its command-palette
     title (None: not in the palette)."""
 
     id: str | None
@@ -44,19 +45,19 @@ ACTIONS: tuple[Action, ...] = (
     Action("help", "question_mark", "help", "Help", "Move around", "this help",
            palette="Help"),
     Action("log.filter", "slash", "filter", "Filter", "Logs",
-           "filter the focused log (plain text)", palette="Filter log"),
+           "filter the focused log (plain text)", palette="Filter log", target="log"),
     Action("log.follow", "end", "follow", "Follow log", "Logs", "follow the end again",
-           show=False, palette="Follow log"),
+           show=False, palette="Follow log", target="log"),
     Action("log.pause", "p", "pause", "Pause log", "Logs",
-           "pause following (scrolling up pauses too)", show=False, palette="Pause log"),
+           "pause following (scrolling up pauses too)", show=False, palette="Pause log", target="log"),
     Action("window.cycle", "w", "cycle_window", "Window", "Numbers",
            "statistics window: 30 s, 60 s, 300 s", palette="Cycle window"),
     Action("baseline.record", "b", "record_baseline", "Baseline", "Numbers",
-           "record the focused server's run as its baseline", palette="Record baseline"),
+           "record the focused server's run as its baseline", palette="Record baseline", target="panel"),
     Action("host.next", "h", "next_host", "Next host", "Move around",
            "next host tab (several hosts)", palette="Next host"),
     Action("log.full", "l", "toggle_log_full", "Log", "Move around",
-           "the focused server's log full screen, and back", palette="Log full screen"),
+           "the focused server's log full screen, and back", palette="Log full screen", target="log"),
     Action("log.compact", "c", "toggle_compact", "Compact log", "Logs",
            "compact lines (time, bs, tok/s, accept len) or raw lines", show=False,
            palette="Compact / raw log"),
@@ -69,20 +70,20 @@ ACTIONS: tuple[Action, ...] = (
     Action("snapshot.screenshot", "s", "screenshot", "Screenshot", "Files",
            "save an SVG screenshot", show=False),  # (Textual's palette has "Screenshot")
     Action("server.start", "u", "server_start", "Start", "Servers",
-           "start the focused server from its profile", palette="Start server"),
+           "start the focused server from its profile", palette="Start server", target="panel"),
     Action("server.stop", "x", "server_stop", "Stop", "Servers", "stop it (asks first)",
-           palette="Stop server"),
+           palette="Stop server", target="panel"),
     Action("server.restart", "r", "server_restart", "Restart", "Servers", "restart it",
-           show=False, palette="Restart server"),
+           show=False, palette="Restart server", target="panel"),
     Action("server.swap", "o", "server_swap", "Swap", "Servers",
-           "stop it and start the other", show=False, palette="Swap servers"),
+           "stop it and start the other", show=False, palette="Swap servers", target="panel"),
     Action("server.bench", "m", "server_bench", "Benchmark", "Servers",
-           "a short end-to-end benchmark", show=False, palette="Benchmark"),
+           "a short end-to-end benchmark", show=False, palette="Benchmark", target="panel"),
     Action("advisor.show", "a", "advisor", "Advisor", "Numbers",
            "the advisor: best speculative settings, break-even accept len", show=False,
            palette="Advisor"),
     Action("log.clear_filter", "escape", "clear_filter", "Clear filter", "Logs",
-           "clear the filter", show=False, palette="Clear filter"),
+           "clear the filter", show=False, palette="Clear filter", target="log"),
     Action(None, "ctrl+p", "command_palette", "Palette", "Move around",
            "every action, and the themes", "builtin"),
     Action("replay.toggle", "space", "toggle_play", "Play/pause", "Replay", "play / pause",

@@ -19,17 +19,18 @@ from typing import Any, Literal, cast
 from rich.markup import escape
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
-from specmon.keymap import ACTIONS, GROUPS, actions_for
+from specmon.keymap import ACTIONS, GROUPS
 from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineStore
@@ -160,6 +161,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.export_dir = export_dir or Path.cwd()
         self.actions = dict(actions or {})
         self.control_status: dict[ServerKey, str] = {}
+        self._panel_focused = False  # the first panel got the focus once (_default_focus)
         self._pending: dict[ServerKey, list[tuple[str, Record | None]]] = {}
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
@@ -419,7 +421,19 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             down.append(text)
         return "; ".join(down) if down else "connected"
 
+    def _default_focus(self) -> None:
+        """A server's keys (control, baseline, log) live on its panel: the leftmost panel gets
+        the focus once, when it appears (Textual focused the first focusable widget before any
+        panel existed); after that the user moves it (tab)."""
+        if self._panel_focused or len(self.screen_stack) != 1:
+            return
+        first = next(iter(self.query(ServerPanel)), None)
+        if first is not None and first.is_mounted:
+            first.focus()
+            self._panel_focused = True
+
     def _refresh_view(self) -> None:
+        self._default_focus()
         now = self.clock()
         self.refreshes += 1
         host = self.active_host()
@@ -605,25 +619,22 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         return panels[0].log_view if panels else None
 
     def help_keys(self) -> str:
-        """Key groups for the help: readable key names ("?", "/", "esc"), only keys that work
-        here (replay drops the control keys), remaps included."""
-        keys: dict[str, list[str]] = {}
-        # the app's own bindings after the keymap (a focused widget may shadow a key; the help
-        # lists what the app binds)
-        for b in (b for bs in self._bindings.key_to_bindings.values() for b in bs):
-            if self.check_action(b.action, ()) is False:
-                continue
-            keys.setdefault(b.action, [])
-            disp = self.get_key_display(b)
-            if disp not in keys[b.action]:
-                keys[b.action].append(disp)
-        for a in actions_for("builtin"):  # Textual's own keys
-            keys.setdefault(a.action, [a.key])
+        """Key groups for the help, from the action table: readable key names ("?", "/",
+        "esc"), the config's remaps, only keys that work here (a replay drops the control
+        keys)."""
         out = []
         for group in GROUPS:
-            rows = [(", ".join(keys[a.action]), a.help) for a in ACTIONS
-                    if a.group == group and a.target in ("app", "replay", "builtin")
-                    and keys.get(a.action)]
+            rows = []
+            for a in ACTIONS:
+                if a.group != group or a.target not in ("app", "panel", "log", "replay",
+                                                        "builtin"):
+                    continue
+                if self.check_action(a.action, ()) is False:
+                    continue
+                keys = self._keymap.get(a.id, a.key) if a.id is not None else a.key
+                shown = ", ".join(dict.fromkeys(
+                    self.get_key_display(Binding(k.strip(), a.action)) for k in keys.split(",")))
+                rows.append((shown, a.help))
             if not rows:
                 continue
             out.append(f"[b]{group}[/b]")
@@ -635,13 +646,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.push_screen(HelpScreen(self.help_keys()))
 
     def action_toggle_log_full(self) -> None:
-        """The focused server's log alone on the screen (Textual's maximize), and back."""
+        """(The palette's way in; the key lives on the log view and its panel.)"""
         if self.screen.maximized is not None:
             self.screen.minimize()
             return
         view = self._focused_view()
         if view is not None:
-            self.screen.maximize(view, container=False)
+            view.action_toggle_log_full()
 
     def action_toggle_compact(self) -> None:
         self.compact_logs = not self.compact_logs
@@ -664,32 +675,26 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.set_class(panel.expanded, "-gpus-expanded")
         self.refresh_view()
 
+    # the palette's way into the focused log's actions (their keys live on the log view)
     def action_filter(self) -> None:
         view = self._focused_view()
-        if view is None:
-            return
-        box = view.query_one(Input)
-        box.display = True
-        box.focus()
+        if view is not None:
+            view.action_filter()
 
     def action_clear_filter(self) -> None:
         view = self._focused_view()
-        if view is None:
-            return
-        box = view.query_one(Input)
-        box.value = ""
-        box.display = False
-        view.filter_text = ""
+        if view is not None:
+            view.action_clear_filter()
 
     def action_follow(self) -> None:
         view = self._focused_view()
         if view is not None:
-            view.resume()
+            view.action_follow()
 
     def action_pause(self) -> None:
         view = self._focused_view()
         if view is not None:
-            view.pause()
+            view.action_pause()
 
     def action_next_host(self) -> None:
         """Several hosts: show the next host's tab."""
@@ -717,7 +722,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         can run here (a replay hides the control keys, one host hides "next host")."""
         yield from super().get_system_commands(screen)
         for a in ACTIONS:
-            if a.palette and a.target == "app" and self.check_action(a.action, ()) is not False:
+            if a.palette and a.target in ("app", "panel", "log") \
+                    and self.check_action(a.action, ()) is not False:
                 yield SystemCommand(a.palette, a.help[:1].upper() + a.help[1:],
                                     partial(self.run_action, a.action))
 

@@ -14,6 +14,7 @@ from textual.widgets import Input, Log, Static
 
 from specmon.parse.sglang import BatchRecord, Record
 from specmon.session.state import ServerState
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 from specmon.ui.widgets.text import num, safe_id
 
@@ -88,6 +89,7 @@ class LogView(Vertical):
 
     DEFAULT_CLASSES = "logview"
     ALLOW_MAXIMIZE = True  # `l` (it is not focusable itself: its Log is)
+    BINDINGS = bindings("log")  # log.* (specmon/keymap.py): while its log or filter has focus
     filter_text: reactive[str] = reactive("")
 
     def __init__(self, server: str, *, id: str | None = None, compact: bool = True) -> None:
@@ -198,6 +200,32 @@ class LogView(Vertical):
             log.scroll_end(animate=False, immediate=True, x_axis=False)
         self.new_while_paused = 0
         self._update_badge()
+
+    # --- its keys (the server panel around it forwards them while the panel has focus) ------
+
+    def action_filter(self) -> None:
+        box = self.query_one(Input)
+        box.display = True
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one(Input)
+        box.value = ""
+        box.display = False
+        self.filter_text = ""
+
+    def action_pause(self) -> None:
+        self.pause()
+
+    def action_follow(self) -> None:
+        self.resume()
+
+    def action_toggle_log_full(self) -> None:
+        """This log alone on the screen (Textual's maximize), and back."""
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+        elif self.screen.maximize(self, container=False):
+            self.log_widget.focus()  # the keys (l again, p, /, End) stay with this log
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()

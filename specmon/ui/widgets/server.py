@@ -18,6 +18,7 @@ from specmon.session.window import (
     run_stats_text,
     window_points,
 )
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 from specmon.ui.widgets.log import LogView
 from specmon.ui.widgets.text import NA, Lines, Piece, fit, nice_ceiling, num, safe_id, spark
@@ -169,6 +170,9 @@ class ServerPanel(Vertical):
     host: str = ""  # which host's server (the app sets it: servers are keyed (host, server))
 
     DEFAULT_CLASSES = "server-panel"
+    # its keys (specmon/keymap.py): server control and baseline recording run on the app's
+    # server control for this (focused) server; the log keys go to its log view
+    BINDINGS = [*bindings("panel", "app"), *bindings("log")]
 
     def __init__(self, server: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -187,6 +191,21 @@ class ServerPanel(Vertical):
     @property
     def log_view(self) -> LogView:
         return self.query_one(LogView)
+
+    def action_filter(self) -> None:
+        self.log_view.action_filter()
+
+    def action_clear_filter(self) -> None:
+        self.log_view.action_clear_filter()
+
+    def action_pause(self) -> None:
+        self.log_view.action_pause()
+
+    def action_follow(self) -> None:
+        self.log_view.action_follow()
+
+    def action_toggle_log_full(self) -> None:
+        self.log_view.action_toggle_log_full()
 
     def refresh_from(self, state: ServerState, now: float, window_s: float,
                      recorded: float | None = None, control: str | None = None) -> None:
