@@ -386,6 +386,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def _notice(self, host: str, server: str, text: str) -> None:
         who = host if server == "*" else self.server_label((host, server))
+        if self.store_note and text.startswith("baseline recorded"):
+            text += f"; {self.store_note}"  # where it went (the demo's store is temporary)
         self.notify(f"{who}: {text}", markup=False)
 
     # --- periodic refresh ---------------------------------------------------------------------
@@ -704,6 +706,10 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         cur = self.active_host()
         nxt = (hosts.index(cur) + 1) % len(hosts) if cur in hosts else 0
         self.query_one("#host-tabs", TabbedContent).active = f"tab-{nxt}"
+        # the server keys act on the focused panel: the shown host's first one
+        first = next(iter(self.query_one(f"#servers-{nxt}").query(ServerPanel)), None)
+        if first is not None:
+            first.focus()
         self.refresh_view()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
