@@ -149,3 +149,13 @@ async def test_a_failed_benchmark_is_one_line_in_the_status_area():
             "benchmark failed: [Errno 104] Connection reset by peer"
         status = app.query_one("#status")
         assert status.display and "benchmark failed" in str(status.content)
+
+
+async def test_empty_baseline_hint_names_the_key_and_the_temporary_store():
+    app = SpecmonApp(populated_session(30), clock=lambda: T0 + 31, show_clock=False,
+                     keymap={"baseline.record": "ctrl+b"},
+                     store_note="demo: temporary store, deleted at exit")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        text = str(app.query_one("#alerts").content)
+        assert "^b records this run as the baseline (demo: temporary store" in text, text

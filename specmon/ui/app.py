@@ -529,13 +529,15 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                               self.shown_watches(host), self.clock(), self.window_s)
 
     def _baseline_hint(self) -> str:
-        """"b records this run as the baseline", with the key as bound now."""
-        keys = [self.get_key_display(b) for bs in self._bindings.key_to_bindings.values()
-                for b in bs if b.action == "record_baseline"]
-        if not keys:
+        """"b records this run as the baseline", with the key as bound now (the config's
+        remap), where the recording goes; nothing in a replay (read-only)."""
+        if self.check_action("record_baseline", ()) is False:
             return ""
+        act = next(a for a in ACTIONS if a.id == "baseline.record")
+        key = self._keymap.get("baseline.record", act.key).split(",")[0].strip()
         where = f" ({self.store_note})" if self.store_note else ""
-        return f"{keys[0]} records this run as the baseline{where}"
+        return f"{self.get_key_display(Binding(key, act.action))} records this run as the " \
+               f"baseline{where}"
 
     def _show_headline(self, host: str | None, base: Any, spec: Any, now: float) -> None:
         model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
