@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 
@@ -17,22 +18,17 @@ if TYPE_CHECKING:
     from specmon.session.state import ServerState
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="speedup of a speculative server's log over a baseline's (last runs, per batch size)",
-        description="Read two SGLang server logs (files, .gz or '-'), split each into runs "
-        "(server_args lines, restarts) and compare the last run of each at the same "
-        "#running-req, with the same code as the UI. Exit status: 0 compared, 3 no batch size "
-        "has enough samples on both, 2 usage error.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Read two SGLang server logs (files, .gz or '-'), split each into runs "
+                     "(server_args lines, restarts) and compare the last run of each at the same "
+                     "#running-req, with the same code as the UI. Exit status: 0 compared, 3 no batch "
+                     "size has enough samples on both, 2 usage error.")
     p.add_argument("baseline", metavar="BASELINE_LOG")
     p.add_argument("spec", metavar="SPEC_LOG")
-    p.add_argument("--running-req", metavar="N", type=int, help="compare only this #running-req")
+    add_running_req(p, "compare only this #running-req")
     p.add_argument("--run", metavar="K", type=int,
                    help="compare run K of each log (1 = the first; default: the last run)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    add_json(p)
 
 
 def _read(name: str, label: str) -> ServerState:

@@ -8,9 +8,24 @@ import shutil
 import signal
 from pathlib import Path
 
+from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
 from specmon.session.fleet import FleetSession
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format-version", metavar="V", default=None,
+                   help="SGLang release whose log format the simulated servers write (default newest)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="requests the built-in clients keep in flight per server (default 1)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the demo's log files and recorded baselines on exit")
+    add_export_dir(p)
+    add_config(p, "its [keys] remap the UI")
+    p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
+                   help="phantom-baseline: record a tuned baseline, then restart it without the "
+                   "NCCL variables, then with a power cap and a patched file; drift alerts follow")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,17 @@ from specmon.export.report import build_blocks, render_html, render_markdown
 from specmon.export.snapshot import SnapshotError, atomic_write_bytes, read_snapshot
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Servers and fingerprints, throughput per batch size (median, p10-p90, n), "
+                     "speedup with its 95%% interval, accept length, GPU clocks and power, alerts, "
+                     "and SVG charts of throughput over time.")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--format", choices=["md", "html"], default="md")
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="report file (default: next to SNAPSHOT, .report.md/.report.html); '-' "
+                   "prints Markdown without chart files")
+
+
 def default_out(snapshot: str, fmt: str) -> Path:
     p = Path(snapshot)
     name = p.name

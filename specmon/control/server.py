@@ -2,7 +2,7 @@
 
 Everything runs on the host through `hosts/`: the launch (`setsid env K=V ... ARGV`, output
 appended to the log, a 0600 pidfile in the run dir with pid, pgid, sid, start time and command
-line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/agent.py:
+line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/control.py:
 the recorded group only, leader start time and command line verified in the same host process
 that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port
@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, Protocol
 
 import httpx
 
@@ -99,6 +99,20 @@ class StartFailed(ControlError):
 
 class StartTimeout(StartFailed):
     """Not ready within the timeout; the server is left running (stop it explicitly)."""
+
+
+class SwapFailed(ControlError):
+    """A swap stopped one server and could not start the other. The stopped one was started
+    again (`restarted` holds its StartResult) or is DOWN (its name in `down`, and the
+    message says so in capitals: nothing of this pair serves now)."""
+
+    def __init__(self, message: str, cause: BaseException, restarted: Any = None,
+                 down: tuple[str, ...] = ()) -> None:
+        self.cause = cause
+        self.restarted = restarted
+        self.down = down
+        self.last_lines: list[str] = list(getattr(cause, "last_lines", None) or [])
+        super().__init__(message)
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -627,17 +641,58 @@ class ServerController:
 
 @dataclass
 class SwapResult:
-    stopped: StopResult
-    started: StartResult
+    stopped: Any  # StopResult (the demo's controller returns None)
+    started: Any  # StartResult
 
 
-async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
+class Controllable(Protocol):
+    """What a swap needs of a server's controller (ServerController, the demo's DemoActions)."""
+
+    name: str
+
+    async def start(self, progress: Any = None) -> Any: ...
+
+    async def stop(self) -> Any: ...
+
+
+async def _restore(stopped: Controllable, failed: Controllable, exc: Exception,
+                   progress: Any) -> NoReturn:
+    """`failed` did not start after `stopped` was stopped for it: start `stopped` again, or
+    say loudly that it is down. Always raises SwapFailed."""
+    why = str(exc) or type(exc).__name__
+    if isinstance(exc, StartTimeout):  # `failed` is left running on the GPUs: no restart
+        raise SwapFailed(f"swap failed: {failed.name} did not become ready ({why}); it is left "
+                         f"running. {stopped.name} is STOPPED AND DOWN: stop {failed.name}, "
+                         f"then start {stopped.name}", exc, down=(stopped.name,)) from exc
+    try:
+        again = await stopped.start(progress)
+    except Exception as exc2:  # noqa: BLE001 - said, in the one error below
+        raise SwapFailed(f"swap failed: {failed.name} did not start ({why}); starting "
+                         f"{stopped.name} again failed too ({exc2 or type(exc2).__name__}): "
+                         f"{stopped.name} IS DOWN", exc, down=(stopped.name,)) from exc
+    raise SwapFailed(f"swap failed: {failed.name} did not start ({why}); {stopped.name} was "
+                     f"started again", exc, restarted=again) from exc
+
+
+async def swap(stop_ctrl: Controllable, start_ctrl: Controllable,
                progress: ProgressCb | None = None, gpu_timeout: float = 120.0) -> SwapResult:
     """Check that the other server can start, stop one server, wait until the other's GPUs are
     free, start the other. Nothing is stopped when a precondition fails (already running, a
     profile that cannot launch, GPUs held by anything but the server being stopped, a pidfile
-    that does not prove its group)."""
+    that does not prove its group). When the start fails after the stop, the stopped server
+    is started again, or the SwapFailed raised says loudly that it is down.
+
+    Controllers other than ServerController (the demo's) are swapped by stop and start, with
+    the same restore on failure."""
     emit = progress or (lambda p: None)
+    if not (isinstance(stop_ctrl, ServerController) and isinstance(start_ctrl, ServerController)):
+        emit(StartProgress("swap", f"stopping {stop_ctrl.name}", 0.0))
+        stopped_any = await stop_ctrl.stop()
+        try:
+            started_any = await start_ctrl.start(progress)
+        except Exception as exc:  # noqa: BLE001 - restored or said, in SwapFailed
+            await _restore(stop_ctrl, start_ctrl, exc, progress)
+        return SwapResult(stopped_any, started_any)
     emit(StartProgress("swap", f"checking that {start_ctrl.name} can start", 0.0))
     await start_ctrl.check_can_start(freed_by=stop_ctrl)
     rec = await stop_ctrl.read_record()
@@ -649,11 +704,14 @@ async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
     if stopped.remaining:
         raise ControlError(f"{stop_ctrl.name}: processes {stopped.remaining} survived; "
                            f"not starting {start_ctrl.name}")
-    emit(StartProgress("swap", f"waiting for {start_ctrl.name}'s GPUs to be free", 0.0))
-    free, holders = await start_ctrl.wait_gpus_free(gpu_timeout)
-    if free is False:
-        raise GpuBusy(start_ctrl.name, await start_ctrl.owners(holders))
-    started = await start_ctrl.start(progress)
+    try:
+        emit(StartProgress("swap", f"waiting for {start_ctrl.name}'s GPUs to be free", 0.0))
+        free, holders = await start_ctrl.wait_gpus_free(gpu_timeout)
+        if free is False:
+            raise GpuBusy(start_ctrl.name, await start_ctrl.owners(holders))
+        started = await start_ctrl.start(progress)
+    except Exception as exc:  # noqa: BLE001 - restored or said, in SwapFailed
+        await _restore(stop_ctrl, start_ctrl, exc, progress)
     return SwapResult(stopped, started)
 
 

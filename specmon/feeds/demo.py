@@ -158,12 +158,12 @@ class DemoFeed:
             err.close()
 
     async def _probe(self, srv: SimServer, pythonpath: str) -> None:
-        """The fingerprint probe for the launch about to start, as on a real host: the server's
-        Python and PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
+        """The fingerprint probe for the launch about to start, as on a real host: the host's
+        agent reads the server's PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
         sink = self._sink
         if sink is None:
             return
-        probe = await run_probe(LocalHost(self.host), sys.executable, pythonpath=pythonpath)
+        probe = await run_probe(LocalHost(self.host), pythonpath=pythonpath)
         if probe:
             sink.server_probe(self.host, srv.name, probe)
 

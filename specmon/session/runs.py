@@ -61,7 +61,23 @@ def run_row(run: Run) -> dict[str, Any]:
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "args": args_summary(run.args), "decode_lines": run.lines_total,
             "dp_groups": len([k for k in run.groups if k is not None]),
-            "untimed_lines": run.untimed}
+            "untimed_lines": run.untimed, **by_running_req(run)}
+
+
+def by_running_req(run: Run) -> dict[str, Any]:
+    """The run's decode statistics per #running-req, by the UI's window code over the whole run
+    (the run's kept points: `stats_points` of them from `stats_start`, the newest RECENT_POINTS)."""
+    pts = run_window(run, WHOLE_RUN)
+    rows = []
+    for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
+        st = stats_for(pts, rr, WHOLE_RUN)
+        if st is None:
+            continue
+        rows.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
+                     "p10": _r(st.p10), "p90": _r(st.p90),
+                     "accept_len_median": None if st.accept_len is None else _r(st.accept_len)})
+    return {"by_running_req": rows, "stats_points": len(pts),
+            "stats_start": stamp(pts[0].t) if pts else None}
 
 
 def _mode_rr(run: Run) -> int | None:

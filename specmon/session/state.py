@@ -25,6 +25,7 @@ MAX_RUNS = 32  # runs kept per server (older runs are summarised away)
 MAX_GROUPS = 64  # DP groups kept per run (a hostile log cannot grow it forever)
 SILENT_ROUNDS = 3  # a DP group missing from this many consecutive rounds is shown as silent
 RUN_GPU_SAMPLES = 600  # GPU samples kept per run (per GPU: about 10 min at 1 Hz)
+MAX_SPEC_CHANGES = 256  # adaptive step changes kept per run (older ones cover no kept point)
 
 
 def log_time(rec: Record, received: float) -> float | None:
@@ -63,6 +64,7 @@ class DecodePoint:
     received: float | None = None  # when specmon received it (latency and staleness only)
     t_log: bool = True  # False: the line had no timestamp and `t` is the receive time
     groups: int = 1  # DP groups summed into this point
+    after_prefill: bool = False  # a prefill line came since the previous decode line
 
 
 @dataclass(slots=True)
@@ -177,7 +179,8 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
     )
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
-                       all(p.t_log for p in points), len(points))
+                       all(p.t_log for p in points), len(points),
+                       any(p.after_prefill for p in points))
 
 
 @dataclass
@@ -189,6 +192,15 @@ class StartupProgress:
     graph_capture: str | None = None  # "capturing" | "done"
     graph_batch_sizes: list[int] = field(default_factory=list)
     ready: bool = False
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """An `Adaptive spec params updated` line: from server-level point `at` on, `steps` apply."""
+
+    at: int  # the run's decode_total when it came: the index of the first point it covers
+    t: float | None  # its log time
+    steps: int | None
 
 
 @dataclass
@@ -226,6 +238,9 @@ class Run:
     last: BatchRecord | None = None  # newest server-level decode record
     gpu_samples: deque[Any] = field(default_factory=lambda: deque(maxlen=RUN_GPU_SAMPLES))
     has_server_args: bool = False
+    spec_changes: deque[SpecChange] = field(
+        default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
+    prefill_pending: bool = False  # a prefill line since the last decode line
     _round: dict[int | None, DecodePoint] = field(default_factory=dict)
 
     @property
@@ -457,7 +472,9 @@ class ServerState:
             if self.status in ("unknown", "starting", "stopped"):
                 self.status = "ready"
             if rec.kind == "decode":
-                pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None)
+                pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None,
+                                 after_prefill=run.prefill_pending)
+                run.prefill_pending = False
                 self.decode_total += 1
                 self.decode.append(pt)
                 if self.role is None and rec.accept_len is not None:
@@ -470,6 +487,7 @@ class ServerState:
             self.last_prefill = rec
             self.last_prefill_t = t
             run.prefill_total += 1
+            run.prefill_pending = True
             run.last_prefill_t = lt if lt is not None else t
             return []
         self._apply_event(rec, run)
@@ -501,6 +519,11 @@ class ServerState:
         elif ev.kind == "nccl_env":
             if self.log:
                 run.nccl_lines.append(self.log[-1])
+        elif ev.kind == "spec_params":
+            new = ev.data.get("new_steps")
+            run.spec_changes.append(SpecChange(  # t: the run's newest log time (this line's)
+                run.decode_total, run.last_t,
+                new if isinstance(new, int) and not isinstance(new, bool) else None))
         elif ev.kind == "traceback":
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []

@@ -365,7 +365,8 @@ class Engine:
             dur = self.perf.spec_cycle_ms(bs, kv, self.ranks, spec) / 1000.0 * noise
             for r in self.running:
                 k = 0
-                while k < spec.max_accept_drafts and self.rng.random() < r.alpha:
+                while k < spec.max_accept_drafts and self.rng.random() < (
+                        r.alpha * spec.accept_decay**k):  # position k+1's conditional rate
                     k += 1
                 produced.append((r, k + 1))
                 round_correct.append(k)

@@ -7,6 +7,12 @@ the command line when it names a regular file (relative to the process's working
 else where the main process's fd 2 (else fd 1) points when that is a regular file. A server
 writing to a terminal or a pipe cannot be tailed: it is listed with a hint to pass
 --log NAME=PATH.
+
+Trust: only the connecting user's processes are listed unless `all_users` (--all-users). Another
+user's server is listed, never trusted: its log is not tailed (its --log-file may name a file
+only we could read) and nothing of its command line or environment is ever executed; --log
+NAME=PATH tails such a file on purpose. An own server's log is tailed only when the connecting
+user can open it by its path.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from specmon.parse.argv import flag_values
 
 DEFAULT_PORT = 30000  # SGLang's default --port
 LOG_NOT_READABLE = "log not readable; pass --log NAME=PATH"
+ALL_USERS_NOTE = ("listing every user's servers (--all-users): other users' logs are not "
+                  "tailed and nothing of their processes is run")
 ACCEPT_LEN_PROBE_BYTES = 256 << 10
 
 Kind = Literal["baseline", "speculative"]
@@ -53,6 +61,8 @@ class DiscoveredServer:
     log_problem: str | None = None  # why the log cannot be tailed (None when it can)
     log_target: str | None = None  # what fd 1/2 point to, e.g. "pipe:[1234]" or "/dev/pts/3"
     log_file_arg: str | None = None  # the command line's --log-file, as given
+    uid: int | None = None  # the process's owner
+    own: bool = True  # run by the connecting user (another user's is listed, not trusted)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,7 +71,8 @@ class DiscoveredServer:
         spec = self.spec_args.get("--speculative-algorithm")
         kind = f"{self.kind} ({spec})" if spec and spec is not True else self.kind
         log = self.log_path if self.log_path else self.log_problem
-        return f"{self.name}: pid {self.pid}, port {self.port}, {kind}, log: {log}"
+        who = "" if self.own else f", user {self.uid}"
+        return f"{self.name}: pid {self.pid}{who}, port {self.port}, {kind}, log: {log}"
 
 
 def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
@@ -140,6 +151,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
             model=_first(flags, "--model-path", "--model"),
             simulated=simulated,
             log_file_arg=_first(flags, "--log-file"),
+            uid=p.uid,
         )
     for p in procs:
         if p.argv and p.argv[0].startswith("sglang::scheduler"):
@@ -168,24 +180,41 @@ def _ancestors(p: Proc, by_pid: dict[int, Proc]) -> list[Proc]:
 
 
 def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None, str | None]:
-    """(log path, problem, raw target) from the agent's fd info for fds 2 and 1."""
+    """(log path, problem, raw target) from the agent's fd info for fds 2 and 1: a regular
+    file the connecting user can open by its path (an agent without the "readable" answer
+    counts as able)."""
     target = None
     for fd in ("2", "1"):
         info = fds.get(fd) or {}
         t = info.get("target")
         if t and target is None:
             target = t
-        if t and info.get("regular") and t.startswith("/") and not t.endswith(" (deleted)"):
+        if (t and info.get("regular") and t.startswith("/") and not t.endswith(" (deleted)")
+                and info.get("readable", True) is True):
             return t, None, t
     return None, LOG_NOT_READABLE, target
 
 
-async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[DiscoveredServer]:
-    """List SGLang servers on the agent's host, with their log files when tailable."""
-    rows = await agent.request("procs")
+def foreign_problem(uid: int | None) -> str:
+    return (f"another user's process (uid {uid}): its log is not tailed; pass --log NAME=PATH "
+            "to tail it")
+
+
+async def discover(agent: AgentClient, *, probe_log: bool = True,
+                   all_users: bool = False) -> list[DiscoveredServer]:
+    """List the connecting user's SGLang servers (every user's with `all_users`) on the
+    agent's host, with their log files when tailable (own servers only)."""
+    rows = await agent.request("procs", all_users=all_users)
+    me = agent.hello.get("uid")
     procs = [p for p in map(_proc_row, rows if isinstance(rows, list) else []) if p is not None]
+    if not all_users and type(me) is int:
+        procs = [p for p in procs if p.uid == me]
     servers = find_servers(procs)
     for s in servers:
+        if s.uid != me:
+            s.own = False
+            s.log_problem = foreign_problem(s.uid)
+            continue
         try:
             info = await agent.request("proc_info", pid=s.pid, fds=[1, 2])
         except Exception as exc:  # the process may have exited meanwhile
@@ -196,7 +225,7 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
             # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
             path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
             st = await agent.request("stat", path=path)
-            if isinstance(st, dict) and st.get("regular"):
+            if isinstance(st, dict) and st.get("regular") and st.get("readable", True) is True:
                 s.log_path, s.log_problem = posixpath.normpath(path), None
             else:
                 s.log_path = None

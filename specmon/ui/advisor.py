@@ -24,9 +24,9 @@ from specmon.analysis.advisor import (
     check_prediction,
     measure,
     pays_state,
-    segments_from_log,
     speculation_no_longer_pays,
 )
+from specmon.session.advice import segments
 from specmon.session.state import ServerState, Session
 from specmon.session.window import speedup
 from specmon.ui.keys import bindings
@@ -65,8 +65,8 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
     if spec is None:
         return "advisor: no speculative server in this session (N/A)"
     hist = getattr(spec.last_bench, "spec_histogram", None)
-    segs = segments_from_log(spec.log, plain(spec.name), hist)
-    bsegs = segments_from_log(base.log, plain(base.name)) if base is not None else []
+    segs = segments(spec, plain(spec.name), hist)  # the session's runs, no re-parse
+    bsegs = segments(base, plain(base.name)) if base is not None else []
     try:
         adv = advise(segs, bsegs)
     except CannotAdvise as exc:
@@ -86,17 +86,24 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
         lines.append(f"measured speedup {sp[0]:.3f}x (95 % {sp[1]:.3f}-{sp[2]:.3f}); "
                      f"break-even accept len {_n(adv.break_even_accept_len)}")
     b = adv.best
-    lines.append(f"best predicted: steps {b.steps} topk {b.topk} draft tokens {b.draft_tokens}: "
-                 f"{b.predicted_tok_s:.1f} tok/s (95 % {b.band[0]:.1f}-{b.band[1]:.1f})"
-                 + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
-    lines.append(f"try: {adv.flags}")
+    if adv.baseline_run:
+        lines.append(plain(adv.baseline_run))
+    if b is None:
+        lines.append(plain(adv.no_recommendation or "no setting recommended"))
+    else:
+        lines.append(f"best ({b.basis}): steps {b.steps} topk {b.topk} draft tokens "
+                     f"{b.draft_tokens}: {_n(b.predicted_tok_s, '.1f')} tok/s (95 % "
+                     f"{b.band[0]:.1f}-{b.band[1]:.1f})"
+                     + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
+        lines.append(f"try: {adv.flags}")
     prev = memory.before(spec.name, cur.run)
     if prev is not None:
         chk = check_prediction(prev, cur)
         if chk is not None:
-            lines.append(f"this run vs the earlier prediction: predicted {chk.predicted_tok_s:.1f}"
-                         f" ({chk.band[0]:.1f}-{chk.band[1]:.1f}), measured "
-                         f"{chk.measured_tok_s:.1f} tok/s ({chk.error_pct:+.1f} %, "
+            err = "" if chk.error_pct is None else f"{chk.error_pct:+.1f} %, "
+            lines.append(f"this run vs the earlier prediction: predicted "
+                         f"{_n(chk.predicted_tok_s, '.1f')} ({chk.band[0]:.1f}-{chk.band[1]:.1f}),"
+                         f" measured {chk.measured_tok_s:.1f} tok/s ({err}"
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
     memory.remember(spec.name, cur.run, adv)
     lines.append("P(draft position k accepted): "
@@ -105,10 +112,10 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
     lines.append("cost model: " + adv.cost_text())
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in adv.assumptions]
-    lines.append("candidates (tok/s, 95 % band):")
-    for c in sorted(adv.candidates, key=lambda c: -c.predicted_tok_s)[:8]:
+    lines.append("candidates (tok/s, 95 % band, basis):")
+    for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:8]:
         lines.append(f"  steps {c.steps} topk {c.topk} draft {c.draft_tokens}: "
-                     f"{c.predicted_tok_s:.1f} ({c.band[0]:.1f}-{c.band[1]:.1f})")
+                     f"{_n(c.predicted_tok_s, '.1f')} ({c.band[0]:.1f}-{c.band[1]:.1f}) {c.basis}")
     return "\n".join(lines)
 
 
@@ -177,7 +184,7 @@ class AdvisorKeysMixin:
 
 def measured_for(state: ServerState) -> Any:
     """The current run's measurement at its latest batch size (for other panels)."""
-    segs = segments_from_log(state.log, plain(state.name))
+    segs = segments(state, plain(state.name))
     if not segs or state.last_decode is None or state.last_decode.running_req is None:
         return None
     return measure(segs[-1], state.last_decode.running_req)
