@@ -277,7 +277,7 @@ class SimServer:
     def run(self) -> int:
         self._install_signals()
         try:
-            self.httpd = _HttpServer((self.opts.host, self.opts.port), _make_handler(self))
+            self.httpd = _HttpServer((self.opts.host, self.opts.port), self.make_handler())
         except OSError as exc:
             where = f"{self.opts.host}:{self.opts.port}"
             raise SimError(f"cannot bind {where}: {exc.strerror}") from None
