@@ -153,14 +153,16 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
 
     def flush(final: bool) -> None:
         nonlocal carry, size
-        buf = carry + b"".join(pending)
+        pending.insert(0, carry)
+        buf = b"".join(pending)  # the one copy of a chunk: the scan reads buf[:cut] in place
         pending.clear()
         size = 0
-        cut = len(buf) if final else buf.rfind(b"\n") + 1
+        cut = buf.rfind(b"\n") + 1
         carry = b"" if final else buf[cut:]
         if cut:
-            whole = buf[:cut]
-            total.merge(summarise_buffer(whole if whole.endswith(b"\n") else whole + b"\n"))
+            total.merge(summarise_buffer(buf, cut))
+        if final and cut < len(buf):  # the last line, without its newline: still a line
+            total.merge(summarise_buffer(buf[cut:] + b"\n"))
 
     read = getattr(fh, "read1", fh.read)
     while True:
@@ -199,17 +201,19 @@ def _summarise_stream(fh: BinaryIO, name: str) -> LogSummary:
     return total
 
 
-def summarise_buffer(buf: bytes) -> LogSummary:
-    """Summary of a buffer of whole lines ending in '\\n' (fast path when it is exact)."""
-    s = LogSummary(lines=buf.count(b"\n"))
-    fast = scan_buffer(buf)
+def summarise_buffer(buf: bytes, end: int | None = None) -> LogSummary:
+    """Summary of `buf[:end]`, whole lines each ending in '\\n' (fast path when it is exact).
+    `end` spares the caller a copy of its chunk."""
+    end = len(buf) if end is None else end
+    s = LogSummary(lines=buf.count(b"\n", 0, end))
+    fast = scan_buffer(buf, end)
     if fast is not None:
-        s.add_fast(fast, _edge_time(buf, forward=True), _edge_time(buf, forward=False))
+        s.add_fast(fast, _edge_time(buf, end, forward=True), _edge_time(buf, end, forward=False))
     else:
-        for line in _batch_lines(buf):
+        for line in _batch_lines(buf if end == len(buf) else buf[:end]):
             s.add_record(parse_line(line))
     if not s.recognised:  # only needed to tell an SGLang log without batches from garbage
-        s.events = _count_events(buf)
+        s.events = len(_EVENT_MARKS.findall(buf, 0, end))
     return s
 
 
@@ -235,11 +239,6 @@ def _batch_lines(buf: bytes) -> Iterator[bytes]:
 _EVENT_MARKS = re.compile(rb"server_args=|The server is fired up|max_total_num_tokens=")
 
 
-def _count_events(buf: bytes) -> int:
-    """SGLang start-up lines (no batch line yet is still an SGLang log, not garbage)."""
-    return len(_EVENT_MARKS.findall(buf))
-
-
 def summarise_general(buf: bytes) -> LogSummary:
     """The reference path: every line through `parse_line` (used to test the fast path)."""
     s = LogSummary(lines=buf.count(b"\n") + (0 if not buf or buf.endswith(b"\n") else 1))
@@ -248,13 +247,15 @@ def summarise_general(buf: bytes) -> LogSummary:
     return s
 
 
-def _edge_time(buf: bytes, forward: bool) -> str | None:
-    """Timestamp of the first (or last) batch line that carries one, as the general path sees it."""
-    positions = (m.start() for m in _MARK.finditer(buf)) if forward else _reverse_marks(buf)
+def _edge_time(buf: bytes, end: int, forward: bool) -> str | None:
+    """Timestamp of the first (or last) batch line of `buf[:end]` that carries one, as the
+    general path sees it."""
+    positions = ((m.start() for m in _MARK.finditer(buf, 0, end)) if forward
+                 else _reverse_marks(buf, end))
     for pos in positions:
         start = buf.rfind(b"\n", 0, pos) + 1
-        end = buf.find(b"\n", pos)
-        rec = parse_line(buf[start:end if end >= 0 else len(buf)])
+        stop = buf.find(b"\n", pos, end)
+        rec = parse_line(buf[start:stop if stop >= 0 else end])
         if isinstance(rec, BatchRecord):
             t = rec.timestamp or rec.time_of_day
             if t is not None:
@@ -262,8 +263,7 @@ def _edge_time(buf: bytes, forward: bool) -> str | None:
     return None
 
 
-def _reverse_marks(buf: bytes) -> Iterator[int]:
-    end = len(buf)
+def _reverse_marks(buf: bytes, end: int) -> Iterator[int]:
     while True:
         d = buf.rfind(b"Decode batch", 0, end)
         p = buf.rfind(b"Prefill batch", 0, end)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from specmon.analysis.stats import weighted_quantiles
-from specmon.parse.fastscan import FastCounts
+from specmon.parse.fastscan import FastCounts, add_counts
 from specmon.parse.sglang import BatchRecord, EventRecord
 
 # The decode fields the summary shows; an invalid value among them is counted as a warning.
+_T = TypeVar("_T")
 SUMMARISED = frozenset({"running_req", "gen_throughput", "accept_len"})
 
 
@@ -56,8 +58,8 @@ class LogSummary:
     def add_fast(self, counts: FastCounts, first: str | None, last: str | None) -> None:
         self.decode += counts.decode
         self.prefill += counts.prefill
-        self.throughput.update(counts.throughput)
-        self.accept.update(counts.accept)
+        _merge(self.throughput, counts.throughput)
+        _merge(self.accept, counts.accept)
         self.invalid += counts.invalid
         self._add_times(first, last)
 
@@ -65,8 +67,8 @@ class LogSummary:
         self.lines += other.lines
         self.decode += other.decode
         self.prefill += other.prefill
-        self.throughput.update(other.throughput)
-        self.accept.update(other.accept)
+        _merge(self.throughput, other.throughput)
+        _merge(self.accept, other.accept)
         self.invalid += other.invalid
         self.events += other.events
         self._add_times(other.first_time, other.last_time)
@@ -142,6 +144,14 @@ class LogSummary:
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
                 )
         return "\n".join(lines)
+
+
+def _merge(into: Counter[_T], other: Counter[_T]) -> None:
+    """into += other without a Python loop per key (chunks of a big log hold 100k+ keys)."""
+    if into:
+        add_counts(into, other.items())
+    else:
+        into.update(other)  # dict.update in C when empty
 
 
 def _na(v: object) -> str:
