@@ -27,7 +27,6 @@ READ = 1024 * 1024
 PARALLEL_MIN = 32 * 1024 * 1024  # below this, starting workers costs more than it saves
 MAX_LINE = 1 << 20  # longer lines are cut with a marker, as the live path (hosts/agent.py) does
 NO_LINES = 3  # exit status when no input held a single SGLang line
-_MARK = re.compile(rb"(?:Decode|Prefill) batch")
 # what reading a damaged file can raise: OSError (BadGzipFile, CRC), EOFError (truncated gzip),
 # zlib.error (corrupt deflate data)
 READ_ERRORS = (OSError, EOFError, zlib.error)
@@ -210,7 +209,10 @@ def summarise_buffer(buf: bytes, end: int | None = None) -> LogSummary:
     if fast is not None:
         s.add_fast(fast, _edge_time(buf, end, forward=True), _edge_time(buf, end, forward=False))
     else:
-        for line in _batch_lines(buf if end == len(buf) else buf[:end]):
+        whole = buf if end == len(buf) else buf[:end]
+        if b"\x00" in whole:  # parse_line drops NULs: "ba\x00tch" is a batch line too
+            whole = whole.replace(b"\x00", b"")
+        for line in _batch_lines(whole):
             s.add_record(parse_line(line))
     if not s.recognised:  # only needed to tell an SGLang log without batches from garbage
         s.events = len(_EVENT_MARKS.findall(buf, 0, end))
@@ -250,8 +252,7 @@ def summarise_general(buf: bytes) -> LogSummary:
 def _edge_time(buf: bytes, end: int, forward: bool) -> str | None:
     """Timestamp of the first (or last) batch line of `buf[:end]` that carries one, as the
     general path sees it."""
-    positions = ((m.start() for m in _MARK.finditer(buf, 0, end)) if forward
-                 else _reverse_marks(buf, end))
+    positions = _forward_marks(buf, end) if forward else _reverse_marks(buf, end)
     for pos in positions:
         start = buf.rfind(b"\n", 0, pos) + 1
         stop = buf.find(b"\n", pos, end)
@@ -261,6 +262,20 @@ def _edge_time(buf: bytes, end: int, forward: bool) -> str | None:
             if t is not None:
                 return t
     return None
+
+
+def _forward_marks(buf: bytes, end: int) -> Iterator[int]:
+    start = 0
+    while True:
+        d = buf.find(b"Decode batch", start, end)
+        p = buf.find(b"Prefill batch", start, d if d >= 0 else end)
+        pos = p if p >= 0 else d
+        if pos < 0:
+            return
+        yield pos
+        start = buf.find(b"\n", pos, end) + 1  # go on after this line
+        if start == 0:
+            return
 
 
 def _reverse_marks(buf: bytes, end: int) -> Iterator[int]:

@@ -25,16 +25,19 @@ from specmon.parse.sglang import INVALID, canon_value, read_number
 # in the general parser can eat that separator) or the end of the line.
 _END = rb"(?=, [\x21-\x2b\x2d-\x7e]|,?[ \t\r]*$)"
 # One match per line that holds a batch marker, from its first marker to the end of the line.
-# Decode (D1-D10 and forks that keep the body intact): #running-req first, the KV usage part,
-# an optional accept len right after it, gen throughput later (the last one: the general parser
-# keeps a key's last value). Groups: running-req, 'a' if accept len, gen throughput, the prefill
-# head's [.,]. All empty: a marker the scan cannot read exactly (the caller declines).
+# Decode (D1-D10, 0.4.9 SWA, forks that keep the body intact): #running-req first, the KV usage
+# part, an optional accept len right after it, gen throughput later: the last one, with none of
+# the three keys after it (the general parser keeps a key's last value). Groups: running-req,
+# 'a' if accept len, gen throughput, the prefill head's [.,]. All four empty: a marker the scan
+# cannot read exactly (the caller declines the buffer).
 _BATCH = re.compile(
     rb"batch(?:(?<=Decode batch)(?:(?: \[\d+\])?[.,] #running-req: (\d+), "
-    rb"#(?:full )?token: \d+, (?:full )?token usage: [\d.]+"
+    rb"#(?:full )?token: (?:\d+|full=\d+, swa=\d+), "
+    rb"(?:full )?token usage: (?:[\d.]+|full=[\d.]+, swa=[\d.]+)"
     rb"(?:, mamba num: \d+, mamba usage: [\d.]+|, #swa token: \d+, swa token usage: [\d.]+)?"
     rb"(?:, (a)ccept len: [\d.]+" + _END + rb")?"
-    rb"[^\n]*, gen throughput \(token/s\): ([\d.]+)" + _END + rb"(?![^\n]*gen throughput))?"
+    rb"[^\n]*, gen throughput \(token/s\): ([\d.]+)" + _END +
+    rb"(?![^\n]*(?:gen throughput|running-req|accept len)))?"
     # prefill: the general parser prefers a decode marker anywhere in the line
     rb"|(?<=Prefill batch)(?:(?: \[\d+\])?(?:\(mixed #running-req: \d+\))?([.,])(?= |$))?"
     rb"(?![^\n]*Decode batch))[^\n]*",
@@ -45,7 +48,7 @@ _BATCH = re.compile(
 _ACCEPT = re.compile(rb"accept len(?<!block accept len)(?:: ([\d.]+)" + _END + rb")?")
 # A value whose float() is what the general parser stores: finite, >= 0, below MAX_THROUGHPUT,
 # an int of at most 18 digits (the general parser's limits, specmon.parse.sglang).
-_PLAIN = re.compile(rb"^\d{1,9}(?:\.\d*)?$", re.M)
+_PLAIN = re.compile(rb"\n(\d{1,9}(?:\.\d*)?)(?=\n)")  # over "\n" + values joined + "\n"
 _BAD = (b"", b"", b"", b"")
 _PREFILL = ((b"", b"", b"", b"."), (b"", b"", b"", b","))
 _K = TypeVar("_K")
@@ -117,7 +120,7 @@ def _values(field: str, raws: set[bytes]) -> tuple[dict[bytes, Any], set[bytes]]
     raws.discard(b"")
     plain: list[bytes] = []
     if field != "running_req":
-        plain = _PLAIN.findall(b"\n".join(raws))
+        plain = _PLAIN.findall(b"\n%b\n" % b"\n".join(raws))
     values: dict[bytes, Any] = dict(zip(plain, map(float, plain), strict=True))
     bad: set[bytes] = set()
     for raw in raws.difference(plain):
