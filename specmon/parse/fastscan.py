@@ -37,7 +37,8 @@ _BATCH = re.compile(
     rb"(?:, mamba num: \d+, mamba usage: [\d.]+|, #swa token: \d+, swa token usage: [\d.]+)?"
     rb"(?:, (a)ccept len: [\d.]+" + _END + rb")?"
     rb"[^\n]*, gen throughput \(token/s\): ([\d.]+)" + _END +
-    rb"(?![^\n]*(?:gen throughput|running-req|accept len)))?"
+    # three lookaheads, each led by a literal: sre skips to it (an alternation would not)
+    rb"(?![^\n]*gen throughput)(?![^\n]*running-req)(?![^\n]*accept len))?"
     # prefill: the general parser prefers a decode marker anywhere in the line
     rb"|(?<=Prefill batch)(?:(?: \[\d+\])?(?:\(mixed #running-req: \d+\))?([.,])(?= |$))?"
     rb"(?![^\n]*Decode batch))[^\n]*",
