@@ -91,3 +91,27 @@ def test_lines_the_fast_path_must_not_misread(line: str) -> None:
     good = [g for g in generate_lines(500, seed=9)]
     buf = ("\n".join(good[:250] + [line] + good[250:]) + "\n").encode()
     assert_same(summarise_buffer(buf), summarise_general(buf))
+
+
+def test_a_line_past_max_line_is_cut_alike_on_every_path(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files are read a chunk at a time and scanned in place; a line longer than MAX_LINE still
+    reaches the summary cut (its gen throughput lost), as on the streaming path (stdin, .gz)."""
+    import io
+
+    import specmon.analysis.logfile as logfile
+
+    lines = generate_lines(4_000, seed=4)
+    giant = ("[2026-11-01 00:00:00] Decode batch, #running-req: 1, #token: 5, token usage: 0.00, "
+             "x: " + "y" * (3 * logfile.MAX_LINE) + ", gen throughput (token/s): 50.00")
+    data = ("\n".join(lines[:2_000] + [giant] + lines[2_000:]) + "\n").encode()
+    p = tmp_path / "giant.log"
+    p.write_bytes(data)
+    streamed = logfile._summarise_stream(io.BufferedReader(io.BytesIO(data)), "-")  # type: ignore[arg-type]
+    assert streamed.throughput[(False, 1, None)] == 1  # the cut line: no gen throughput
+    assert_same(logfile.summarise(str(p)), streamed)
+    monkeypatch.setattr(logfile, "CHUNK", 1 << 20)  # the long line straddles chunks
+    assert_same(logfile.summarise(str(p)), streamed)
+    monkeypatch.setattr(logfile, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(logfile.os, "cpu_count", lambda: 3)
+    assert_same(logfile.summarise(str(p)), streamed)

@@ -147,11 +147,12 @@ class LogSummary:
 
 
 def _merge(into: Counter[_T], other: Counter[_T]) -> None:
-    """into += other without a Python loop per key (chunks of a big log hold 100k+ keys)."""
-    if into:
-        add_counts(into, other.items())
+    """into += other at the lower cost: Counter.update loops in Python per key (dict.update in
+    C when `into` is empty), add_counts in C per counted item (better when keys are unique)."""
+    if not into or other.total() > 2 * len(other):
+        into.update(other)
     else:
-        into.update(other)  # dict.update in C when empty
+        add_counts(into, other.items())
 
 
 def _na(v: object) -> str:
