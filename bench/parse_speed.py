@@ -39,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from loggen import write_log  # noqa: E402
 
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (taskset), as specmon parse counts them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 Timing = tuple[float, float]  # (wall s, CPU s)
 
 
@@ -177,7 +183,7 @@ def main() -> int:
     load1 = os.getloadavg()
     grep_c = cases[0]
     print(f"file: {args.lines:,} lines, {size / 1e6:.1f} MB (bench/loggen.py); cpus: "
-          f"{os.cpu_count()}; best of {args.repeat}, runs interleaved; load average (1 min) "
+          f"{usable_cpus()}; best of {args.repeat}, runs interleaved; load average (1 min) "
           f"{load0[0]:.2f} before, {load1[0]:.2f} after")
     print(f"{'command':34} {'wall s':>8} {'CPU s':>8} {'spread':>7} {'wall/grep':>10} "
           f"{'CPU/grep':>9}")

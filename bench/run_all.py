@@ -19,6 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (taskset), as specmon parse counts them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 BENCH = Path(__file__).resolve().parent
 
 
@@ -99,7 +105,7 @@ def main() -> int:
                 rows.append((bench.name, "N/A", f"{r.what} ({status or 'not in its output'})"))
     load1 = os.getloadavg()[0]
     print(f"\nratios (each against a reference measured in the same run; load average "
-          f"{load0:.2f} before, {load1:.2f} after, {os.cpu_count()} CPUs)")
+          f"{load0:.2f} before, {load1:.2f} after, {usable_cpus()} CPUs)")
     print(f"{'benchmark':14} {'ratio':>8}  what")
     for name, value, what in rows:
         print(f"{name:14} {value:>8}  {what}")

@@ -113,5 +113,5 @@ def test_a_line_past_max_line_is_cut_alike_on_every_path(tmp_path: Path,
     monkeypatch.setattr(logfile, "CHUNK", 1 << 20)  # the long line straddles chunks
     assert_same(logfile.summarise(str(p)), streamed)
     monkeypatch.setattr(logfile, "PARALLEL_MIN", 1)
-    monkeypatch.setattr(logfile.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(logfile, "_usable_cpus", lambda: 3)
     assert_same(logfile.summarise(str(p)), streamed)

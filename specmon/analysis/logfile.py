@@ -131,7 +131,7 @@ def summarise(name: str) -> LogSummary:
             st = os.fstat(fh.fileno())
             size = st.st_size
             if stat.S_ISREG(st.st_mode) and size > 0:  # (/proc files say 0: streamed)
-                workers = min(os.cpu_count() or 1, 8)
+                workers = min(_usable_cpus(), 8)
                 if size >= PARALLEL_MIN and workers > 1:
                     result = _summarise_parallel(name, size, workers)
                     if result is not None:
@@ -141,6 +141,14 @@ def summarise(name: str) -> LogSummary:
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (taskset, cgroup cpusets), not all the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _summarise_file(name: str, start: int, end: int) -> LogSummary:
