@@ -1,10 +1,11 @@
 """A fast path for summarising whole log buffers in the common formats.
 
 `specmon parse` (summary mode) must keep up with multi-gigabyte logs. Per-line Python costs
-~1 µs; the scan here is one regex pass over the buffer plus C-level counting, with Python work
-only per distinct value. The regex starts with a literal ("batch"), so the engine jumps from one
-occurrence of it to the next instead of trying a match at every byte (a lookbehind or a class
-first makes it try every byte: 14x slower, issue 25); tests/test_parse_budget.py counts that.
+~1 µs; the scan here is two regex passes over the buffer (batch lines, accept len) and C-level
+counting, with Python work only per distinct value. Each regex starts with a literal, so the
+engine jumps from one occurrence of it to the next instead of trying a match at every byte (a
+lookbehind or a class first makes it try every byte: 14x slower, issue 25);
+tests/test_parse_budget.py counts that.
 
 The scan is exact or declines: it returns None whenever the buffer holds anything it might read
 differently from the general parser (`parse_line`), which then reads the buffer line by line.
@@ -110,8 +111,8 @@ def _add(counter: Counter[_K], keys: list[_K], counts: Iterable[int]) -> None:
 
 
 def add_counts(counter: Counter[_K], items: Iterable[tuple[_K, int]]) -> None:
-    """counter[k] += n for each (k, n), in C: `Counter.update(mapping)` is a Python loop per
-    key, which costs more than the scan itself when big chunks' summaries are merged."""
+    """counter[k] += n for each (k, n), in C per counted item (`Counter.update` of a mapping
+    loops in Python per key: the dearer one when most keys are counted once)."""
     counter.update(chain.from_iterable(starmap(repeat, items)))
 
 
