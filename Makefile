@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test demo venv sysdeps pydeps lint bench clean
+.PHONY: test check demo venv sysdeps pydeps lint bench clean
 
 # A fresh Debian/Ubuntu may lack python3 or its venv module (python3-venv).
 pydeps:
@@ -42,6 +42,10 @@ lint: venv
 	$(BIN)/ruff check specmon tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+# The fast loop while working: lint, layers, types and the unit tests (tests/unit).
+check: venv lint
+	$(BIN)/python -m pytest -n 2 -q -m unit
 
 test: sysdeps venv lint
 	$(BIN)/python -m pytest -n 2 -q

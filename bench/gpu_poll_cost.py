@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specmon.hostside.agent import NvmlCollector  # noqa: E402
+from specmon.hostside.nvml import NvmlCollector  # noqa: E402
 from specmon.parse.gpu import SMI_DEFAULT_FIELDS, choose_smi_fields  # noqa: E402
 
 AGENT = ROOT / "specmon" / "hostside" / "agent.py"

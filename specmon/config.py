@@ -18,6 +18,7 @@ An array `[[hosts]]` with `target` (and optional `name`) is read too.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import re
@@ -39,7 +40,8 @@ ENV_VAR = "SPECMON_CONFIG"
 DEFAULT_RUN_DIR = "~/.cache/specmon/run"
 DEFAULT_READY_TIMEOUT_S = 1800.0  # a 70B model with CUDA graphs can take many minutes
 ROLES = ("baseline", "speculative")
-LAUNCHERS = ("sglang", "sim")
+LAUNCHERS = ("sglang", "vllm", "sim")
+ENGINES = ("sglang", "vllm")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # server, host and log names become file names (pidfiles, default logs) and widget ids
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*\Z")
@@ -94,6 +96,16 @@ class SpeculativeArgs:
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
 
+    def vllm_argv(self) -> list[str]:
+        """vLLM's `--speculative-config` JSON: method, draft model, num_speculative_tokens (the
+        profile's num_steps: vLLM drafts a chain of k tokens)."""
+        cfg: dict[str, Any] = {"method": self.algorithm}
+        if self.draft_model_path is not None:
+            cfg["model"] = self.draft_model_path
+        if self.num_steps is not None:
+            cfg["num_speculative_tokens"] = self.num_steps
+        return ["--speculative-config", json.dumps(cfg)]
+
     def argv(self) -> list[str]:
         out = ["--speculative-algorithm", self.algorithm]
         for flag, v in (("--speculative-draft-model-path", self.draft_model_path),
@@ -118,6 +130,7 @@ class ServerProfile:
     extra_args: list[str] = field(default_factory=list)
     command: list[str] | None = None  # full launch argv instead of launcher + generated args
     launcher: str = "sglang"  # "sglang": python -m sglang.launch_server; "sim": specmon sim server
+    engine: str = "sglang"  # "vllm": python -m vllm.entrypoints.openai.api_server (or the sim's)
     python: str | None = None  # interpreter for the launcher (default: the host's python)
     env: dict[str, str] = field(default_factory=dict)
     spt_noenv: bool = True  # SPT_NOENV=1 keeps the workers' /proc/PID/environ auditable
@@ -131,6 +144,14 @@ class ServerProfile:
         if self.command is not None:
             return list(self.command)
         py = self.python or host_python
+        if self.engine == "vllm":
+            head = ([py, "-m", "specmon", "sim", "server", "--engine", "vllm"]
+                    if self.launcher == "sim" else [py, "-m", "vllm.entrypoints.openai.api_server"])
+            args = ["--model", str(self.model_path), "--tensor-parallel-size", str(self.tp),
+                    "--host", self.listen_host, "--port", str(self.port)]
+            if self.speculative is not None:
+                args += self.speculative.vllm_argv()
+            return head + args + list(self.extra_args)
         if self.launcher == "sim":
             head = [py, "-m", "specmon", "sim", "server"]
         else:
@@ -336,10 +357,10 @@ _HOST_KEYS = {"target": str, "python": str, "run_dir": str, "ssh_config": str,
               "known_hosts": str, "sim_dir": str, "n_gpus": int, "logs": dict}
 _SERVER_KEYS = {"role": str, "host": str, "port": int, "listen_host": str, "model_path": str,
                 "tp": int, "speculative": dict, "extra_args": list, "command": list,
-                "launcher": str, "python": str, "env": dict, "spt_noenv": bool, "workdir": str,
+                "launcher": str, "engine": str, "python": str, "env": dict, "spt_noenv": bool, "workdir": str,
                 "log": str, "gpus": list, "ready_timeout": float}
 _SPEC_KEYS = {"algorithm": str, "draft_model_path": str, "num_steps": int, "eagle_topk": int,
-              "num_draft_tokens": int}
+              "num_draft_tokens": int, "num_speculative_tokens": int}
 _TOP_KEYS = {"hosts": dict, "servers": dict, "keys": dict}
 
 
@@ -463,9 +484,23 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
     if launcher is not None:
         if launcher not in LAUNCHERS:
             ck.add(f"{where}.launcher", f"unknown launcher {launcher!r}{_suggest(launcher, LAUNCHERS)}",
-                   'launcher = "sglang" (python -m sglang.launch_server) or "sim"')
+                   'launcher = "sglang" (python -m sglang.launch_server), "vllm" or "sim"')
         else:
             s.launcher = launcher
+    engine = ck.get(t, "engine", str, where)
+    if engine is not None and engine not in ENGINES:
+        ck.add(f"{where}.engine", f"unknown engine {engine!r}{_suggest(engine, ENGINES)}",
+               'engine = "sglang" or engine = "vllm"')
+    elif engine == "sglang" and s.launcher == "vllm":
+        ck.add(f"{where}.engine", 'engine "sglang" with launcher "vllm"',
+               'engine = "vllm", or launcher = "sglang"')
+    elif engine == "vllm" or s.launcher == "vllm":
+        if s.launcher == "sglang" and launcher is not None:
+            ck.add(f"{where}.launcher", 'launcher "sglang" cannot start a vLLM server',
+                   'launcher = "vllm" (python -m vllm.entrypoints.openai.api_server) or "sim"')
+        s.engine = "vllm"
+        if s.launcher == "sglang":
+            s.launcher = "vllm"
     s.extra_args = ck.str_list(t, "extra_args", where) or []
     s.command = ck.str_list(t, "command", where)
     if s.command is not None and not s.command:
@@ -512,13 +547,14 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
                 if v is not None and v < 1:
                     ck.add(f"{sw}.{k}", f"must be >= 1, got {v}", "a positive integer")
                 setattr(sa, k, v)
+            _vllm_spec(ck, spec, sa, sw, s.engine == "vllm")
             s.speculative = sa
     # semantic checks
     if s.command is None and not s.model_path:
         ck.add(f"{where}.model_path", "missing", 'model_path = "org/model" (or a local '
                'directory), or give the full launch argv as command = [...]')
     if role == "speculative" and s.speculative is None and s.command is None and not any(
-            a.startswith("--speculative-algorithm") for a in s.extra_args):
+            a.startswith(("--speculative-algorithm", "--speculative-config")) for a in s.extra_args):
         ck.add(f"{where}.speculative", "missing for a speculative server",
                f'add [{where}.speculative] with algorithm = "EAGLE3", num_steps, eagle_topk, '
                "num_draft_tokens")
@@ -526,6 +562,32 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
         ck.add(f"{where}.gpus", f"lists {len(s.gpus)} GPUs but tp = {s.tp}",
                f"list exactly {s.tp} GPU indices")
     return s
+
+
+def _vllm_spec(ck: _Checker, spec: dict[str, Any], sa: SpeculativeArgs, sw: str,
+               vllm: bool) -> None:
+    """vLLM's speculative table: method, draft model and num_speculative_tokens (= num_steps);
+    SGLang's tree options do not exist there."""
+    k = ck.get(spec, "num_speculative_tokens", int, sw)
+    if not vllm:
+        if k is not None:
+            ck.add(f"{sw}.num_speculative_tokens", "is a vLLM option",
+                   'use num_steps for SGLang, or engine = "vllm"')
+        return
+    if k is not None and sa.num_steps is not None and k != sa.num_steps:
+        ck.add(f"{sw}.num_speculative_tokens", f"{k} differs from num_steps = {sa.num_steps}",
+               "give one of them")
+    if k is not None:
+        if k < 1:
+            ck.add(f"{sw}.num_speculative_tokens", f"must be >= 1, got {k}", "a positive integer")
+        sa.num_steps = k
+    for opt in ("eagle_topk", "num_draft_tokens"):
+        if spec.get(opt) is not None:
+            ck.add(f"{sw}.{opt}", "is not a vLLM option (vLLM drafts a chain of "
+                   "num_speculative_tokens)", f"remove {opt}")
+    if sa.num_steps is None:
+        ck.add(f"{sw}.num_speculative_tokens", "missing for vLLM",
+               "num_speculative_tokens = 3 (the draft length k)")
 
 
 def _cross_checks(ck: _Checker, cfg: Config) -> None:

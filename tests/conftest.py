@@ -17,13 +17,20 @@ def data_dir() -> Path:
     return DATA
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Async tests collect garbage inside their own event loop before it closes.
+KINDS = ("unit", "integration", "ui")
 
-    Subprocess transports (agents, servers) that a test let go of are then finalised while the
-    loop is alive, instead of in some later test, where asyncio's __del__ would hit a closed loop.
+
+def pytest_collection_modifyitems(items) -> None:
+    """Each test is marked with its kind (the folder it lives in: unit, integration, ui).
+
+    Async tests also collect garbage inside their own event loop before it closes: subprocess
+    transports (agents, servers) that a test let go of are then finalised while the loop is alive,
+    instead of in some later test, where asyncio's __del__ would hit a closed loop.
     """
     for item in items:
+        kind = Path(str(item.fspath)).parent.name
+        if kind in KINDS:
+            item.add_marker(getattr(pytest.mark, kind))
         if inspect.iscoroutinefunction(getattr(item, "function", None)):
             item.fixturenames.append("_gc_in_loop")
 

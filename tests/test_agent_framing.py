@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specmon.hostside import agent
+from specmon.hostside import tail as agent
 
 
 def frame(chunks: list[bytes], max_line: int) -> tuple[list, agent.Tail]:
@@ -39,7 +41,7 @@ def test_framing_matches_a_plain_split(chunks, max_line):
             assert extra["cut"] == len(raw)
         else:
             assert "cut" not in extra
-        got = agent.base64.b64decode(extra["b64"]) if "b64" in extra else text.split(
+        got = base64.b64decode(extra["b64"]) if "b64" in extra else text.split(
             " \u2026[specmon")[0].encode()
         assert got == kept
     # the partial last line is held back, its start remembered for resume

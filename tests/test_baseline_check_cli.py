@@ -42,7 +42,7 @@ def log_lines(n: int, level: float, seed: int, start_s: int = 0, spec: bool = Fa
 
 
 @pytest.fixture()
-def datadir(tmp_path, monkeypatch) -> Path:
+def store_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "data"
     monkeypatch.setenv("SPECMON_DATA_DIR", str(d))
     return d
@@ -121,7 +121,7 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
 
 # --- CLI: baseline record / list / show / delete -------------------------------------------------
 
-def test_baseline_commands(tmp_path, datadir, capsys):
+def test_baseline_commands(tmp_path, store_dir, capsys):
     log = write(tmp_path, "base.log", log_lines(70, 88.8, 1, nccl=NCCL))
     info = json.dumps({"version": "0.5.9", "tp_size": 8})
     assert main(["baseline", "record", "tuned", "--log", log, "--server-info", info, "--server", "s1"]) == 0
@@ -145,7 +145,7 @@ def test_baseline_commands(tmp_path, datadir, capsys):
     assert "no baseline named 'tuned'" in capsys.readouterr().err
 
 
-def test_record_refuses_too_few_samples_and_bad_input(tmp_path, datadir, capsys):
+def test_record_refuses_too_few_samples_and_bad_input(tmp_path, store_dir, capsys):
     short = write(tmp_path, "short.log", log_lines(20, 88.8, 2))
     assert main(["baseline", "record", "x", "--log", short]) == 2
     assert "not enough clean decode samples" in capsys.readouterr().err
@@ -158,7 +158,7 @@ def test_record_refuses_too_few_samples_and_bad_input(tmp_path, datadir, capsys)
 
 # --- CLI: check ----------------------------------------------------------------------------------
 
-def test_check_exit_codes_and_json_shape(tmp_path, datadir, capsys):
+def test_check_exit_codes_and_json_shape(tmp_path, store_dir, capsys):
     base = write(tmp_path, "base.log", log_lines(70, 88.8, 4, nccl=NCCL))
     assert main(["baseline", "record", "tuned", "--log", base]) == 0
     capsys.readouterr()
@@ -195,7 +195,7 @@ def test_check_exit_codes_and_json_shape(tmp_path, datadir, capsys):
     capsys.readouterr()
 
 
-def test_check_reads_stdin(tmp_path, datadir, monkeypatch, capsys):
+def test_check_reads_stdin(tmp_path, store_dir, monkeypatch, capsys):
     import io
 
     data = ("\n".join(log_lines(60, 82.2, 9)) + "\n").encode()
@@ -212,14 +212,14 @@ def test_check_reads_stdin(tmp_path, datadir, monkeypatch, capsys):
     (["--baseline-spread", "2"], "needs --baseline-value"),
     (["--baseline-value", "80", "--running-req", "0"], "--running-req"),
 ])
-def test_check_usage_errors_exit_2(tmp_path, datadir, capsys, argv, msg):
+def test_check_usage_errors_exit_2(tmp_path, store_dir, capsys, argv, msg):
     log = write(tmp_path, "x.log", log_lines(5, 88.8, 10))
     assert main(["check", log, *argv]) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_check_subprocess_exit_code_and_no_textual(tmp_path, datadir):
+def test_check_subprocess_exit_code_and_no_textual(tmp_path, store_dir):
     slow = write(tmp_path, "slow.log", log_lines(60, 62.9, 11))
     code = ("import sys; from specmon.cli import main; rc = main(sys.argv[1:]); "
             "assert 'textual' not in sys.modules; sys.exit(rc)")
@@ -227,3 +227,43 @@ def test_check_subprocess_exit_code_and_no_textual(tmp_path, datadir):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1, p.stderr
     assert "-29" in p.stdout or "-28" in p.stdout or "-30" in p.stdout
+
+
+def test_check_judges_runs_each_with_its_own_cause(tmp_path, store_dir, capsys):
+    """Issue 21 on the phantom-baseline scenario's log (tuned ~88.8, no NCCL ~62.9, power cap
+    + patched file ~82.2): the last run is judged and named, `--run N` picks another, and each
+    run's first alert comes with that run's cause (run 2: the NCCL variables)."""
+    from phantomlogs import baseline_lines
+
+    lines = baseline_lines()
+    starts = [i + 1 for i, x in enumerate(lines) if "server_args=" in x]  # 1-based line numbers
+    assert len(starts) == 3
+    tuned = write(tmp_path, "tuned.log", lines[:starts[1] - 1])
+    assert main(["baseline", "record", "tuned", "--log", tuned]) == 0
+    capsys.readouterr()
+    log = write(tmp_path, "base.log", lines)
+    assert main(["check", log, "--baseline", "tuned", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["run"] == 3 and d["runs_total"] == 3 and d["verdict"] == "drift"
+    assert 79 < d["live"]["median"] < 85 and starts[2] < d["first_alert_line"]
+    r1, r2, r3 = d["runs"]
+    assert [r["run"] for r in d["runs"]] == [1, 2, 3] and r3["causes"] == d["causes"]
+    assert r1["verdict"] == "ok" and r1["first_alert_line"] is None and r1["causes"] == []
+    assert r2["verdict"] == "drift" and 60 < r2["live"]["median"] < 66
+    assert starts[1] < r2["first_alert_line"] < starts[2]  # run 2's own alert ...
+    assert r2["causes"][0] == ("TP workers lack NCCL_ALGO=Ring, NCCL_P2P_LEVEL=NVL, NCCL_PROTO=LL "
+                               "that the recorded run had")  # ... with run 2's own cause
+    assert not any("NCCL" in c and "lack" in c for c in r3["causes"])  # run 3 has its tuning back
+    assert [r["start"] for r in d["runs"]] == [x[1:20] for x in (lines[s - 1] for s in starts)]
+
+    assert main(["check", log, "--baseline", "tuned", "--run", "2", "--json"]) == 1
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["run"] == 2 and d2["causes"] == r2["causes"] and d2["first_alert_line"] == r2[
+        "first_alert_line"] and d2["runs"] == d["runs"]
+    assert main(["check", log, "--baseline", "tuned", "--run", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("verdict: ok\n") and "judged: run 1 of 3 (from " in text
+    assert "  run 2 (from " in text and "cause: TP workers lack NCCL_ALGO=Ring" in text
+    assert main(["check", log, "--baseline", "tuned", "--run", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no run 4 (the log holds runs 1..3)") and len(err.splitlines()) == 1

@@ -127,6 +127,44 @@ num_draft_tokens = 3
         cleanup_pidfiles(tmp_path / "run")
 
 
+async def test_a_swap_that_leaves_a_server_down_says_so_on_its_panel(tmp_path):
+    """Swap base -> spec: spec crashes at start and base cannot be started again: base's panel
+    reads DOWN and a lasting error toast says it (before: nothing said it)."""
+    from specmon.ui.control_keys import ConfirmScreen
+
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + f"""
+[servers.spec]
+host = "box"
+role = "speculative"
+port = {free_port()}
+gpus = [0, 1]
+command = {crash!r}
+""".replace("'", '"'))
+    args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            base = app.session.server("base")
+            app.query_one("#panel-base").focus()
+            await pilot.press("u")
+            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            actions[("box", "base")].profile.command = crash  # its restart will fail too
+            toasts = capture_toasts(app)
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: any("IS DOWN" in t for t in toasts), 90)
+            assert (base.control_text or "").startswith("DOWN: swap failed: spec did not start")
+            assert (await actions[("box", "base")].status(check_health=False)).state in (
+                "stopped", "exited")
+    finally:
+        for ctl in actions.values():
+            await ctl.close()
+        cleanup_pidfiles(tmp_path / "run")
+
+
 async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remaps(tmp_path):
     """The --prometheus form is the same path: control keys, [keys] remaps, and /metrics read
     the very session the panels show (each line applied once)."""

@@ -34,6 +34,7 @@ from specmon.control.server import (
     ServerController,
     StartFailed,
     StartTimeout,
+    SwapFailed,
     swap,
 )
 from specmon.hosts.local import LocalHost
@@ -288,6 +289,62 @@ async def test_busy_gpus_refused_with_owner_then_swap(hp, tmp_path):
             kill_group(p)
         sleeper.kill()
         sleeper.wait(10)
+
+
+CRASH = [sys.executable, "-c", "import sys; print('boom: no such model', file=sys.stderr); "
+         "sys.exit(3)"]
+
+
+async def test_swap_whose_start_fails_after_the_stop_starts_the_stopped_server_again(
+        hp, tmp_path):
+    """a is stopped for b, b crashes at start: a is started again (ready, same profile) and
+    the error says so, with b's last log lines."""
+    base = sim_profile(tmp_path, "base", [0, 1], env=TUNED)
+    bad = sim_profile(tmp_path, "bad", [0, 1], command=CRASH)
+    pids = []
+    try:
+        async with ctl(hp, base) as a, ctl(hp, bad) as b:
+            ra = await a.start()
+            pids.append(ra.pid)
+            with pytest.raises(SwapFailed) as info:
+                await swap(a, b)
+            err = info.value
+            assert err.restarted is not None and err.down == ()
+            pids.append(err.restarted.pid)
+            assert str(err).startswith("swap failed: bad did not start")
+            assert str(err).endswith("base was started again")
+            assert any("boom: no such model" in ln for ln in err.last_lines)
+            assert group_alive(ra.pid) == [] and err.restarted.pid != ra.pid
+            assert (await a.status()).state == "ready"
+            assert (await b.status()).state == "exited"
+    finally:
+        for p in pids:
+            kill_group(p)
+
+
+async def test_swap_that_cannot_restart_the_stopped_server_says_loudly_it_is_down(hp, tmp_path):
+    base = sim_profile(tmp_path, "base", [0, 1], env=TUNED)
+    bad = sim_profile(tmp_path, "bad", [0, 1], command=CRASH)
+    pids = []
+    try:
+        async with ctl(hp, base) as a, ctl(hp, bad) as b:
+            ra = await a.start()
+            pids.append(ra.pid)
+
+            def progress(p) -> None:
+                if "waiting for" in p.describe():  # a is stopped now: its profile breaks
+                    a.profile.command = CRASH
+
+            with pytest.raises(SwapFailed) as info:
+                await swap(a, b, progress)
+            assert info.value.down == ("base",) and info.value.restarted is None
+            assert str(info.value).endswith("base IS DOWN")
+            assert "starting base again failed too" in str(info.value)
+            assert (await a.status()).state == "exited"
+            assert (await b.status()).state == "exited"
+    finally:
+        for p in pids:
+            kill_group(p)
 
 
 def test_server_cli_start_status_stop(hp, tmp_path):

@@ -78,3 +78,45 @@ async def test_start_audit_bench_stop_over_ssh(sshd_server, tmp_path):
         cleanup_pidfiles(tmp_path / "run")
         await host.close()
 
+
+
+async def test_vllm_profile_start_busy_gpu_decoy_stop_over_ssh(sshd_server, tmp_path):
+    """A vLLM profile (the simulated `vllm serve`) under the same rules over SSH: its own session,
+    its VLLM:: workers audited, its GPUs refused to another profile with the owner named, the
+    recorded group stopped while a decoy with the same command line survives."""
+    from specmon.config import SpeculativeArgs
+
+    hp = host_profile(tmp_path, name="gpubox", target="gpubox")
+    prof = sim_profile(tmp_path, "veagle", [2, 3], role="speculative", env={"NCCL_PROTO": "LL"})
+    prof.engine = "vllm"
+    prof.speculative = SpeculativeArgs("eagle3", "d/eagle3", num_steps=3)
+    host = ssh_host(sshd_server, tmp_path)
+    await host.connect()
+    decoy = None
+    try:
+        async with ServerController(host, prof, hp) as c:
+            res = await c.start()
+            rec = await c.read_record()
+            assert rec["pid"] == rec["pgid"] == os.getsid(res.pid)
+            assert "vllm" in rec["cmdline"] and "--speculative-config" in rec["cmdline"]
+            assert [w.title for w in res.audit.workers if "Worker" in w.title] == [
+                "VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+            assert all(w.env["NCCL_PROTO"] == "LL" for w in res.audit.workers)
+            other = sim_profile(tmp_path, "other", [3])
+            async with ServerController(host, other, hp) as o:
+                try:
+                    await o.start()
+                    raise AssertionError("GPU 3 is busy: start must be refused")
+                except GpuBusy as exc:
+                    assert [(x.gpu, x.server) for x in exc.owners] == [(3, "veagle")]
+                    assert exc.owners[0].title == "VLLM::Worker_TP1"
+            decoy = start_decoy(tmp_path, rec["cmdline"])
+            out = await c.stop(grace=10)
+            assert out.ok and out.gpus_free is True and group_alive(res.pid) == []
+            assert alive(decoy.pid) and cmdline(decoy.pid) == rec["cmdline"]
+    finally:
+        if decoy is not None:
+            kill_group(decoy.pid)
+            decoy.wait(10)
+        cleanup_pidfiles(tmp_path / "run")
+        await host.close()

@@ -187,3 +187,79 @@ async def test_log_file_argument_wins_over_redirected_stderr(fakes, tmp_path):
     assert gone.log_path is None
     assert gone.log_problem == (f"--log-file {tmp_path / 'gone.log'}: not a readable file; "
                                 "pass --log NAME=PATH")
+
+
+def test_find_vllm_servers_by_command_line_and_worker_titles():
+    spec = '{"method": "eagle3", "model": "d/eagle3", "num_speculative_tokens": 3}'
+    procs = [
+        Proc(10, 1, 0, ["bash"]),
+        Proc(100, 10, 0, [PY, "/venv/bin/vllm", "serve", "m/llama", "--tensor-parallel-size",
+                          "2", "--speculative-config", spec]),
+        Proc(101, 100, 0, ["VLLM::EngineCore_DP0"]),
+        Proc(102, 101, 0, ["VLLM::Worker_TP0"]),  # workers are the EngineCore's children
+        Proc(103, 101, 0, ["VLLM::Worker_TP1"]),
+        Proc(200, 10, 0, [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "m/b",
+                          "--port", "8001", "-tp", "4"]),
+        Proc(201, 200, 0, ["MYPFX::EngineCore"]),  # VLLM_PROCESS_NAME_PREFIX=MYPFX
+        Proc(300, 10, 0, [PY, "-m", "specmon", "sim", "server", "--engine", "vllm",
+                          "--port", "8002"]),
+        Proc(301, 300, 0, ["VLLM::EngineCore_DP0"]),
+        Proc(400, 10, 0, ["grep", "vllm serve"]),
+        Proc(401, 10, 0, ["less", "vllm.entrypoints.openai.api_server.log"]),
+        Proc(402, 10, 0, [PY, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]),
+        Proc(500, 1, 0, ["VLLM::Worker_TP0"]),  # orphan: no launcher above it
+        Proc(600, 10, 0, [PY, "-m", "specmon", "sim", "server", "--engine=vllm", "--port",
+                          "8003", "--format-version", "0.9.2", "--tp-size", "2"]),
+        Proc(601, 600, 0, ["VLLM::EngineCore"]),
+        Proc(602, 600, 0, ["VLLM::VllmWorker_0"]),  # the sim's title for a 0.9 worker
+        Proc(603, 600, 0, ["VLLM::VllmWorker_1"]),
+    ]
+    servers = {s.pid: s for s in find_servers(procs)}
+    assert set(servers) == {100, 200, 300, 600}
+    serve, api, sim = servers[100], servers[200], servers[300]
+    assert [t for _, t in servers[600].workers] == ["VLLM::VllmWorker_0", "VLLM::VllmWorker_1"]
+    assert (serve.engine, serve.name, serve.port, serve.port_from_args) == (
+        "vllm", "vllm-8000", 8000, False)
+    assert (serve.kind, serve.model, serve.tp_size) == ("speculative", "m/llama", 2)
+    assert serve.spec_args["--speculative-algorithm"] == "eagle3"
+    assert "eagle3" in serve.describe()
+    # TP 2: the GPU ranks are the workers (the EngineCore only drives them); TP 1: the core
+    assert serve.workers == [(102, "VLLM::Worker_TP0"), (103, "VLLM::Worker_TP1")]
+    assert (api.engine, api.name, api.kind, api.tp_size, api.model) == (
+        "vllm", "vllm-8001", "baseline", 4, "m/b")
+    assert api.workers == [(201, "MYPFX::EngineCore")]
+    assert (sim.engine, sim.simulated, sim.name) == ("vllm", True, "vllm-8002")
+    # SGLang's names are unchanged
+    sg = find_servers([Proc(1, 0, 0, [PY, "-m", "sglang.launch_server", "--model-path", "m"])])
+    assert (sg[0].engine, sg[0].name) == ("sglang", "sglang-30000")
+
+
+def test_worker_titles_and_near_misses():
+    from specmon.sources.discovery import is_worker_title
+
+    for t in ("sglang::scheduler_TP0_EP0", "VLLM::Worker", "VLLM::Worker_DP1_TP3",
+              "MYPFX::EngineCore_DP0", "VLLM::DPEngineCore_1", "VLLM::VllmWorker_0",
+              "VllmWorker rank=0"):
+        assert is_worker_title(t), t
+    for t in ("VLLM::WorkerPool", "VLLM::APIServer", "VLLM::DPSupervisor", "bash",
+              "python3", "sglang::detokenizer", "Worker_TP0"):
+        assert not is_worker_title(t), t
+
+
+async def test_vllm_log_is_stdout_sglang_log_is_stderr(fakes, tmp_path):
+    """`... > out.log 2> err.log`: vLLM's logger writes to stdout, SGLang's to stderr."""
+    procs = {}
+    for engine, module in (("vllm", "vllm.entrypoints.openai.api_server"),
+                           ("sglang", "sglang.launch_server")):
+        out, err = open(tmp_path / f"{engine}.out", "ab"), open(tmp_path / f"{engine}.err", "ab")
+        p = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, "hello", module, "--port",
+                              "30021" if engine == "sglang" else "8021"],
+                             stdout=out, stderr=err, start_new_session=True)
+        fakes.procs.append(p)
+        procs[engine] = p.pid
+        await wait_log(tmp_path / f"{engine}.out", b"ready")
+    async with AgentClient(LocalHost()) as agent:
+        servers = {s.pid: s for s in await discover(agent)}
+    v, s = servers[procs["vllm"]], servers[procs["sglang"]]
+    assert (v.engine, v.name, v.log_path) == ("vllm", "vllm-8021", str(tmp_path / "vllm.out"))
+    assert (s.engine, s.log_path) == ("sglang", str(tmp_path / "sglang.err"))

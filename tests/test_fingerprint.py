@@ -335,7 +335,7 @@ sys.stdin.read()
 
 
 async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
-    """Launcher env readable, a retitled worker 'unreadable', the probe run with host.run."""
+    """Launcher env readable, a retitled worker 'unreadable', the probe run in the agent."""
     import signal
 
     from specmon.hosts.agent_client import AgentClient
@@ -353,7 +353,7 @@ async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
         worker = int(p.stdout.readline())  # type: ignore[union-attr]
         await agent.start()
         fp = await fpc.collect(agent, launcher_pid=p.pid, argv=[sys.executable, "-c", "x", "--tp-size", "1"],
-                               workers=[(worker, "sglang::scheduler_TP0")], host=host)
+                               workers=[(worker, "sglang::scheduler_TP0")], probe=True)
     finally:
         await agent.close()
         await host.close()

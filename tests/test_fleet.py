@@ -300,7 +300,13 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
     t = feed_lines(fleet, "h", "base", [62.9] * 40, t)  # the seed incident: NCCL tuning lost
     feed_lines(fleet, "h", "other", [40.0, 41.0, 42.0], 950.0)
     now[0] = t
-    text = generate_latest(registry_for(fleet)).decode()
+    reg = registry_for(fleet)
+    before = len(fleet.host("h").session.alerts)
+    assert value(families(generate_latest(reg).decode()), "specmon_server_drift_alert_level",
+                 host="h", server="base", role="baseline") == 0.0  # the scrape raises nothing
+    assert len(fleet.host("h").session.alerts) == before and not fleet.alerts
+    fleet.tick(t)  # the owner's clock raises the alert; the next scrape reads it
+    text = generate_latest(reg).decode()
     m = families(text)
     lab = dict(host="h", server="base", role="baseline")
     assert value(m, "specmon_server_baseline_decode_tokens_per_second", baseline="rec-88",
@@ -308,6 +314,7 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
     ratio = value(m, "specmon_server_drift_ratio", metric="tok/s", **lab)
     assert ratio == pytest.approx(62.9 / 88.8, rel=0.02)
     assert value(m, "specmon_server_drift_alert_level", **lab) == 3.0  # critical: -29 %
+    assert value(m, "specmon_server_alert_level", kind="throughput", **lab) == 3.0
     # a server without a recorded baseline has no drift series at all (not a made-up 0)
     assert value(m, "specmon_server_drift_alert_level", host="h", server="other",
                  role="baseline") is None

@@ -13,7 +13,7 @@ import pytest
 from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.hosts.local import LocalHost
-from specmon.hostside.agent import NvmlCollector
+from specmon.hostside.nvml import NvmlCollector
 from specmon.parse.gpu import GpuSample
 from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
 

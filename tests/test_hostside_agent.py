@@ -37,6 +37,32 @@ async def test_probe_op_uses_the_servers_interpreter_path(tmp_path):
         assert (await probe(agent, None))["method"] == "unavailable: sglang not installed"
 
 
+async def test_probe_by_pid_reads_the_servers_install_and_runs_nothing(tmp_path):
+    """probe(pid=...): the agent finds where the user's own server imports from by reading
+    (its interpreter prefix's site-packages), never by running its argv[0]."""
+    import subprocess
+
+    site = tmp_path / "venv" / "lib" / "python3.99" / "site-packages"
+    site.mkdir(parents=True)
+    _fake_dist(site, b"patched = True\n", b"original = True\n")
+    ran = tmp_path / "ran"
+    fake_py = tmp_path / "venv" / "bin" / "python3"
+    fake_py.parent.mkdir()
+    fake_py.write_text(f"#!/bin/sh\ntouch {ran}\nexec {sys.executable} \"$@\"\n")
+    fake_py.chmod(0o755)
+    server = subprocess.Popen(["bash", "-c", f"exec -a {fake_py} sleep 60"],
+                              start_new_session=True)
+    try:
+        async with AgentClient(LocalHost()) as agent:
+            res = await probe(agent, pid=server.pid)
+            assert (res["version"], res["method"], res["modified_files"]) == (
+                "0.5.9", "RECORD", ["sglang/mod.py"])
+        assert not ran.exists()
+    finally:
+        server.kill()
+        server.wait()
+
+
 async def test_proc_stat_and_control_ops_share_the_tail_and_gpu_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(SHIM))
     monkeypatch.setenv("SPECMON_FAKE_NVML", json.dumps({"gpus": 1, "state": "idle"}))
@@ -73,7 +99,7 @@ def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(t
                                                                               monkeypatch):
     """A host whose python3 is 3.6/3.7 (no importlib.metadata) runs the probe in the server's
     newer interpreter instead of answering "unavailable"."""
-    from specmon.hostside import agent
+    from specmon.hostside import procs as agent
 
     site = tmp_path / "site"
     site.mkdir()
@@ -86,3 +112,26 @@ def test_an_agent_without_importlib_metadata_probes_in_the_servers_interpreter(t
     res = agent.op_probe({"dist": "sglang", "python": str(server_py)})
     assert (res["version"], res["method"], res["modified_files"]) == (
         "0.5.9", "RECORD", ["sglang/mod.py"])
+
+
+def test_the_client_takes_the_protocol_from_the_agents_own_module():
+    """One truth: the version, message types and tail events the client checks are the
+    agent's (hostside/protocol.py); every message type has a check, and the bundle the client
+    ships is exactly the modules of that folder, loaded as a package in a bare interpreter."""
+    import subprocess
+
+    from specmon.hosts import agent_protocol
+    from specmon.hosts.agent_client import agent_source
+    from specmon.hostside import protocol
+
+    assert set(agent_protocol._CHECKS) == set(protocol.MESSAGE_TYPES)
+    assert agent_protocol.TAIL_EVENTS == frozenset(protocol.TAIL_EVENTS)
+    assert agent_protocol.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
+    names = [n for n, _ in json.loads(agent_source())]
+    assert names == list(protocol.MODULES)
+    folder = {p.stem for p in Path(protocol.__file__).parent.glob("*.py")}
+    assert folder - set(names) == {"__init__", "agent"}  # the package file and the run-as-file entry
+    code = protocol.one_shot_code(agent_source(), ["probe", "no-such-dist-xyz"])
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["method"].startswith("unavailable")

@@ -154,3 +154,100 @@ def test_parallel_file_summary_equals_general(tmp_path, monkeypatch):
     monkeypatch.setattr(pc, "PARALLEL_MIN", 1)
     monkeypatch.setattr(pc, "_usable_cpus", lambda: 3)
     assert summarise(str(p)).comparable() == summarise_general(data[:-1]).comparable()
+
+
+def _medians_by_run(lines: list[str]) -> list[float]:
+    """The test's own reading: decode gen throughput at bs 1 per run (a run per server_args)."""
+    from specmon.analysis.stats import median
+    from specmon.parse.sglang import BatchRecord, EventRecord, parse_line
+
+    runs: list[list[float]] = []
+    for line in lines:
+        rec = parse_line(line)
+        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+            runs.append([])
+        elif isinstance(rec, BatchRecord) and rec.kind == "decode" and rec.running_req == 1:
+            assert rec.gen_throughput is not None
+            runs[-1].append(rec.gen_throughput)
+    out = [median(r) for r in runs]
+    assert None not in out
+    return [float(x) for x in out if x is not None]
+
+
+def test_parse_speaks_in_runs_on_the_phantom_baseline_log(tmp_path):
+    """Issue 21: a three-run log gets one section per run, never a blended table; `--runs
+    --json` carries each run's statistics per batch size, the same numbers as the sections."""
+    import re
+
+    from phantomlogs import baseline_lines
+
+    lines = baseline_lines()
+    log = tmp_path / "base.log"
+    log.write_text("\n".join(lines) + "\n")
+    want = _medians_by_run(lines)
+    assert 85 < want[0] < 92 and 60 < want[1] < 66 and 79 < want[2] < 85  # the scenario's levels
+    res = run(str(log))
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.decode()
+    heads = re.findall(r"^==== run (\d)  (\S+ \S+) -> (\S+ \S+)  (.*)$", text, re.M)
+    assert [h[0] for h in heads] == ["1", "2", "3"], text
+    assert all("tp 8" in h[3] for h in heads)
+    rows = re.findall(r"^\s+1\s+(\d+)\s+(\d+\.\d\d)\s+\d+\.\d\d\s+\d+\.\d\d$", text, re.M)
+    assert [float(m) for _, m in rows] == pytest.approx(want, abs=0.006)  # one row per run
+    assert text.count("#running-req") == 3
+
+    res = run(str(log), "--runs", "--json")
+    assert res.returncode == 0, res.stderr
+    objs = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [o["run"] for o in objs] == [1, 2, 3]
+    assert [(o["start"], o["end"]) for o in objs] == [(h[1], h[2]) for h in heads]
+    for o, (n, med), w in zip(objs, rows, want, strict=True):
+        (row,) = o["by_running_req"]
+        assert list(row) == ["running_req", "n", "median_tok_s", "p10", "p90", "accept_len_median"]
+        assert row["running_req"] == 1 and row["n"] == int(n) == o["decode_lines"]
+        assert row["median_tok_s"] == pytest.approx(w, abs=1e-4) == pytest.approx(float(med), abs=0.006)
+        assert row["p10"] < row["median_tok_s"] < row["p90"] and row["accept_len_median"] is None
+    # a damaged .gz of the same log: the runs read before the damage are still reported
+    packed = gzip.compress(log.read_bytes())
+    bad = tmp_path / "base.log.gz"
+    bad.write_bytes(packed[: len(packed) * 3 // 4])
+    res = run(str(bad))
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "read error" in err and len(err.strip().splitlines()) == 1
+    assert re.findall(r"^==== run (\d)", res.stdout.decode(), re.M)[:2] == ["1", "2"]
+
+
+def test_parse_one_run_log_keeps_one_summary(small_log):
+    res = run(str(small_log))
+    assert res.returncode == 0 and b"==== run" not in res.stdout and b"server runs" not in res.stdout
+
+
+def test_parse_runs_and_compare_show_the_same_per_run_medians(tmp_path):
+    """One truth (issue 21): `parse --runs --json` and `compare --json` give the same median,
+    p10, p90 and n for the same run at the same batch size (one window code, no second median)."""
+    from phantomlogs import write_logs
+
+    base, spec = write_logs(tmp_path)
+    res = run(str(base), "--runs", "--json")
+    runs = {o["run"]: o["by_running_req"] for o in map(json.loads, res.stdout.splitlines())}
+    assert list(runs) == [1, 2, 3]
+    sres = run(str(spec), "--runs", "--json")
+    (srun,) = [json.loads(x) for x in sres.stdout.splitlines()]
+    lines = base.read_text().splitlines()
+    starts = [i for i, x in enumerate(lines) if "server_args=" in x] + [len(lines)]
+    for k in (1, 2, 3):  # compare takes each log's last run: the baseline cut after run k
+        cut = tmp_path / f"base{k}.log"
+        cut.write_text("\n".join(lines[:starts[k]]) + "\n")
+        cmp = subprocess.run([sys.executable, "-m", "specmon", "compare", str(cut), str(spec),
+                              "--json"], capture_output=True, timeout=120)
+        assert cmp.returncode == 0, cmp.stderr
+        d = json.loads(cmp.stdout)
+        b, s = d["baseline"], d["speculative"]
+        assert b["run"] == k
+        (row,) = [r for r in runs[k] if r["running_req"] == d["speedup"]["running_req"]]
+        assert (b["median_tok_s"], b["p10"], b["p90"], b["n"]) == (
+            row["median_tok_s"], row["p10"], row["p90"], row["n"])
+        (srow,) = [r for r in srun["by_running_req"] if r["running_req"] == row["running_req"]]
+        assert (s["median_tok_s"], s["n"], s["accept_len_median"]) == (
+            srow["median_tok_s"], srow["n"], srow["accept_len_median"])
+        assert srow["accept_len_median"] is not None and 2.0 < srow["accept_len_median"] < 3.0

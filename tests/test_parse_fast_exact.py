@@ -65,7 +65,7 @@ def test_fast_summary_equals_general_on_generated_logs(seed: int, tmp_path: Path
 def test_a_chunk_scanned_in_place_equals_its_copy() -> None:
     buf = ("\n".join(generate_lines(3_000, seed=5)) + "\n").encode()
     end = buf.index(b"\n", len(buf) // 2) + 1
-    assert_same(summarise_buffer(buf + b"[x] Decode batch, half a line", end),
+    assert_same(summarise_buffer(buf + b"[x] Decode batch, half a line", end=end),
                 summarise_general(buf[:end]))
 
 

@@ -85,14 +85,15 @@ def test_markdown_report_has_the_key_figures(tmp_path, capsys):
     assert "| baseline decode throughput 11.2% below its stored baseline | NCCL_ALGO unset " \
            "(was Ring) |" in md
     # charts: SVG files made by pygal, linked from the report, one series per server and bs
-    assert "![decode throughput over time](s.report-throughput.svg)" in md
+    assert "![decode throughput over log time, per run](s.report-throughput.svg)" in md
     svg = (tmp_path / "s.report-throughput.svg").read_text()
-    assert "pygal" in svg and "base (baseline) bs 1" in svg and "spec (speculative) bs 1" in svg
-    assert "base (baseline) bs 8" in svg
+    assert "pygal" in svg and "base (baseline) run 1 bs 1" in svg
+    assert "spec (speculative) run 1 bs 1" in svg and "base (baseline) run 1 bs 8" in svg
     assert not re.search(r"<script[^>]+src=", svg)  # no external JavaScript
-    gpu_svg = (tmp_path / "s.report-gpu.svg").read_text()
-    assert "GPUs (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg
-    power_svg = (tmp_path / "s.report-gpu-power.svg").read_text()
+    # GPU charts per server (tp 1 at GPU 0: base's by its arguments)
+    gpu_svg = (tmp_path / "s.report-gpu-clock-0-base.svg").read_text()
+    assert "base (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg
+    power_svg = (tmp_path / "s.report-gpu-power-0-base.svg").read_text()
     assert "power W" in power_svg
     capsys.readouterr()
 
@@ -118,5 +119,62 @@ def test_report_says_na_rather_than_inventing(tmp_path, capsys):
     assert "Speedup: N/A (needs one baseline and one speculative server)." in md
     assert "N/A: no GPU samples in this snapshot." in md
     assert "N/A: no decode line carries an accept length." in md
-    assert "None recorded in this snapshot." in md
+    assert "None recorded in this snapshot, and none raised when its lines were played" in md
     assert "role source: inferred: decode lines carry no accept len" in md
+
+
+def test_json_report_is_the_same_document_with_runs_and_the_speedup(tmp_path, capsys):
+    import json
+
+    path = _snapshot(tmp_path)
+    assert main(["report", str(path), "--format", "json", "-o", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    sp = doc["speedup"]
+    assert {k: sp[k] for k in ("running_req", "base_run", "spec_run", "n_base", "n_spec")} == \
+        {"running_req": 1, "base_run": 1, "spec_run": 1, "n_base": 5, "n_spec": 5}
+    assert sp["value"] == round(94 / 89, 4) and sp["ci95"][0] < sp["value"] < sp["ci95"][1]
+    assert sp["conditions_differ"] == []
+    servers = {s["name"]: s for s in doc["servers"]}
+    assert [s["role"] for s in doc["servers"]] == ["baseline", "speculative"]
+    [run] = servers["base"]["runs"]
+    assert [(w["running_req"], w["n"], w["median_tok_s"]) for w in run["by_running_req"]] == \
+        [(1, 5, 89.0), (8, 5, 402.0)]
+    assert servers["spec"]["speculative"] == "EAGLE3 steps 2 topk 1 draft 3"
+    assert any(line.startswith("SGLang N/A, model Qwen/Qwen3-8B, tp 1")
+               for line in servers["base"]["fingerprint"])  # readable lines, not a dict dump
+    # the Markdown says the same numbers
+    assert main(["report", str(path), "-o", "-"]) == 0
+    md = capsys.readouterr().out
+    assert f"**Speedup {sp['value']:.3f}×** (95% {sp['ci95'][0]:.3f}–{sp['ci95'][1]:.3f}) at bs 1: " \
+           "spec run 1 94.00 / base run 1 89.00" in md
+
+
+def test_history_read_at_connect_is_charted_on_log_time_per_run(tmp_path):
+    from snapshot_data import write_record
+
+    from specmon.export.report import report_model, throughput_series
+    from specmon.export.snapshot import snapshot_from_record
+
+    # 20 lines printed one a minute across a restart, all received at the same instant (the
+    # history a connect reads): the chart spreads them over the 19 minutes SGLang printed
+    lines = [BASE_ARGS] + [decode_line(88.0 + i % 3) for i in range(10)] + \
+        [BASE_ARGS.replace("2026-02-26 19:16:40", "2026-02-26 19:27:00")] + \
+        [decode_line(62.0 + i % 3) for i in range(10)]
+    minute = 0
+
+    def stamped(text: str) -> str:
+        nonlocal minute
+        if "server_args" in text:
+            return text
+        minute += 1
+        return text.replace("19:16:45", f"{19 + (16 + minute) // 60}:{(16 + minute) % 60:02d}:45")
+
+    rows = [("base", stamped(x), T0) for x in lines]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows))
+    series = dict(throughput_series(report_model(snap)))
+    assert sorted(series) == ["base (baseline) run 1 bs 1", "base (baseline) run 2 bs 1"]
+    xs1 = [x for x, _ in series["base (baseline) run 1 bs 1"]]
+    xs2 = [x for x, _ in series["base (baseline) run 2 bs 1"]]
+    assert xs1 == [float(i) for i in range(10)]  # one a minute from the first line, not all 0
+    assert xs2[0] == 10.0 and xs2[-1] == 19.0
+    assert {y for _, y in series["base (baseline) run 2 bs 1"]} == {62.0, 63.0, 64.0}

@@ -82,7 +82,7 @@ def test_missing_then_silent_then_sglang_says_so_on_the_model_clock():
     assert fleet.server("h", "base").tail_status.startswith("no such file")  # still the reason
     fleet.lines("h", "base", items(["hello", "not sglang"], now[0]))  # it appeared
     st = fleet.server("h", "base")
-    assert st.tail_status is not None and st.tail_status.startswith("no SGLang line from /nope.log")
+    assert st.tail_status is not None and st.tail_status.startswith("no SGLang or vLLM line from /nope.log")
 
     other = FleetSession(["h"], clock=lambda: now[0])
     other.declare_server("h", "s", None, "/quiet.log")

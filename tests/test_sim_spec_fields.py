@@ -57,7 +57,10 @@ def test_fast_simulation_emits_and_parses_the_telemetry():
 
 @pytest.mark.parametrize("alpha,new", [(0.93, 7), (0.15, 1)])
 def test_adaptive_steps_change_mid_run_and_split_the_segments(alpha, new):
-    from specmon.analysis.advisor import split_runs
+    from datetime import datetime
+
+    from specmon.session.advice import segments
+    from specmon.session.runs import read_runs
 
     spec = SpecConfig(num_steps=3, eagle_topk=1, num_draft_tokens=4, accept_prob=alpha)
     cfg = EngineConfig(tp_size=8, spec=spec, load_concurrency=2, seed=5, adaptive_steps=(1, 3, 7))
@@ -68,11 +71,11 @@ def test_adaptive_steps_change_mid_run_and_split_the_segments(alpha, new):
     changes = [parse_line(x) for x in lines if "Adaptive spec params updated" in x]
     assert changes and changes[0].kind == "spec_params"
     assert (changes[0].data["old_steps"], changes[0].data["new_steps"]) == (3, new)
-    segs = split_runs((parse_line(x) for x in lines), "sim")
+    segs = segments(read_runs(lines, "sim"))  # the session's run, split at the changes
     seg = next(s for s in segs if s.started_by == "adaptive")  # the first change is early:
-    assert seg.run == "sim#1.2" and seg.launch == "sim#1"  # steps-3 lines may be none at all
+    assert seg.run == "sim run 1.2" and seg.launch == "sim run 1"  # steps-3 lines may be none
     assert seg.steps == new and seg.draft_tokens == new + 1
-    assert seg.start_ts == changes[0].timestamp
+    assert seg.start_t == datetime.fromisoformat(changes[0].timestamp).timestamp()
     assert len(segs) == len(changes) + (1 if segs[0].started_by == "server_args" else 0)
     # lines after the change carry the new settings' accept len and rate
     later = [r for r in seg.records if r.accept_len is not None][2:]

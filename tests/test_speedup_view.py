@@ -75,7 +75,7 @@ def test_fingerprint_differences_name_what_matters():
         "h:1:1 [0] NCCL INFO NCCL version 2.27.3"],
         modified_files=["sglang/srt/layers/communicator.py"], modified_method="RECORD")
     diffs = fingerprint_differences(a, b)
-    assert "tp 8 vs 4" in diffs
+    assert "tp_size: 8 vs 4" in diffs
     assert any(d.startswith("NCCL env seen by workers: NCCL_PROTO LL vs unset") for d in diffs), diffs
     assert any("speculative: sglang/srt/layers/communicator.py" in d for d in diffs)
     assert fingerprint_differences(a, a) == []

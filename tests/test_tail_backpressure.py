@@ -11,7 +11,7 @@ from typing import Any
 from specmon.feeds import common
 from specmon.feeds.common import pump_tail
 from specmon.hosts.local import LocalHost
-from specmon.hostside.agent import CREDIT_SLACK
+from specmon.hostside.protocol import CREDIT_SLACK
 from specmon.sources.tail import LogTailer, TailEvent, TailSpec
 
 LINE = b"[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 100, gen throughput " \

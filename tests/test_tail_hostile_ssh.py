@@ -3,6 +3,7 @@ rotation to a file the agent may not read."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -116,6 +117,69 @@ async def test_rotation_to_an_unreadable_file_is_permission_denied_and_the_old_f
             log.chmod(0o644)  # readable now: the rotation completes
             await col.wait_lines(4)
             assert col.texts()[3] == "b1" and len(col.notices("rotated")) == 1
+        finally:
+            await col.close()
+            await host.close()
+
+
+async def test_rotation_to_an_unreadable_file_reads_the_old_inode_to_its_end_20_runs(
+        sshd_server, tmp_path):
+    """20 files (20 runs at once, one agent): each is rotated to a file the agent may not read
+    while its writer goes on appending to the old inode; the new file becomes readable halfway
+    through those appends. Every line written to the old inode arrives (0 lost in each of the
+    20), then the new file's; moving to the new file as soon as it could be opened lost the
+    old file's later lines."""
+    import threading
+    import time
+
+    n_files, before, after = 20, 200, 400
+    with tempfile.TemporaryDirectory() as d:  # a folder the unprivileged agent can enter
+        os.chmod(d, 0o755)
+        logs = [Path(d) / f"r{i}.log" for i in range(n_files)]
+        fds = []
+        for log in logs:
+            fds.append(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+            os.chmod(log, 0o644)
+        host = make_host(sshd_server, tmp_path, python=unprivileged_python(tmp_path))
+        await host.connect()
+        col = Collector(LogTailer(host, [TailSpec(f"r{i}", str(p)) for i, p in enumerate(logs)],
+                                  history_lines=None))
+
+        def writer(i: int) -> None:
+            log, fd = logs[i], fds[i]
+            for k in range(before):
+                os.write(fd, b"old %04d before the rotation\n" % k)
+            new = log.with_suffix(".new")
+            nfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                          0o600 if os.geteuid() == 0 else 0o000)
+            os.write(nfd, b"new 0000\n")
+            os.close(nfd)
+            os.link(log, log.with_suffix(".log.1"))
+            os.rename(new, log)  # the path now names a file the agent may not read
+            for k in range(before, before + after):
+                os.write(fd, b"old %04d after the rotation\n" % k)
+                if k == before + after // 2:
+                    os.chmod(log, 0o644)  # readable now: the tail may move on
+                if k % 20 == 0:
+                    time.sleep(0.003)
+            os.close(fd)
+
+        try:
+            await until(lambda: len(col.notices("opened")) == n_files, what="20 tails open")
+            threads = [threading.Thread(target=writer, args=(i,)) for i in range(n_files)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                await asyncio.to_thread(t.join)
+            await col.wait_lines(n_files * (before + after + 1), timeout=60)
+            lost = []
+            for i in range(n_files):
+                texts = col.texts(f"r{i}")
+                olds = [t for t in texts if t.startswith("old ")]
+                lost.append(before + after - len(olds))
+                assert texts[-1] == "new 0000", texts[-3:]  # the new file after all the old
+            assert lost == [0] * n_files
+            assert len(col.notices("rotated")) == n_files
         finally:
             await col.close()
             await host.close()

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from uikit import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
 
+from specmon.session.pays import PaysWatcher
 from specmon.session.state import Session
 from specmon.sim import formats
 from specmon.sim.engine import simulate
-from specmon.ui.advisor import AdvisorMemory, AdvisorScreen, PaysWatcher, advisor_report
+from specmon.ui.advisor import AdvisorMemory, AdvisorScreen, advisor_report
 from specmon.ui.app import SpecmonApp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -107,3 +107,18 @@ def test_clean_stop_is_stopped_not_crashed():
     s = ServerState("x")
     s.process_exited(-15)
     assert s.status == "stopped"
+
+
+def test_one_speedup_function_gives_no_interval_from_one_sample_a_side():
+    from specmon.session.window import interval_text, speedup_of, stats_for
+
+    b, s = ServerState("b", role="baseline"), ServerState("s", role="speculative")
+    feed(b, [80.0], rr=2)
+    feed(s, [120.0, 118.0, 122.0], rr=2, accept=2.5)
+    one = speedup_of(stats_for(b.runs[-1].decode, 2, 60.0), stats_for(s.runs[-1].decode, 2, 60.0))
+    assert one.ratio == pytest.approx(1.5) and one.ci95 is None and one.verdict == "na"
+    assert "baseline n 1" in one.ci_reason and "speculative" not in one.ci_reason
+    assert interval_text(one).startswith("N/A (fewer than 2 samples")
+    feed(b, [82.0], rr=2, t0=1001)  # two a side: an interval, around the ratio
+    two = speedup_of(stats_for(b.runs[-1].decode, 2, 60.0), stats_for(s.runs[-1].decode, 2, 60.0))
+    assert two.ci95 is not None and two.ci95[0] < two.ratio < two.ci95[1]

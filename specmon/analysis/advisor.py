@@ -1,34 +1,37 @@
 """Acceptance profile, speculative cost model, candidate settings, "speculation no longer pays".
 
-Pure functions over parsed records: no I/O, no clock. Every number comes from one server run
-(a launch: from one `server_args=` line to the next) and, inside a run, from one segment of
-constant speculative settings (`Adaptive spec params updated` lines start a new segment), at one
+Pure functions over segments the session layer hands over (specmon.session.advice: the
+session's `ServerState.runs`, each split where an `Adaptive spec params updated` line changed
+the step count); no run model, no I/O, no clock here. Every number comes from one segment at one
 batch size (#running-req). The model is the engineering form of Leviathan et al.:
 
     tokens per round   tau(s) = 1 + sum_{k=1..s} P(draft position k accepted)
     cycle time         t_cycle(s, d) = a + b*s + c*(d - 1 - s)      (fitted, ms)
     tok/s              running_req * tau / t_cycle;  speedup = tau * t_b / t_cycle
 
-with `t_b` the baseline's ms per token at the same batch size. What the logs cannot identify is
-assumed and said so (`assumptions`): one step count -> draft cost per step 0; no tree run -> no
-extra cost per tree draft token; positions beyond the longest measured chain -> the last
-measured conditional acceptance. Bands are ~95 %: acceptance from the profile's n (rounds, or
-autocorrelation-corrected decode lines), cycle time from the spread of the per-line cycle times.
-
-Runs are split here by `server_args` lines (a pure helper); the session's own notion of runs
-can replace `split_runs` when it exists.
+with `t_b` the baseline's ms per token at the same batch size. The advice claims only what was
+measured: a setting that was run shows its own number; one the runs identify (fitted cost,
+measured acceptance positions) gets a point and a ~95 % band; one they do not identify gets no
+point and a band over stated priors (`Priors`: draft cost per step from 0 to what the measured
+cycle leaves above one baseline step; conditional acceptance never rising with draft position).
+`best` is a setting whose whole band lies at or above the best measured tok/s, else the best
+measured setting; none while the baseline's conditions differ from the speculative server's.
+Statistical bands: acceptance from the profile's n (rounds, or autocorrelation-corrected
+decode lines), cycle time from the spread of the per-line cycle times.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from specmon.analysis.drift import DriftParams, SampleFilter, lag1, neff
-from specmon.parse.sglang import BatchRecord, EventRecord, Record
+from specmon.parse.sglang import BatchRecord
+from specmon.parse.vllm import VllmDecodeRecord
 
 MIN_LINES = 3  # decode lines a segment needs at the chosen batch size
 STEPS = range(1, 7)
@@ -37,71 +40,51 @@ Z = 1.96
 
 
 # --------------------------------------------------------------------------------------------
-# Runs and segments
+# Segments (made by the session layer from its runs: specmon.session.advice)
 # --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    """One server-level decode interval of a segment."""
+
+    rec: BatchRecord
+    t: float | None = None  # log time (s); None: the SampleFilter reads the record's stamp
+    after_prefill: bool = False  # a prefill line came since the previous decode line
 
 
 @dataclass
 class Segment:
-    """Decode lines of one run with constant speculative settings."""
+    """Decode lines of one server run with constant speculative settings (the session's Run,
+    split at adaptive step changes)."""
 
-    run: str
+    run: str  # "spec.log run 2", "spec.log run 2.3" (the third adaptive segment)
     steps: int | None = None
     topk: int | None = None
     draft_tokens: int | None = None
     algorithm: str | None = None
-    records: list[BatchRecord] = field(default_factory=list)  # decode and prefill lines
+    lines: list[Line] = field(default_factory=list)
     histogram: list[int] | None = None  # rounds by correct drafts (benchmark meta_info)
     started_by: str = "server_args"  # or "adaptive": an `Adaptive spec params updated` line
-    start_ts: str | None = None  # the log time where it began (chart marker)
-    launch: str = ""  # the run (launch) this segment belongs to; `run` adds `.N` inside it
+    start_t: float | None = None  # the log time where it began (chart marker)
+    launch: str = ""  # the run this segment belongs to ("spec.log run 2")
+    started: str | None = None  # the run's start as text ("2026-10-30 14:02:11")
 
     def __post_init__(self) -> None:
         if not self.launch:
             self.launch = self.run
 
     @property
+    def records(self) -> list[BatchRecord]:
+        return [ln.rec for ln in self.lines]
+
+    @property
     def speculative(self) -> bool:
-        return bool(self.algorithm) or any(r.accept_len is not None for r in self.records)
+        return bool(self.algorithm) or any(ln.rec.accept_len is not None for ln in self.lines)
 
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def split_runs(records: Iterable[Record | None], label: str) -> list[Segment]:
-    """Segments of a log: a new run at every `server_args` line, a new segment inside a run at
-    every adaptive step change (topk 1: draft tokens follow as steps + 1)."""
-    out: list[Segment] = []
-    cur: Segment | None = None
-    run_no = 0
-    for rec in records:
-        if isinstance(rec, EventRecord):
-            if rec.kind == "server_args":
-                run_no += 1
-                d = rec.data
-                cur = Segment(f"{label}#{run_no}", _int(d.get("speculative_num_steps")),
-                              _int(d.get("speculative_eagle_topk")),
-                              _int(d.get("speculative_num_draft_tokens")),
-                              d.get("speculative_algorithm") or None, start_ts=rec.timestamp)
-                out.append(cur)
-            elif rec.kind == "spec_params" and cur is not None:
-                new = _int(rec.data.get("new_steps"))
-                sub = sum(1 for s in out if s.launch == cur.launch)
-                dt = cur.draft_tokens
-                if new is not None and cur.topk == 1:
-                    dt = new + 1
-                cur = replace(cur, run=f"{cur.launch}.{sub + 1}", steps=new,
-                              draft_tokens=dt, records=[], histogram=None,
-                              started_by="adaptive", start_ts=rec.timestamp)
-                out.append(cur)
-        elif isinstance(rec, BatchRecord):
-            if cur is None:  # a log cut before its server_args line: settings unknown
-                run_no += 1
-                cur = Segment(f"{label}#{run_no}")
-                out.append(cur)
-            cur.records.append(rec)  # prefill lines too: they mark the decode lines after them
-    return [s for s in out if any(r.kind == "decode" for r in s.records)]
+    def named(self) -> str:
+        """`spec.log run 3 (started 2026-10-30 14:02:11)`: which run a number came from."""
+        return f"{self.launch} (started {self.started})" if self.started else self.launch
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +110,17 @@ class Measured:
     se_accept: float | None = None
     se_log_cycle: float | None = None
     histogram: tuple[int, ...] | None = None
+    # vLLM: per-position acceptance S(k) = P(>= k drafts accepted) as printed, weighted by
+    # drafted tokens over the lines measured, and the drafts (rounds) behind it
+    per_position: tuple[float, ...] | None = None
+    drafts: float = 0.0
+    named: str = ""  # "base.log run 3 (started 2026-10-30 14:02:11)"
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """~95 % interval of the measured tok/s."""
+        return (self.tok_s * math.exp(-Z * self.se_log_tok_s),
+                self.tok_s * math.exp(Z * self.se_log_tok_s))
 
     def to_json(self) -> dict[str, Any]:
         return {"run": self.run, "steps": self.steps, "topk": self.topk,
@@ -139,16 +133,16 @@ def _round(v: float | None, nd: int = 4) -> float | None:
     return None if v is None or not math.isfinite(v) else round(v, nd)
 
 
-def clean_lines(records: Sequence[BatchRecord]) -> list[BatchRecord]:
+def clean_lines(lines: Sequence[Line]) -> list[BatchRecord]:
     """Lines the drift detector would keep: no warm-up, queue, prefill in the interval,
     batch-size change or idle gap (whose gen throughput counts idle time)."""
     f = SampleFilter(DriftParams())
     out = []
-    for r in records:
-        if r.kind == "prefill":
+    for ln in lines:
+        if ln.after_prefill:
             f.prefill()
-        elif f.decode(r, None) is not None:
-            out.append(r)
+        if ln.rec.kind == "decode" and f.decode(ln.rec, ln.t) is not None:
+            out.append(ln.rec)
     return out
 
 
@@ -166,7 +160,7 @@ def _se_log(xs: Sequence[float]) -> tuple[float, float]:
 
 def measure(seg: Segment, running_req: int) -> Measured | None:
     """Mean accept len, cycle time and tok/s of a segment's clean lines at one batch size."""
-    lines = [r for r in clean_lines(seg.records) if r.running_req == running_req
+    lines = [r for r in clean_lines(seg.lines) if r.running_req == running_req
              and r.gen_throughput is not None and r.gen_throughput > 0]
     if len(lines) < MIN_LINES:
         return None
@@ -184,15 +178,35 @@ def measure(seg: Segment, running_req: int) -> Measured | None:
                   for r in lines]
         se_cyc, _ = _se_log(cycles)
         cycle = math.exp(sum(math.log(c) for c in cycles) / len(cycles))
+    pp, drafts = _measured_positions(lines)
     return Measured(seg.run, seg.steps, seg.topk, seg.draft_tokens, running_req, acc_mean, cycle,
                     tok_s, len(lines), ne, se_thr, se_acc, se_cyc,
-                    tuple(seg.histogram) if seg.histogram else None)
+                    tuple(seg.histogram) if seg.histogram else None, pp, drafts, seg.named())
+
+
+def _measured_positions(lines: Sequence[BatchRecord]) -> tuple[tuple[float, ...] | None, float]:
+    """vLLM's printed per-position acceptance over `lines` (weighted by drafted tokens), and the
+    number of drafts behind it; (None, 0) unless every line carries the same k positions."""
+    rows: list[tuple[list[float], int]] = []
+    for r in lines:
+        spec = r.spec if isinstance(r, VllmDecodeRecord) else None
+        pp = spec.get("per_position") if spec else None
+        dra = spec.get("drafted") if spec else None
+        if not (isinstance(pp, list) and pp and all(isinstance(x, float) for x in pp)
+                and isinstance(dra, int) and dra > 0):
+            return None, 0.0
+        rows.append((pp, dra))
+    if not rows or len({len(pp) for pp, _ in rows}) != 1:
+        return None, 0.0
+    k = len(rows[0][0])
+    w = sum(d for _, d in rows)
+    return (tuple(sum(pp[i] * d for pp, d in rows) / w for i in range(k)), w / k)
 
 
 def batch_sizes(segs: Sequence[Segment]) -> Counter[int]:
     c: Counter[int] = Counter()
     for s in segs:
-        for r in clean_lines(s.records):
+        for r in clean_lines(s.lines):
             if r.running_req:
                 c[r.running_req] += 1
     return c
@@ -280,15 +294,32 @@ def profile_from_log(m: Measured) -> Profile | None:
                    "accept len")
 
 
+def profile_from_positions(m: Measured) -> Profile | None:
+    """The measured profile: vLLM prints P(>= k drafts accepted) for every position k."""
+    pp = m.per_position
+    if not pp or m.drafts <= 0:
+        return None
+    surv = tuple(min(1.0, max(0.0, x)) for x in pp)
+    prev = surv[-2] if len(surv) > 1 else 1.0
+    tail = surv[-1] / prev if prev > 0 else 0.0
+    reach = m.drafts * prev
+    se = math.sqrt(max(tail * (1 - tail), 1e-6) / max(reach, 1.0))
+    return Profile(surv, min(1.0, tail), m.drafts, se, PER_POSITION)
+
+
+PER_POSITION = "per-position acceptance (vLLM, measured)"
+
+
 def best_profile(ms: Sequence[Measured]) -> Profile | None:
-    """The profile reaching the furthest draft position (histograms preferred at equal reach)."""
-    best: tuple[tuple[int, int, float], Profile] | None = None
+    """The profile reaching the furthest draft position (measured ones preferred at equal
+    reach: histograms, then vLLM's per-position rates, then the accept len)."""
+    best: tuple[tuple[int, bool, bool, float], Profile] | None = None
     for m in ms:
         p = profile_from_histogram(m.histogram) if m.histogram else None
-        p = p or profile_from_log(m)
+        p = p or profile_from_positions(m) or profile_from_log(m)
         if p is None:
             continue
-        key = (len(p.survival), p.source == "histogram", p.n)
+        key = (len(p.survival), p.source == "histogram", p.source != "accept len", p.n)
         if best is None or key > best[0]:
             best = (key, p)
     return best[1] if best else None
@@ -359,8 +390,8 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
     assumptions: list[str] = []
     if not use[1]:
         assumptions.append(
-            f"one step count measured ({pts[0].steps}): draft cost per step assumed negligible "
-            "(0 ms); run a second step count to measure it")
+            f"one step count measured ({pts[0].steps}): draft cost per step not identified "
+            "(the point model takes 0 ms); run a second step count to measure it")
     extra = {f[2] for f in feats}
     if len({(f[1], f[2]) for f in feats}) > 1 + int(use[1]) and len(extra) >= 2:
         use[2] = True
@@ -403,20 +434,26 @@ def fit_cost(ms: Sequence[Measured]) -> CostModel | None:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A setting's predicted tok/s. `basis`: "measured" (a run at this setting: its own
+    number), "model" (identified by the measurements: fitted cost, measured acceptance
+    positions) or "prior" (the measurements do not identify it: `predicted_tok_s` is None and
+    the band spans the stated priors)."""
+
     steps: int
     topk: int
     draft_tokens: int
-    predicted_tok_s: float
+    predicted_tok_s: float | None
     band: tuple[float, float]
     predicted_speedup: float | None
     tau: float
     t_cycle_ms: float
+    basis: str = "model"
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens,
                 "predicted_tok_s": _round(self.predicted_tok_s, 2),
                 "band": [_round(self.band[0], 2), _round(self.band[1], 2)],
-                "predicted_speedup": _round(self.predicted_speedup)}
+                "predicted_speedup": _round(self.predicted_speedup), "basis": self.basis}
 
     def matches(self, steps: int | None, topk: int | None, draft_tokens: int | None) -> bool:
         return (steps, topk or 1, draft_tokens or (steps or 0) + 1) == (
@@ -436,8 +473,12 @@ class Advice:
     profile: Profile
     cost: CostModel
     candidates: tuple[Candidate, ...]
-    best: Candidate
+    best: Candidate | None  # None: no recommendation (`no_recommendation` says why)
     assumptions: tuple[str, ...]
+    reference: Measured  # the best measured setting: what `best` must be shown to match
+    conditions_differ: tuple[str, ...] = ()
+    engine: str = "sglang"  # "vllm": the flags are vLLM's `--speculative-config`
+    method: str | None = None  # the speculative algorithm of the latest run
 
     @property
     def baseline_ms_per_token(self) -> float | None:
@@ -446,8 +487,21 @@ class Advice:
         return 1000.0 * self.running_req / self.baseline.tok_s
 
     @property
+    def baseline_run(self) -> str | None:
+        """`baseline base.log run 3 (started 2026-10-30 14:02:11)`."""
+        return None if self.baseline is None else f"baseline {self.baseline.named}"
+
+    @property
     def current(self) -> Measured:
         return self.measured[-1]
+
+    @property
+    def no_recommendation(self) -> str | None:
+        if not self.conditions_differ:
+            return None
+        return ("no setting recommended: the baseline and the speculative server differ in more "
+                "than speculation (" + "; ".join(self.conditions_differ) + "), so the speedup "
+                "and the predictions mix speculation with those differences; make them match")
 
     @property
     def measured_speedup(self) -> tuple[float, float, float] | None:
@@ -467,7 +521,13 @@ class Advice:
         return None if tb is None or cyc is None else cyc / tb
 
     @property
-    def flags(self) -> str:
+    def flags(self) -> str | None:
+        if self.best is None:
+            return None
+        if self.engine == "vllm":  # vLLM drafts chains: k = steps
+            cfg = json.dumps({"method": self.method or "eagle3",
+                              "num_speculative_tokens": self.best.steps})
+            return f"--speculative-config '{cfg}'"
         return flags_for(self.best)
 
     def cost_text(self) -> str:
@@ -476,7 +536,7 @@ class Advice:
 
         def term(i: int, unit: str) -> str:
             se = math.sqrt(max(cov[i][i], 0.0))
-            return f"{c[i]:.2f} {unit}" + (f" (+-{se:.2f})" if fitted[i] else " (assumed)")
+            return f"{c[i]:.2f} {unit}" + (f" (+-{se:.2f})" if fitted[i] else " (not measured)")
 
         tb = self.baseline_ms_per_token
         return (f"t_cycle = {term(0, 'ms')} + steps x {term(1, 'ms/step')} + extra tree tokens "
@@ -486,12 +546,15 @@ class Advice:
     def to_json(self) -> dict[str, Any]:
         return {
             "measured": [m.to_json() for m in self.measured],
+            "baseline_run": self.baseline_run,
             "baseline_ms_per_token": _round(self.baseline_ms_per_token),
             "break_even_accept_len": _round(self.break_even_accept_len),
             "assumptions": list(self.assumptions),
             "candidates": [c.to_json() for c in self.candidates],
-            "best": self.best.to_json(),
+            "best": None if self.best is None else self.best.to_json(),
             "flags": self.flags,
+            "conditions_differ": list(self.conditions_differ),
+            "no_recommendation": self.no_recommendation,
         }
 
 
@@ -512,10 +575,67 @@ def _candidate_grid(topks: set[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+@dataclass(frozen=True)
+class Priors:
+    """What the measurements cannot pin down, as ranges (stated in the advice's assumptions).
+
+    Draft cost: with one step count measured, the cost of one more step lies in
+    [0, b_max], b_max = (t_cycle - t_b) / steps: a verify pass costs at least one plain decode
+    step of the baseline (t_b), so at most the rest of the measured cycle is drafting (without
+    a baseline: the whole cycle). An extra tree draft token, never measured, lies in [0, b_max].
+    Acceptance decay: the conditional acceptance of draft position k given k-1 accepted does
+    not rise with k. From the windowed accept len only, that bounds the positions inside the
+    measured chain (the geometric profile is the lower edge, "every draft up to accept len - 1
+    accepted" the upper); beyond the measured chain it lies between 0 and the last measured
+    position's rate.
+    """
+
+    slope: tuple[float, float] | None  # (0, b_max) ms per step; None: fitted
+    extra: tuple[float, float] | None  # ms per extra tree token; None: fitted
+    s0: int
+    t0: float
+
+    def cycle(self, cost: CostModel, steps: int, draft_tokens: int) -> tuple[float, float]:
+        """(lowest, highest) cycle time over the priors (the point model inside)."""
+        t, _ = cost.predict(steps, draft_tokens)
+        lo = hi = t
+        if self.slope is not None:
+            d = steps - self.s0
+            lo, hi = lo + min(0.0, d * self.slope[1]), hi + max(0.0, d * self.slope[1])
+        extra = max(0, draft_tokens - 1 - steps)
+        if self.extra is not None and extra:
+            hi += extra * self.extra[1]
+        return max(lo, 1e-3), hi
+
+
+def _priors(cost: CostModel, measured: Sequence[Measured], tb: float | None) -> Priors:
+    pts = [m for m in measured if m.t_cycle_ms is not None and m.steps]
+    s0 = pts[-1].steps or 1 if pts else 1
+    t0 = cost.coef[0] + cost.coef[1] * s0
+    room = t0 - tb if tb is not None and tb < t0 else t0
+    b_max = room / max(s0, 1)
+    return Priors(None if cost.fitted[1] else (0.0, b_max),
+                  None if cost.fitted[2] else (0.0, b_max), s0, t0)
+
+
+def _tau_range(p: Profile, mx: int) -> tuple[float, float]:
+    """Tokens per round at most `mx` accepted drafts, over the acceptance-decay prior."""
+    m = len(p.survival)
+    tau = p.tau(mx)
+    if mx > m:  # beyond the measured chain: from nothing more accepted to the last rate kept
+        return p.tau(m), tau
+    if p.source == "histogram" or mx == m:
+        return tau, tau
+    # inside the chain, from the mean only: geometric (least front-loaded) to all-front-loaded
+    return tau, 1.0 + min(float(mx), sum(p.survival))
+
+
 def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
-           running_req: int | None = None) -> Advice:
+           running_req: int | None = None, conditions_differ: Sequence[str] = ()) -> Advice:
     """The advice for the speculative segments `spec` (oldest first), optionally against a
-    baseline server's segments. Raises CannotAdvise saying what is missing."""
+    baseline server's segments. `conditions_differ`: how the baseline's conditions differ from
+    the speculative server's in anything but speculation; while non-empty no setting is
+    recommended. Raises CannotAdvise saying what is missing."""
     spec = [s for s in spec if s.speculative]
     if not spec:
         raise CannotAdvise("no speculative decode lines (no 'accept len' field) in the logs")
@@ -543,40 +663,90 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
         if not bms:
             raise CannotAdvise(f"baseline log: fewer than {MIN_LINES} clean decode lines at "
                                f"#running-req {running_req}")
-        base = bms[-1]
+        base = bms[-1]  # the baseline's current (last) run
     profile = best_profile(measured)
     cost = fit_cost(measured)
     if profile is None or cost is None:
         raise CannotAdvise("speculative lines without accept len or cycle time")
-    assumptions = list(cost.assumptions)
-    if profile.source == "accept len":
-        assumptions.append("acceptance profile from the windowed accept len only (no benchmark "
-                           "histograms): constant per-position acceptance "
-                           f"{profile.tail:.3f} assumed")
-    assumptions.append(f"positions beyond {len(profile.survival)} drafts: conditional "
-                       f"acceptance {profile.tail:.3f} per position assumed (the last measured)")
     tb = 1000.0 * running_req / base.tok_s if base else None
+    pri = _priors(cost, measured, tb)
+    assumptions = [a for a in cost.assumptions if "tree" not in a or pri.extra is None]
+    if base is not None:
+        assumptions.append(f"baseline: {base.named}, the baseline log's last run with "
+                           f">= {MIN_LINES} clean lines at #running-req {running_req}")
+    if pri.slope is not None:
+        ref_text = ("one baseline decode step t_b" if tb is not None and tb < pri.t0
+                    else "nothing (no baseline)")
+        assumptions.append(
+            f"draft cost prior: one more step costs 0 to {pri.slope[1]:.2f} ms (the measured "
+            f"cycle {pri.t0:.2f} ms above {ref_text}, per step); bands for other step counts "
+            "span it and their point prediction is N/A")
     topks = {1} | {m.topk for m in measured if m.topk and m.topk > 1}
+    if pri.extra is not None and max(topks) > 1:
+        assumptions.append(f"no tree run with extra draft tokens measured: an extra verify "
+                           f"token costs 0 to {pri.extra[1]:.2f} ms (prior); such bands span it")
+    m_pos = len(profile.survival)
+    if profile.source == PER_POSITION:
+        assumptions.append(f"acceptance profile measured: vLLM's per-position acceptance for "
+                           f"positions 1-{m_pos} (n={profile.n:.0f} drafts); predictions up to "
+                           "that k rest on it")
+    if profile.source == "accept len":
+        assumptions.append(
+            "acceptance from the windowed accept len only (no benchmark histograms); decay prior: "
+            "the conditional acceptance of draft position k does not rise with k, so chains "
+            f"shorter than {m_pos} lie between the geometric profile (rate {profile.tail:.3f}) "
+            "and every draft accepted up to the mean")
+    assumptions.append(f"decay prior beyond {m_pos} measured draft positions: conditional "
+                       f"acceptance between 0 and {profile.tail:.3f} per position (the last "
+                       "measured); bands span it and the point prediction is N/A")
+    ref = max(measured, key=lambda m: m.tok_s)
+    assumptions.append(
+        f"best rule: a setting not measured is recommended only when its whole band lies at or "
+        f"above the best measured {ref.tok_s:.2f} tok/s ({ref.run}, steps {ref.steps}); "
+        "otherwise the best measured setting")
     cands: list[Candidate] = []
     for s, k, d in _candidate_grid(topks):
+        mine = [m for m in measured if (m.steps, m.topk or 1,
+                                        m.draft_tokens or (m.steps or 0) + 1) == (s, k, d)]
         mx = min(s, d - 1)
         tau = profile.tau(mx)
+        cyc, se_cyc = cost.predict(s, d)
+        if mine:  # measured here: its own number (the latest run at this setting)
+            m = mine[-1]
+            cands.append(Candidate(s, k, d, m.tok_s, m.band, m.tok_s / base.tok_s if base
+                                   else None, m.accept_len or tau, m.t_cycle_ms or cyc,
+                                   "measured"))
+            continue
+        tau_lo, tau_hi = _tau_range(profile, mx)
+        cyc_lo, cyc_hi = pri.cycle(cost, s, d)
+        if cyc <= 0 or cyc_hi <= 0:
+            continue
         lo_t = profile.tau(mx, max(0.0, profile.tail - profile.se_tail))
         hi_t = profile.tau(mx, min(1.0, profile.tail + profile.se_tail))
         se_tau = max(hi_t - lo_t, 0.0) / 2 + _tau_se_measured(profile, mx)
-        cyc, se_cyc = cost.predict(s, d)
-        if cyc <= 0:
-            continue
-        tok = 1000.0 * running_req * tau / cyc
         se = math.sqrt((se_tau / tau) ** 2 + (se_cyc / cyc) ** 2)
-        speed = tau * tb / cyc if tb else None
-        cands.append(Candidate(s, k, d, tok, (tok * math.exp(-Z * se), tok * math.exp(Z * se)),
-                               speed, tau, cyc))
+        band = (1000.0 * running_req * tau_lo / cyc_hi * math.exp(-Z * se),
+                1000.0 * running_req * tau_hi / cyc_lo * math.exp(Z * se))
+        identified = tau_lo == tau_hi and cyc_lo == cyc_hi
+        tok = 1000.0 * running_req * tau / cyc if identified else None
+        speed = tok * tb / (1000.0 * running_req) if tok is not None and tb else None
+        cands.append(Candidate(s, k, d, tok, band, speed, tau, cyc,
+                               "model" if identified else "prior"))
     if not cands:
         raise CannotAdvise("the cost model predicts no positive cycle time")
-    best = max(cands, key=lambda c: c.predicted_tok_s)
+    shown = [c for c in cands if c.basis != "measured" and c.band[0] >= ref.tok_s]
+    best: Candidate | None = max(shown, key=lambda c: c.band[0]) if shown else next(
+        (c for c in cands if c.matches(ref.steps, ref.topk, ref.draft_tokens)), None)
+    if best is None:  # the best measured setting lies outside the grid: itself
+        best = Candidate(ref.steps or 0, ref.topk or 1, ref.draft_tokens or (ref.steps or 0) + 1,
+                         ref.tok_s, ref.band, ref.tok_s / base.tok_s if base else None,
+                         ref.accept_len or 1.0, ref.t_cycle_ms or 0.0, "measured")
+    if conditions_differ:
+        best = None
+    vllm = any(isinstance(ln.rec, VllmDecodeRecord) for s in spec for ln in s.lines)
     return Advice(running_req, tuple(measured), base, profile, cost, tuple(cands), best,
-                  tuple(assumptions))
+                  tuple(assumptions), ref, tuple(conditions_differ), "vllm" if vllm else "sglang",
+                  spec[-1].algorithm)
 
 
 def _tau_se_measured(p: Profile, mx: int) -> float:
@@ -595,16 +765,19 @@ def _tau_se_measured(p: Profile, mx: int) -> float:
 
 @dataclass(frozen=True)
 class Check:
-    """A run measured at settings the advice predicted: the model's error, visible."""
+    """A run measured at settings the advice predicted: the model's error, visible (a band
+    over the priors has no point prediction: only whether the run landed inside it)."""
 
     run: str
-    predicted_tok_s: float
+    predicted_tok_s: float | None
     band: tuple[float, float]
     measured_tok_s: float
     measured_band: tuple[float, float]
 
     @property
-    def error_pct(self) -> float:
+    def error_pct(self) -> float | None:
+        if self.predicted_tok_s is None:
+            return None
         return 100.0 * (self.measured_tok_s / self.predicted_tok_s - 1.0)
 
     @property
@@ -618,9 +791,7 @@ def check_prediction(advice: Advice, m: Measured) -> Check | None:
         return None
     for c in advice.candidates:
         if c.matches(m.steps, m.topk, m.draft_tokens):
-            se = m.se_log_tok_s
-            return Check(m.run, c.predicted_tok_s, c.band, m.tok_s,
-                         (m.tok_s * math.exp(-Z * se), m.tok_s * math.exp(Z * se)))
+            return Check(m.run, c.predicted_tok_s, c.band, m.tok_s, m.band)
     return None
 
 
@@ -705,18 +876,6 @@ def speculation_no_longer_pays(now: PaysState, ref: PaysState | None = None) -> 
 # --------------------------------------------------------------------------------------------
 # Live sessions
 # --------------------------------------------------------------------------------------------
-
-
-def segments_from_log(lines: Iterable[str], label: str,
-                      histogram: Sequence[int] | None = None) -> list[Segment]:
-    """Segments from a server's received log lines (the session keeps the last few thousand);
-    a benchmark's histogram, if given, belongs to the latest segment."""
-    from specmon.parse.sglang import parse_line
-
-    segs = split_runs((parse_line(x) for x in lines), label)
-    if segs and histogram:
-        segs[-1].histogram = list(histogram)
-    return segs
 
 
 def pays_state(sp: Any) -> PaysState | None:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specmon.analysis.stats import median
+from specmon.numfmt import num
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
@@ -304,7 +305,7 @@ class Fingerprint:
 
 
 def _num(x: float | None) -> str:
-    return "N/A" if x is None else f"{x:.0f}"
+    return num(x, "{:.0f}")
 
 
 # --------------------------------------------------------------------------------------------

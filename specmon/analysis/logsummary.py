@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from specmon.analysis.stats import weighted_quantiles
+from specmon.numfmt import NA, num
 from specmon.parse.fastscan import FastCounts, add_counts
 from specmon.parse.sglang import BatchRecord, EventRecord
 
@@ -32,6 +33,13 @@ class LogSummary:
     last_time: str | None = None
     events: int = 0  # start-up lines (server_args, ready, ...): an SGLang log without batches yet
     invalid: int = 0  # SUMMARISED values printed but impossible (non-finite, negative, absurd)
+    engine: str | None = None  # "vllm" for a vLLM log (None: SGLang's)
+    name: str = "log"
+    # vLLM prints its acceptance counts: summed over the joined intervals
+    spec_accepted: int = 0
+    spec_drafted: int = 0
+    spec_pos: list[float] = field(default_factory=list)  # sum of rate x drafted, per position
+    spec_pos_drafted: int = 0  # drafted tokens behind spec_pos (lines with the same k)
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -43,6 +51,7 @@ class LogSummary:
             self.throughput[(rec.accept_len is not None, rec.running_req, rec.gen_throughput)] += 1
             if rec.accept_len is not None:
                 self.accept[rec.accept_len] += 1
+            self._add_counts(getattr(rec, "spec", None))
         else:
             self.prefill += 1
         t = rec.timestamp or rec.time_of_day
@@ -50,6 +59,20 @@ class LogSummary:
             if self.first_time is None:
                 self.first_time = t
             self.last_time = t
+
+    def _add_counts(self, spec: dict[str, object] | None) -> None:
+        if not spec:
+            return
+        acc, dra, pp = spec.get("accepted"), spec.get("drafted"), spec.get("per_position")
+        if not isinstance(acc, int) or not isinstance(dra, int) or dra <= 0:
+            return
+        self.spec_accepted += acc
+        self.spec_drafted += dra
+        if isinstance(pp, list) and pp and all(isinstance(x, float) for x in pp) and (
+                not self.spec_pos or len(pp) == len(self.spec_pos)):
+            self.spec_pos = [a + float(x) * dra for a, x in
+                             zip(self.spec_pos or [0.0] * len(pp), pp, strict=True)]
+            self.spec_pos_drafted += dra
 
     @property
     def recognised(self) -> int:
@@ -64,7 +87,21 @@ class LogSummary:
         self._add_times(first, last)
 
     def merge(self, other: LogSummary) -> None:
+        if other.recognised and self.recognised and (other.engine or "sglang") != (
+                self.engine or "sglang"):
+            from specmon.parse.vllm import MixedEngines
+
+            raise MixedEngines(f"{other.name}: holds both SGLang and vLLM stats lines: a log that "
+                               "mixes engines cannot be read as one server; split it")
+        if self.engine is None and other.engine is not None:
+            self.engine = other.engine
         self.lines += other.lines
+        self.spec_accepted += other.spec_accepted
+        self.spec_drafted += other.spec_drafted
+        if other.spec_pos and (not self.spec_pos or len(other.spec_pos) == len(self.spec_pos)):
+            self.spec_pos = [a + b for a, b in zip(self.spec_pos or [0.0] * len(other.spec_pos),
+                                                   other.spec_pos, strict=True)]
+            self.spec_pos_drafted += other.spec_pos_drafted
         self.decode += other.decode
         self.prefill += other.prefill
         _merge(self.throughput, other.throughput)
@@ -115,6 +152,14 @@ class LogSummary:
             "interval (default 40 decode steps; idle and prefill time inside an interval lower it).",
             "Not comparable with a benchmark's end-to-end tok/s, which includes prefill.",
         ]
+        if self.engine == "vllm":
+            lines[0] = (f"lines read: {self.lines:,}   recognised: {recognised:,} vLLM engine "
+                        "intervals ('decode')")
+            lines[3:] = [
+                "throughput = vLLM 'Avg generation throughput': every token an engine emitted in",
+                "its stats interval (~10 s; prefill steps and accepted drafts included) over that",
+                "interval; idle servers print nothing. Not a benchmark's end-to-end tok/s.",
+            ]
         if self.invalid:
             lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
                             "absurd numbers) read as N/A; their lines are kept")
@@ -127,6 +172,9 @@ class LogSummary:
                 continue
             lines.append("")
             label = "speculative (lines carry 'accept len')" if spec else "baseline (no accept len)"
+            if self.engine == "vllm":
+                label = ("speculative (intervals with a 'SpecDecoding metrics' line)" if spec
+                         else "no 'SpecDecoding metrics' line in the interval")
             lines.append(f"{label}")
             lines.append(f"  {'#running-req':>12}  {'n':>8}  {'median':>10}  {'p10':>10}  {'p90':>10}")
             for rr in sorted(groups[spec], key=lambda r: (r is None, r)):
@@ -143,6 +191,13 @@ class LogSummary:
                     f"  accept len (tokens per verify round, bonus included): median {_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
                 )
+                if self.spec_drafted:
+                    pos = " ".join(f"{x / self.spec_pos_drafted:.3f}" for x in self.spec_pos) \
+                        if self.spec_pos_drafted else "N/A"
+                    lines.append(
+                        f"  accept rate (vLLM's counts, accepted / drafted over the log): "
+                        f"{self.spec_accepted / self.spec_drafted:.3f} "
+                        f"({self.spec_accepted:,} / {self.spec_drafted:,}); per position {pos}")
         return "\n".join(lines)
 
 
@@ -156,8 +211,7 @@ def _merge(into: Counter[_T], other: Counter[_T]) -> None:
 
 
 def _na(v: object) -> str:
-    return "N/A" if v is None else str(v)
+    return NA if v is None else str(v)
 
 
-def _num(v: float | None) -> str:
-    return "N/A" if v is None else f"{v:.2f}"
+_num = num

@@ -13,68 +13,60 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from specmon.commands.options import add_json, add_running_req
 from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
     from specmon.analysis.advisor import Advice, Check, Segment
-    from specmon.parse.sglang import Record
+    from specmon.session.state import ServerState
 
 MAX_DECODE_LINES = 2_000_000  # per file: records are kept in memory
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "advise",
-        help="recommend speculative settings from logs (exit 0, 3 too little data, 2 usage)",
-        description="Fit the acceptance profile and speculative cost model to the runs in the "
-        "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
-        "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Fit the acceptance profile and speculative cost model to the runs in the "
+                     "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
+                     "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.")
     p.add_argument("spec_logs", nargs="+", metavar="SPEC_LOG",
                    help="speculative server log(s); several runs at different settings help")
     p.add_argument("--baseline-log", metavar="LOG", help="the baseline (non-speculative) log")
-    p.add_argument("--running-req", type=int, metavar="N",
-                   help="batch size to advise for (default: the most common one)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    add_running_req(p, "batch size to advise for (default: the most common one)")
+    add_json(p)
 
 
-def read_segments(name: str) -> list[Segment]:
-    from specmon.analysis.advisor import split_runs
-    from specmon.analysis.logfile import open_input
+def read_state(name: str) -> ServerState:
+    """A log through the session model (`ServerState.apply`): the advisor reads its runs."""
+    from specmon.analysis.logfile import open_input, read_lines
     from specmon.errors import CliError
     from specmon.parse.sglang import BatchRecord, parse_line
+    from specmon.parse.vllm import EngineGuard
+    from specmon.session.state import ServerState
 
     fh = open_input(name)
     label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
+    state = ServerState(label)
+    guard = EngineGuard(name)  # a log that mixes SGLang and vLLM lines is an error
     n_decode = 0
-
-    def records() -> Iterator[Record | None]:
-        nonlocal n_decode
-        line_no = 0
-        try:
-            for raw in fh:
-                line_no += 1
-                if b"batch" not in raw and b"server_args=" not in raw and b"Adaptive" not in raw:
-                    continue
-                rec = parse_line(raw)
-                if isinstance(rec, BatchRecord) and rec.kind == "decode":
-                    n_decode += 1
-                    if n_decode > MAX_DECODE_LINES:
-                        raise CliError(f"{name}: more than {MAX_DECODE_LINES:,} decode lines; "
-                                       "cut the log to the runs to compare")
-                yield rec
-        except OSError as exc:
-            raise CliError(f"{name}: read error after line {line_no} ({exc})") from None
-
+    line_no = 0
     try:
-        return split_runs(records(), label)
+        for raw in read_lines(fh, name):
+            line_no += 1
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            rec = parse_line(text)
+            guard.check(rec, line_no)
+            if isinstance(rec, BatchRecord) and rec.kind == "decode":
+                n_decode += 1
+                if n_decode > MAX_DECODE_LINES:
+                    raise CliError(f"{name}: more than {MAX_DECODE_LINES:,} decode lines; "
+                                   "cut the log to the runs to compare")
+            state.apply(text, rec, 0.0)  # offline: no receive time
+        state.flush()  # a vLLM engine line still waiting for its spec line
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
+    return state
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,15 +77,24 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
     if sum(1 for x in [*args.spec_logs, args.baseline_log] if x == "-") > 1:
         raise CliError("only one input can be '-' (stdin)")
+    from specmon.session.advice import segments
+
     spec: list[Segment] = []
-    for name in args.spec_logs:
-        spec.extend(read_segments(name))
-    base = read_segments(args.baseline_log) if args.baseline_log else []
+    states = [read_state(name) for name in args.spec_logs]
+    for st in states:
+        spec.extend(segments(st))
+    bstate = read_state(args.baseline_log) if args.baseline_log else None
+    base = segments(bstate) if bstate is not None else []
     if args.baseline_log and any(s.speculative for s in base):
         raise CliError(f"{args.baseline_log}: has speculative decode lines; --baseline-log is "
                        "the non-speculative server's log")
+    from specmon.session.runs import run_conditions
+
+    # the one rule (as compare and the headline): what differs besides speculation
+    differ = (run_conditions(bstate.runs[-1], states[-1].runs[-1], args.running_req)
+              if bstate is not None and bstate.runs and states[-1].runs else [])
     try:
-        adv = advise(spec, base, args.running_req)
+        adv = advise(spec, base, args.running_req, differ)
     except CannotAdvise as exc:
         if args.json:
             print(dumps({"error": str(exc)}))
@@ -125,12 +126,14 @@ def render(adv: Advice, checks: list[Check]) -> str:
         out.append("baseline: N/A (no --baseline-log): no speedup, break-even or predicted "
                    "speedup")
     else:
-        out.append(f"baseline: {adv.baseline_ms_per_token:.2f} ms/token "
-                   f"({bl.tok_s:.2f} tok/s, n={bl.n})")
+        out.append(f"{plain(adv.baseline_run or 'baseline')}: {adv.baseline_ms_per_token:.2f} "
+                   f"ms/token ({bl.tok_s:.2f} tok/s, n={bl.n})")
         out.append(f"measured speedup ({plain(adv.current.run)}): {sp[0]:.3f}x "
                    f"(95 % {sp[1]:.3f}-{sp[2]:.3f}); break-even accept len "
                    f"{_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
-    out += ["", "assumptions:"] + [f"  - {a}" for a in adv.assumptions]
+    if adv.conditions_differ:
+        out.append("conditions differ: " + plain("; ".join(adv.conditions_differ)))
+    out += ["", "assumptions:"] + [f"  - {plain(a)}" for a in adv.assumptions]
     out += ["", f"acceptance profile (from {adv.profile.source}, n={adv.profile.n:.0f}): "
             "P(draft position k accepted) = "
             + ", ".join(f"{p:.2f}" for p in adv.profile.survival)
@@ -138,23 +141,30 @@ def render(adv: Advice, checks: list[Check]) -> str:
             + ", ".join(f"{p:.2f}" for p in adv.profile.per_position())
             + f", then {adv.profile.tail:.2f}"]
     out.append("cost model: " + adv.cost_text())
-    out += ["", "candidates:"]
+    out += ["", "candidates (basis: measured, model = identified by the runs, prior = N/A point, "
+            "band over the stated priors):"]
     out.append(f"  {'steps':>5} {'topk':>4} {'draft':>5} {'tok/s':>8} {'95 % band':>17} "
-               f"{'speedup':>8}")
-    for c in sorted(adv.candidates, key=lambda c: -c.predicted_tok_s)[:12]:
+               f"{'speedup':>8}  basis")
+    for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:12]:
         mark = " <- best" if c is adv.best else ""
-        out.append(f"  {c.steps:>5} {c.topk:>4} {c.draft_tokens:>5} {c.predicted_tok_s:>8.2f} "
-                   f"{c.band[0]:>8.2f}-{c.band[1]:<8.2f} {_f(c.predicted_speedup, '.3f'):>8}"
-                   f"{mark}")
+        out.append(f"  {c.steps:>5} {c.topk:>4} {c.draft_tokens:>5} "
+                   f"{_f(c.predicted_tok_s):>8} {c.band[0]:>8.2f}-{c.band[1]:<8.2f} "
+                   f"{_f(c.predicted_speedup, '.3f'):>8}  {c.basis}{mark}")
     b = adv.best
-    out += ["", f"try: {adv.flags}",
-            f"     predicted {b.predicted_tok_s:.2f} tok/s (95 % {b.band[0]:.2f}-{b.band[1]:.2f})"
-            + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else "")]
+    if b is None:
+        out += ["", plain(adv.no_recommendation or "no setting recommended")]
+    else:
+        what = ("measured" if b.basis == "measured" else "predicted")
+        out += ["", f"try: {adv.flags}" if b.basis != "measured" or not b.matches(
+            adv.current.steps, adv.current.topk, adv.current.draft_tokens)
+            else f"keep: {adv.flags} (no other setting is shown to be at least as good)",
+                f"     {what} {_f(b.predicted_tok_s)} tok/s (95 % {b.band[0]:.2f}-{b.band[1]:.2f})"
+                + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else "")]
     if checks:
         out += ["", "predicted (from the runs before) vs measured:"]
         for ch in checks:
-            out.append(f"  {plain(ch.run)}: predicted {ch.predicted_tok_s:.2f} "
+            err = "" if ch.error_pct is None else f"{ch.error_pct:+.1f} %, "
+            out.append(f"  {plain(ch.run)}: predicted {_f(ch.predicted_tok_s)} "
                        f"({ch.band[0]:.2f}-{ch.band[1]:.2f}), measured {ch.measured_tok_s:.2f} "
-                       f"tok/s ({ch.error_pct:+.1f} %, "
-                       f"{'inside' if ch.within else 'OUTSIDE'} the band)")
+                       f"tok/s ({err}{'inside' if ch.within else 'OUTSIDE'} the band)")
     return "\n".join(out)

@@ -11,11 +11,43 @@ from typing import Any
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
+from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
+from specmon.parse.vllm import EngineGuard, join_records
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Recorded baselines live in SQLite under the user data dir (override with "
+                     "SPECMON_DATA_DIR).")
+    bs = p.add_subparsers(dest="baseline_action", metavar="ACTION")
+    r = bs.add_parser("record", help="record a baseline from a log file")
+    r.add_argument("name", metavar="NAME")
+    r.add_argument("--log", metavar="FILE",
+                   help="SGLang or vLLM log ('-' for stdin); the last server run is used")
+    r.add_argument("--server-info", metavar="JSON", help="/get_server_info output (a file or inline JSON)")
+    add_running_req(r, "keep only this #running-req")
+    r.add_argument("--last", metavar="LINES", type=int, help="only the last LINES decode lines")
+    r.add_argument("--host", help="host the server ran on (default: local)")
+    r.add_argument("--server", help="server name (e.g. sglang-30000)")
+    r.add_argument("--role", choices=["baseline", "speculative"], help="default: from the log")
+    r.add_argument("--note", help="free text kept with the baseline")
+    r.add_argument("--replace", action="store_true", help="replace a baseline of the same name")
+    ls = bs.add_parser("list", help="list recorded baselines")
+    ls.add_argument("--host")
+    ls.add_argument("--server")
+    add_json(ls, "print JSON")
+    sh = bs.add_parser("show", help="show one baseline: strata and fingerprint")
+    sh.add_argument("name", metavar="NAME")
+    add_json(sh, "print JSON")
+    d = bs.add_parser("delete", help="delete a baseline")
+    d.add_argument("name", metavar="NAME")
+    for q in (r, ls, sh, d):
+        q.set_defaults(parser=q)
+    p.set_defaults(baseline_action=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,9 +90,13 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
 
     fh = open_input(name)
     out: list[tuple[Record, str]] = []
+    guard = EngineGuard(name)
+    n = 0
     try:
         for raw in capped_lines(fh):
+            n += 1
             rec = parse_line(raw)
+            guard.check(rec, n)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
@@ -71,6 +107,8 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
     finally:
         if name != "-":
             fh.close()
+    # vLLM: each spec line joins its engine's line (the records are the same objects)
+    join_records(r for r, _ in out)
     return out
 
 

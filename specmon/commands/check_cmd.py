@@ -1,5 +1,10 @@
 """`specmon check LOG`: stream a decode log through the drift detector (for scripts and CI).
 
+The log is judged run by run, split where the session model splits it (`ServerState.apply`):
+each server run gets its own detector and its own evidence (server args, NCCL_DEBUG lines), so
+a run's alert is explained by that run's cause. The verdict is the last run's (or `--run N`'s);
+every run's first alert is listed.
+
 Exit status: 0 ok/improved, 1 drift, 3 insufficient data, 2 usage error.
 """
 
@@ -8,14 +13,34 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import deque
 from typing import Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
+from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
+from specmon.parse.vllm import EngineGuard, SpecJoiner
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
+MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts stays bounded)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Stream a decode log through the drift detector and print the verdict. "
+                     "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.")
+    p.add_argument("log", metavar="LOG", help="SGLang or vLLM log file, or '-' for stdin")
+    p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
+    p.add_argument("--baseline-value", metavar="TOKS", type=float,
+                   help="a known baseline gen throughput (tok/s) instead of a recorded baseline")
+    p.add_argument("--baseline-spread", metavar="PCT", type=float,
+                   help="per-sample robust spread of --baseline-value in %% (default: the live spread)")
+    add_running_req(p, "compare only lines at this #running-req")
+    p.add_argument("--run", metavar="N", type=int,
+                   help="judge server run N of the log (default: the last); every run's first "
+                   "alert is listed with its own cause")
+    add_json(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,38 +72,95 @@ def run(args: argparse.Namespace) -> int:
         label = "baseline"
     else:
         raise CliError("a baseline is needed: --baseline NAME or --baseline-value TOKS")
-    monitor = DriftMonitor(stats, params, label=label, running_req=args.running_req)
+    if args.run is not None and args.run < 1:
+        raise CliError(f"--run must be >= 1 (got {args.run})")
     from specmon.analysis.fingerprint import LogEvidence
-
-    evidence = LogEvidence()
     from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
+    from specmon.session.runs import run_by_rr, stamp
+    from specmon.session.state import ServerState
+
+    def fresh() -> tuple[DriftMonitor, LogEvidence]:
+        return DriftMonitor(stats, params, label=label, running_req=args.running_req), LogEvidence()
+
+    state = ServerState(args.log)  # the session's run model: where one run ends, the next starts
+    runs: deque[dict[str, Any]] = deque(maxlen=MAX_RUNS_LISTED)
+    monitor, evidence = fresh()
+    run_no = 0
+
+    def close_run() -> None:
+        if run_no:
+            r = next((x for x in state.runs if x.index == run_no), None)
+            runs.append({"run": run_no, "start": stamp(r.start_t) if r else None,
+                         **result(monitor, fp_recorded, evidence),
+                         # the run's own statistics, as parse --runs, compare and the report
+                         # show them (the verdict's `live` is the detector's clean samples)
+                         "by_running_req": run_by_rr(r) if r else []})
 
     fh = open_input(args.log)
+    joiner = SpecJoiner()  # vLLM: the spec line joins its engine's line (no-op for SGLang)
+    guard = EngineGuard(args.log)
+    at: dict[int, int] = {}  # id(record) -> its line number (an engine line waits a line)
     try:
         line_no = 0
         try:
             for raw in capped_lines(fh):
                 line_no += 1
                 parsed = parse_line(raw)
+                guard.check(parsed, line_no)
+                text = raw.decode("utf-8", "replace")
+                if parsed is not None:
+                    state.apply(text.rstrip("\r\n"), parsed, 0.0)
+                    if state.runs_total != run_no:  # this line began the next run
+                        for ready in joiner.flush():  # the ended run's last joined interval
+                            monitor.observe(ready, None, at.pop(id(ready), line_no))
+                        close_run()
+                        monitor, evidence = fresh()
+                        run_no = state.runs_total
                 if parsed is None:
                     if b"NCCL INFO" in raw or b"set by environment" in raw:
-                        evidence.add_line(raw.decode("utf-8", "replace"))
+                        evidence.add_line(text)
                     continue
                 if isinstance(parsed, EventRecord):
-                    evidence.add_event(parsed, raw.decode("utf-8", "replace"))
-                monitor.observe(parsed, None, line_no)
+                    evidence.add_event(parsed, text)
+                at[id(parsed)] = line_no
+                for ready in joiner.push(parsed):
+                    monitor.observe(ready, None, at.pop(id(ready), line_no))
+            for ready in joiner.flush():
+                monitor.observe(ready, None, at.pop(id(ready), line_no))
         except READ_ERRORS as exc:
             raise CliError(f"{args.log}: read error after line {line_no} "
                            f"({exc or type(exc).__name__})") from None
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
-    out = result(monitor, fp_recorded, evidence)
+    close_run()
+    out = judged(list(runs), args.run, args.log, result(monitor, fp_recorded, evidence), run_no)
     if args.json:
         print(dumps(out))
     else:
         print(render(out))
     return EXIT[out["verdict"]]
+
+
+def judged(runs: list[dict[str, Any]], k: int | None, log: str,
+           empty: dict[str, Any], total: int) -> dict[str, Any]:
+    """The judged run's result (the last, or run k) at the top, with `run`, `runs_total` and
+    every (kept) run's first alert and causes under `runs`."""
+    if k is not None and not any(r["run"] == k for r in runs):
+        if runs and k < runs[0]["run"]:
+            raise CliError(f"{log}: run {k} is not kept (the last {len(runs)} of {total} runs "
+                           "are)")
+        have = f"runs 1..{total}" if runs else "no run"
+        raise CliError(f"{log}: no run {k} (the log holds {have})")
+    if not runs:  # nothing SGLang printed: insufficient, as before
+        return {"run": None, "runs_total": 0, **empty, "runs": []}
+    pick = runs[-1] if k is None else next(r for r in runs if r["run"] == k)
+    summary = [{"run": r["run"], "start": r["start"], "verdict": r["verdict"],
+                "live": r["live"], "delta_pct": r["delta_pct"],
+                "first_alert_line": r["first_alert_line"], "alert": r["alert"],
+                "causes": r["causes"]} for r in runs]
+    return {"run": pick["run"], "runs_total": total, "start": pick["start"],
+            **{x: v for x, v in pick.items() if x not in ("run", "start")}, "runs": summary}
 
 
 def result(monitor: DriftMonitor, fp_recorded: Any, evidence: Any) -> dict[str, Any]:
@@ -117,10 +199,26 @@ def render(out: dict[str, Any]) -> str:
         lines.append(out["alert"])
     elif out["verdict"] == "insufficient":
         lines.append(f"not enough comparable samples (clean live n={out['live']['n']})")
+    if out.get("run") is not None:
+        lines.append(f"judged: run {out['run']} of {out['runs_total']} (from {out['start'] or '?'})"
+                     + (", the last" if out["run"] == out["runs_total"] else ""))
+    for row in out.get("by_running_req", []):
+        lines.append(f"run median at #running-req {row['running_req']}: {row['median_tok_s']} tok/s "
+                     f"(p10 {row['p10']}, p90 {row['p90']}, n {row['n']}; whole run, as compare "
+                     "and parse --runs)")
     if out["first_alert_line"] is not None:
         lines.append(f"first alert at line {out['first_alert_line']}")
     for c in out["causes"]:
         lines.append(f"cause: {c}")
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(out["excluded_by_reason"].items()))
     lines.append(f"excluded: {out['excluded']}" + (f" ({reasons})" if reasons else ""))
+    others = [r for r in out.get("runs", []) if r["run"] != out["run"]]
+    if others:
+        lines.append("other runs (each judged on its own lines, its causes from its own evidence):")
+    for r in others:
+        head = f"  run {r['run']} (from {r['start'] or '?'}): {r['verdict']}"
+        if r["first_alert_line"] is not None:
+            head += f", first alert at line {r['first_alert_line']}"
+        lines.append(head + (f": {r['alert']}" if r["alert"] and r["verdict"] != "ok" else ""))
+        lines += [f"    cause: {c}" for c in r["causes"]]
     return "\n".join(lines)

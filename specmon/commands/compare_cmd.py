@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 
@@ -17,22 +18,22 @@ if TYPE_CHECKING:
     from specmon.session.state import ServerState
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="speedup of a speculative server's log over a baseline's (last runs, per batch size)",
-        description="Read two SGLang server logs (files, .gz or '-'), split each into runs "
-        "(server_args lines, restarts) and compare the last run of each at the same "
-        "#running-req, with the same code as the UI. Exit status: 0 compared, 3 no batch size "
-        "has enough samples on both, 2 usage error.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Read two SGLang or vLLM server logs (files, .gz or '-'), split each into runs "
+                     "(server_args lines, restarts) and compare the last run of each (or the runs "
+                     "chosen) at the same #running-req, with the same code as the UI. Says which "
+                     "conditions differ besides speculation (server args, NCCL env, versions). Exit "
+                     "status: 0 compared, 3 no batch size has enough samples on both, 2 usage error.")
     p.add_argument("baseline", metavar="BASELINE_LOG")
     p.add_argument("spec", metavar="SPEC_LOG")
-    p.add_argument("--running-req", metavar="N", type=int, help="compare only this #running-req")
+    add_running_req(p, "compare only this #running-req")
     p.add_argument("--run", metavar="K", type=int,
                    help="compare run K of each log (1 = the first; default: the last run)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.add_argument("--base-run", metavar="K", type=int,
+                   help="run K of the baseline log (overrides --run for it)")
+    p.add_argument("--spec-run", metavar="K", type=int,
+                   help="run K of the speculative log (overrides --run for it)")
+    add_json(p)
 
 
 def _read(name: str, label: str) -> ServerState:
@@ -61,14 +62,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.running_req is not None and args.running_req < 1:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
-    if args.run is not None and args.run < 1:
-        raise CliError(f"--run must be >= 1 (got {args.run})")
+    for flag in ("run", "base_run", "spec_run"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise CliError(f"--{flag.replace('_', '-')} must be >= 1 (got {v})")
+    base_run = args.base_run if args.base_run is not None else args.run
+    spec_run = args.spec_run if args.spec_run is not None else args.run
     if args.baseline == "-" and args.spec == "-":
         raise CliError("only one of the two logs can be '-' (stdin)")
     base = _read(args.baseline, "baseline")
     spec = _read(args.spec, "speculative")
     try:
-        cmp = compare(base, spec, base_run=args.run, spec_run=args.run,
+        cmp = compare(base, spec, base_run=base_run, spec_run=spec_run,
                       running_req=args.running_req)
     except ValueError as exc:
         raise CliError(str(exc)) from None

@@ -24,9 +24,20 @@ from specmon.commands.hostargs import (
     plans_from_args,
     print_notes,
 )
+from specmon.commands.options import add_config, add_export_dir, add_hosts
 from specmon.errors import CliError
 from specmon.hosts import HostError
 from specmon.sources.tail import TailSpec
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Connect to TARGET over SSH (or 'local'), find its SGLang servers (or tail "
+                     "--log NAME=PATH), and show them live. A --log NAME containing 'base' or 'spec' "
+                     "sets the server's role; otherwise it is read from the log.")
+    add_hosts(p)
+    add_config(p, "its server profiles on TARGET are tailed and get start/stop/restart/swap/benchmark "
+               "keys; with no TARGET its [hosts.NAME] are watched")
+    add_export_dir(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,7 +110,8 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
     fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines())
     history = None if args.whole_file else args.history
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history, python=p.python,
-                               roles=roles.get(p.host.name)) for p in plans])
+                               roles=roles.get(p.host.name), all_users=p.all_users)
+                      for p in plans])
     server = None
     if listen is not None:
         from specmon.export.prometheus import registry_for, serve

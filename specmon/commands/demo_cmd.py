@@ -1,4 +1,4 @@
-"""`specmon demo`: a simulated SGLang host with a baseline and a speculative server, live."""
+"""`specmon demo`: a simulated SGLang or vLLM host with a baseline and a speculative server, live."""
 
 from __future__ import annotations
 
@@ -8,30 +8,50 @@ import shutil
 import signal
 from pathlib import Path
 
+from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
 from specmon.session.fleet import FleetSession
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
+                   help="simulate SGLang servers (default) or vLLM (`vllm serve`) servers")
+    p.add_argument("--format-version", metavar="V", default=None,
+                   help="release whose log format the simulated servers write (default newest)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="requests the built-in clients keep in flight per server (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    add_export_dir(p)
+    add_config(p, "its [keys] remap the UI")
+    p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
+                   help="phantom-baseline: record a tuned baseline, then restart it without the "
+                   "NCCL variables, then with a power cap and a patched file; drift alerts follow")
+
+
 def run(args: argparse.Namespace) -> int:
     from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
-    from specmon.sim.formats import check_version
+    from specmon.sim import formats, vllm_formats
 
+    engine = getattr(args, "engine", "sglang")
     if args.format_version:
         try:
-            check_version(args.format_version)
+            (vllm_formats if engine == "vllm" else formats).check_version(args.format_version)
         except ValueError as exc:
             raise CliError(str(exc)) from None
     from specmon.commands.hostargs import config_from_args
 
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
-    feed = DemoFeed(default_servers(args.format_version, load_concurrency=args.concurrency),
-                    scenario=args.scenario)
+    servers = default_servers(args.format_version, load_concurrency=args.concurrency,
+                              engine=engine)
+    feed = DemoFeed(servers, scenario=args.scenario)
     from specmon.ui.app import SpecmonApp
+
+    kind = "vLLM " if engine == "vllm" else ""
 
     app = SpecmonApp(FleetSession([feed.host]), feed,
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
-                     actions=demo_actions(feed), title=f"{feed.host} (simulated host)",
+                     actions=demo_actions(feed), title=f"{feed.host} (simulated {kind}host)",
                      keymap=dict(cfg.keys) if cfg is not None else None,
                      export_dir=Path(args.export_dir) if args.export_dir else None)
 

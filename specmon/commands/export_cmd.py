@@ -9,6 +9,22 @@ from specmon.errors import CliError
 from specmon.export.snapshot import SnapshotError, snapshot_from_record, write_snapshot
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Convert RECORD.jsonl (one object per received line: server, path, offset, "
+                     "line, received_at, record) into a specmon.snapshot/1 document. Written "
+                     "atomically; secrets are redacted; gzip when -o ends in .gz or with --gzip.")
+    p.add_argument("record", metavar="RECORD.jsonl")
+    p.add_argument("-o", "--out", required=True, metavar="SNAPSHOT", help="snapshot file to write")
+    p.add_argument("--gzip", action="store_true", help="gzip the snapshot whatever its name")
+    p.add_argument("--host", help="host name to record in the snapshot (default: unknown)")
+    p.add_argument("--log-lines", type=int, default=5000, metavar="N",
+                   help="raw log lines kept per server (records are always all kept; default 5000)")
+    p.add_argument("--gpu-max-samples", type=int, default=2000, metavar="N",
+                   help="GPU samples per GPU before downsampling (default 2000)")
+    p.add_argument("--no-redact", action="store_true",
+                   help="keep secrets (tokens, keys, passwords) in the snapshot; off by default")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.log_lines < 0:
         raise CliError(f"--log-lines must be >= 0, got {args.log_lines}")

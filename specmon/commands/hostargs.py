@@ -22,13 +22,18 @@ if TYPE_CHECKING:
 
 
 def _make_host(target: str, args: argparse.Namespace, name: str | None = None,
-               ssh_config: str | None = None, known_hosts: str | None = None) -> Host:
+               ssh_config: str | None = None, known_hosts: str | None = None,
+               python: str | None = None) -> Host:
+    """python: [hosts.NAME] python, the interpreter the host agent runs with (default: the
+    host's python3; for `local`, this one)."""
     try:
         if target == "local":
             from specmon.hosts.local import LocalHost
 
-            return LocalHost(name or "local")
-        kw = {"name": name} if name else {}
+            return LocalHost(name or "local", python=python)
+        kw: dict[str, Any] = {"name": name} if name else {}
+        if python:
+            kw["python"] = python
         return make_host(target, ssh_config=args.ssh_config or ssh_config,
                          known_hosts=args.known_hosts or known_hosts,
                          accept_new=args.accept_new, **kw)
@@ -38,11 +43,13 @@ def _make_host(target: str, args: argparse.Namespace, name: str | None = None,
 
 @dataclass
 class HostPlan:
-    """One host to watch: the Host, its --log/logs files (empty: discover), agent python."""
+    """One host to watch: the Host, its --log/logs files (empty: discover), agent python,
+    whether discovery lists every user's servers (--all-users)."""
 
     host: Host
     specs: list[TailSpec] = field(default_factory=list)
     python: str | None = None
+    all_users: bool = False
 
 
 def plans_from_args(args: argparse.Namespace, cfg: Config | None = None) -> list[HostPlan]:
@@ -62,7 +69,8 @@ def plans_from_args(args: argparse.Namespace, cfg: Config | None = None) -> list
         for i, t in enumerate(targets):
             hp = cfg.hosts.get(t) if cfg is not None else None
             if hp is not None:  # a [hosts.NAME] of the config, by its name
-                host = _make_host(hp.target, args, hp.name, hp.ssh_config, hp.known_hosts)
+                host = _make_host(hp.target, args, hp.name, hp.ssh_config, hp.known_hosts,
+                                  hp.python)
                 hs = list(specs) or [TailSpec(n, p) for n, p in hp.logs.items()]
                 plans.append(HostPlan(host, hs if i == 0 or not specs else [], hp.python))
             else:
@@ -79,8 +87,10 @@ def plans_from_args(args: argparse.Namespace, cfg: Config | None = None) -> list
                            "under each [hosts.NAME] instead")
         for h in hosts:
             hs = [TailSpec(n, p) for n, p in h.logs.items()] or list(specs)
-            plans.append(HostPlan(_make_host(h.target, args, h.name, h.ssh_config, h.known_hosts),
-                                  hs, h.python))
+            plans.append(HostPlan(_make_host(h.target, args, h.name, h.ssh_config, h.known_hosts,
+                                             h.python), hs, h.python))
+    for p in plans:
+        p.all_users = bool(getattr(args, "all_users", False))
     names = [p.host.name for p in plans]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

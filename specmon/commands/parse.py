@@ -1,9 +1,18 @@
-"""`specmon parse`: offline analysis of SGLang logs, and the JSON contract other tools build on."""
+"""`specmon parse`: offline analysis of SGLang and vLLM logs, and the JSON contract other tools build on.
+
+A log that holds several server runs is summarised one section per run (a table never blends
+runs): the runs are split where the session model splits them (a `server_args` line starts a run
+unless the current one has not printed a batch line yet), and each run's lines go through the
+same `summarise_buffer` fast path as a one-run log.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from specmon.analysis.logfile import (
     NO_LINES,
@@ -12,9 +21,27 @@ from specmon.analysis.logfile import (
     open_input,
     read_lines,
     summarise,
+    summarise_buffer,
 )
 from specmon.analysis.logsummary import LogSummary
+from specmon.errors import CliError
 from specmon.jsonout import dumps
+from specmon.parse.sglang import EventRecord, parse_line
+
+MARK = b"server_args="
+SCAN_BLOCK = 8 * 1024 * 1024
+RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Parse SGLang log files. FILE may be '-' for stdin; .gz is read transparently."
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per recognised line")
+    p.add_argument("--kind", choices=["decode", "prefill", "spec", "server_args", "all"], default="all",
+                   help="which records to emit with --json (default: all)")
+    p.add_argument("--runs", action="store_true",
+                   help="list each log's server runs (start, end, args, decode lines); with --json "
+                   "one object per run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,17 +50,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = sys.stdout
         found = 0
+        invalid = 0
         for name in args.files:
             for obj in iter_json(name, "all"):
                 found += 1
                 if args.kind != "all" and obj["kind"] != args.kind:
                     continue
+                invalid += len(obj.get("invalid") or ())
                 out.write(dumps(obj))
                 out.write("\n")
+        if invalid:  # e.g. vLLM 0.8.5's `nan` for an interval without drafts
+            print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
+                  "were read as null (each record names them under \"invalid\")", file=sys.stderr)
         if not found:
-            print("specmon parse: no SGLang lines found", file=sys.stderr)
+            print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
             return NO_LINES
         return 0
+    if any(_may_hold_runs(name) for name in args.files):
+        return summary_by_run(args.files)
     total = LogSummary()
     for name in args.files:
         try:
@@ -44,11 +78,146 @@ def run(args: argparse.Namespace) -> int:
             raise
     if not total.recognised and not total.events:
         print(total.render())
-        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
         return NO_LINES
     print(total.render())
     return 0
 
+
+# --- runs in the summary --------------------------------------------------------------------------
+
+@dataclass
+class RunPart:
+    """One server run of a log: its `server_args` and the summary of its lines."""
+
+    index: int
+    args: dict[str, Any] = field(default_factory=dict)
+    has_args: bool = False
+    start: str | None = None  # log time of its server_args line (else of its first batch line)
+    summary: LogSummary = field(default_factory=LogSummary)
+
+    def header(self) -> str:
+        from specmon.session.runs import args_summary
+
+        start = self.start or self.summary.first_time
+        return (f"run {self.index}  {start or '?'} -> {self.summary.last_time or '?'}  "
+                f"{args_summary(self.args)}")
+
+
+def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
+    """Per-run summaries of a log's lines, each yielded when the next run starts (memory: one
+    run's summary, whatever the number of runs). A `server_args` line starts a new run unless
+    the current one has printed no batch line and no server_args yet (ServerState's
+    `_run_boundary` rule; tests/test_parse_cli.py holds the two to the same runs). On a read
+    error the run read so far is yielded, then the error raised."""
+    cur = RunPart(1)
+    pending: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        if pending:
+            cur.summary.merge(summarise_buffer(b"".join(pending)))
+            pending.clear()
+
+    try:
+        for line in lines:
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            if MARK in line:
+                rec = parse_line(line)
+                if isinstance(rec, EventRecord) and rec.kind == "server_args":
+                    flush()
+                    size = 0
+                    if cur.summary.recognised or cur.has_args:
+                        done, cur = cur, RunPart(cur.index + 1)
+                        yield done
+                    cur.args, cur.has_args = dict(rec.data), True
+                    cur.start = cur.start or rec.timestamp or rec.time_of_day
+            pending.append(line)
+            size += len(line)
+            if size >= RUN_CHUNK:
+                flush()
+                size = 0
+    except CliError:
+        flush()
+        yield cur  # what was read before the damage is still reported
+        raise
+    flush()
+    yield cur
+
+
+def _may_hold_runs(name: str) -> bool:
+    """Whether FILE may hold more than one run (stdin and .gz: yes, they are read once). A plain
+    file is scanned for `server_args=` lines: two, or one after a batch line, mean runs."""
+    if name == "-":
+        return True
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return False  # summarise() reports the error in its own words
+    with fh:
+        if fh.read(2) == b"\x1f\x8b":
+            return True
+        fh.seek(0)
+        seen, batch_before, tail = 0, False, b""
+        while True:
+            block = fh.read(SCAN_BLOCK)
+            if not block:
+                return False
+            buf = tail + block
+            pos = buf.find(MARK)
+            while pos >= 0:
+                seen += 1
+                if seen == 1:
+                    batch_before = batch_before or b" batch" in buf[:pos]
+                if seen >= 2 or batch_before:
+                    return True
+                pos = buf.find(MARK, pos + 1)
+            if seen == 0 and b" batch" in buf:
+                batch_before = True
+            tail = buf[-(len(MARK) - 1):]  # a mark cut by the block edge, never a whole one
+
+
+def summary_by_run(files: list[str]) -> int:
+    """Each file's runs, one section each, printed as each run ends (a one-run file: its
+    summary without a run header)."""
+    found = False
+    for name in files:
+        fh = open_input(name)
+        first: RunPart | None = None
+        n = 0
+        try:
+            for part in iter_runs(read_lines(fh, name)):
+                n += 1
+                found = found or bool(part.summary.recognised or part.has_args)
+                if n == 1:
+                    first = part
+                    continue
+                if n == 2 and first is not None:
+                    print(f"{name}: several server runs; one section per run (no number spans "
+                          "two runs)")
+                    print(section(first))
+                print(section(part))
+        finally:
+            if fh is not sys.stdin.buffer:
+                fh.close()
+            if n == 1 and first is not None:
+                print(f"{name}: 1 run\n" + first.summary.render())
+            elif n > 1:
+                print(f"\n{name}: {n} server runs")
+    if not found:
+        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        return NO_LINES
+    return 0
+
+
+def section(p: RunPart) -> str:
+    out = ["", "=" * 4 + f" {p.header()}"]
+    out += ["  " + x if x else x for x in p.summary.render().splitlines()]
+    return "\n".join(out)
+
+
+# --- parse --runs ---------------------------------------------------------------------------------
 
 def list_runs(files: list[str], as_json: bool) -> int:
     """`specmon parse --runs`: each log's runs, as the session model splits them."""
@@ -68,8 +237,14 @@ def list_runs(files: list[str], as_json: bool) -> int:
             continue
         print(f"{name}: {len(rows)} run{'s' if len(rows) != 1 else ''}")
         for row in rows:
-            dp = f", {row['dp_groups']} DP groups" if row["dp_groups"] else ""
+            dp = f", {row['dp_groups']} DP groups" if row['dp_groups'] > 1 else ""
             print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
                   f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
                   f"{row['decode_lines']} decode lines{dp}; {row['args']}")
+            for b in row["by_running_req"]:
+                acc = b["accept_len_median"]
+                print(f"    #running-req {b['running_req']}: median {b['median_tok_s']:.2f} tok/s, "
+                      f"p10-p90 {b['p10']:.2f}-{b['p90']:.2f}, n {b['n']}"
+                      + ("" if acc is None else f", accept len {acc:.2f}"))
     return 0
+

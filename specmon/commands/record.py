@@ -27,6 +27,7 @@ from specmon.commands.hostargs import (
     plans_from_args,
     print_notes,
 )
+from specmon.commands.options import add_config, add_hosts
 from specmon.errors import CliError
 from specmon.export.redact import redact_text
 from specmon.hosts import HostError
@@ -143,7 +144,8 @@ async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str
             out.flush()
 
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history_lines, python=p.python,
-                               tap=tap, gpu_tap=gpu_tap, gpu_retry_s=gpu_retry_s)
+                               tap=tap, gpu_tap=gpu_tap, gpu_retry_s=gpu_retry_s,
+                               all_users=p.all_users)
                       for p in plans])
     server = None
     if listen is not None:
@@ -216,6 +218,17 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
         for p in plans:
             with contextlib.suppress(Exception):
                 await p.host.close()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Connect to TARGET, find its SGLang servers (or use --log) and write one JSON "
+                     'object per received log line: {"server","path","offset","line","received_at",'
+                     '"record"}. Stops on Ctrl-C, SIGTERM or after --duration.')
+    add_hosts(p)
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
+    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    add_config(p, "its [hosts.NAME] are recorded when no TARGET is given")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Replay SNAPSHOT through the live UI on its recorded times. Keys: space "
+                     "play/pause, , . seek 10 s, < > seek 60 s, [ ] speed, g/G start/end, e export, "
+                     "s SVG screenshot.")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1)")
+    p.add_argument("--paused", action="store_true", help="start paused at the beginning")
+    add_export_dir(p, default=".")
+    add_config(p, "its [keys] remap the UI")
 
 
 def run(args: argparse.Namespace) -> int:

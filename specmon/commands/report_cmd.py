@@ -1,7 +1,8 @@
-"""`specmon report SNAPSHOT [--format md|html] [-o FILE]`: a pasteable report with charts.
+"""`specmon report SNAPSHOT [--format md|html|json] [-o FILE]`: a pasteable report with charts.
 
 Markdown links its charts as SVG files written beside the report (`<stem>-throughput.svg`);
-HTML inlines them, so one file carries everything. Files are written atomically.
+HTML inlines them, so one file carries everything; JSON is the same document without the charts.
+Files are written atomically.
 """
 
 from __future__ import annotations
@@ -11,8 +12,23 @@ import sys
 from pathlib import Path
 
 from specmon.errors import CliError
-from specmon.export.report import build_blocks, render_html, render_markdown
+from specmon.export.report import build_blocks, render_html, render_markdown, report_json
 from specmon.export.snapshot import SnapshotError, atomic_write_bytes, read_snapshot
+from specmon.jsonout import dumps
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("The snapshot played through the session model: servers and readable "
+                     "fingerprints, one section per server run (throughput per batch size: median, "
+                     "p10-p90, n), the speedup between the current runs with their run numbers, its "
+                     "95%% interval and the conditions that differ, accept length, GPU clocks and "
+                     "power per server, alerts, and SVG charts on log time. --format json prints the "
+                     "same document.")
+    p.add_argument("snapshot", metavar="SNAPSHOT")
+    p.add_argument("--format", choices=["md", "html", "json"], default="md")
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="report file (default: next to SNAPSHOT, .report.md/.report.html/"
+                   ".report.json); '-' prints to stdout (Markdown without chart files)")
 
 
 def default_out(snapshot: str, fmt: str) -> Path:
@@ -29,6 +45,18 @@ def run(args: argparse.Namespace) -> int:
         snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
+    if args.format == "json":
+        text = dumps(report_json(snap), indent=1) + "\n"
+        if args.out == "-":
+            sys.stdout.write(text)
+            return 0
+        out = Path(args.out) if args.out else default_out(args.snapshot, "json")
+        try:
+            atomic_write_bytes(out, text.encode())
+        except OSError as exc:
+            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        print(f"specmon report: wrote {out}", file=sys.stderr)
+        return 0
     blocks = build_blocks(snap)
     if args.out == "-":
         if args.format == "html":

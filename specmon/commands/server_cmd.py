@@ -1,4 +1,4 @@
-"""`specmon server start|stop|restart|status|bench NAME [TARGET]` and `specmon config check`.
+"""`specmon server start|stop|restart|status|bench NAME [TARGET]`.
 
 The headless face of specmon.control: the same ServerController the UI binds to keys. Exit
 status: 0 done, 1 the action failed (crash during start, busy GPUs, not ours, survivors), 2 bad
@@ -12,7 +12,33 @@ import asyncio
 import sys
 from typing import Any
 
+from specmon.commands.options import add_config, add_json, add_ssh
 from specmon.errors import CliError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Control a server defined in the config (see examples/specmon.toml). start "
+                     "launches it in its own session with the profile's env (SPT_NOENV=1 by default), "
+                     "follows its start-up lines, waits for /health and audits its workers' "
+                     "environment; stop signals only the process group specmon recorded. Exit 1 when "
+                     "the action failed.")
+    p.add_argument("action", choices=["start", "stop", "restart", "status", "bench"])
+    p.add_argument("name", metavar="NAME", help="server name ([servers.NAME] in the config)")
+    p.add_argument("target", metavar="TARGET", nargs="?", default=None,
+                   help="override the profile's host: 'local', [USER@]HOST[:PORT] or an alias")
+    add_config(p, "the server profiles and hosts")
+    add_ssh(p)
+    p.add_argument("--timeout", type=float, metavar="S", help="readiness timeout (default: "
+                   "the profile's ready_timeout)")
+    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL (default 30)")
+    p.add_argument("--quiet", action="store_true", help="no start-up progress lines")
+    add_json(p, "status/bench as JSON")
+    p.add_argument("--num-prompts", type=int, default=8, help="bench: requests (default 8)")
+    p.add_argument("--concurrency", type=int, default=1, help="bench: in flight (default 1)")
+    p.add_argument("--output-len", type=int, default=128, help="bench: tokens per request")
+    p.add_argument("--builtin", action="store_true",
+                   help="bench: the built-in client even when sglang.bench_serving exists")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -24,23 +50,6 @@ def _load(args: argparse.Namespace) -> Any:
         raise CliError("; ".join(i.format() for i in exc.issues[:3])
                        + (f" (+{len(exc.issues) - 3} more: run specmon config check)"
                           if len(exc.issues) > 3 else "")) from None
-
-
-def run_config_check(args: argparse.Namespace) -> int:
-    from specmon.config import ConfigError, check_path, find_config
-
-    try:
-        path = find_config(args.config)
-    except ConfigError as exc:
-        raise CliError(exc.issues[0].format()) from None
-    issues = check_path(path)
-    for i in issues:
-        print(i.format())
-    if issues:
-        print(f"{path}: {len(issues)} problem{'s' if len(issues) != 1 else ''}", file=sys.stderr)
-        return 1
-    print(f"{path}: ok")
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:

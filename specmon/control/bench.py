@@ -29,8 +29,10 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
+from specmon.numfmt import num
 from specmon.parse.bench import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
+from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -82,6 +84,9 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)  # why a number is N/A
     prometheus: dict[str, float] | None = None  # /metrics spec gauges after the run, if exposed
     prometheus_verify_calls: float | None = None  # spec_verify_calls_total during the run
+    # vLLM: its /metrics counters diffed around the run (exact over the run, all engines summed;
+    # gen_tok_s counts every emitted token between the two scrapes): parse/vllm_metrics.py
+    vllm_counters: dict[str, Any] | None = None
     raw: str | None = None  # bench_serving stdout
 
     def to_json(self) -> dict[str, Any]:
@@ -89,7 +94,7 @@ class BenchResult:
 
     def describe(self) -> str:
         def f(v: float | None, fmt: str = ".1f") -> str:
-            return "N/A" if v is None else format(v, fmt)
+            return num(v, "{:" + fmt + "}")
 
         return (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
                 f"n={self.completed}]: end-to-end output {f(self.output_tok_s)} tok/s, "
@@ -116,6 +121,20 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
 
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+async def vllm_scrape(client: httpx.AsyncClient) -> VllmScrape | None:
+    """vLLM's `/metrics` counters; None when not a vLLM server (no vllm: series) or bad."""
+    try:
+        r = await client.get("/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200 or "vllm:" not in r.text:
+        return None
+    try:
+        return parse_vllm_metrics(r.text)
+    except MetricsError:
+        return None
 
 
 async def server_metrics(client: httpx.AsyncClient) -> SpecMetrics | None:
@@ -285,6 +304,64 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
     return res
 
 
+async def served_model(client: httpx.AsyncClient) -> str | None:
+    """The first model id of an OpenAI server's `/v1/models` (what a request names)."""
+    try:
+        r = await client.get("/v1/models", timeout=10)
+        data = r.json().get("data") if r.status_code == 200 else None
+        first = data[0] if isinstance(data, list) and data else None
+        mid = first.get("id") if isinstance(first, dict) else None
+        return mid if isinstance(mid, str) else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+async def _one_completion(client: httpx.AsyncClient, prompt: str, output_len: int,
+                          timeout: float, model: str | None = None) -> _One:
+    """One streamed OpenAI `/v1/completions` request (vLLM). Its chunks carry text, not token
+    counts (a speculative step may send several tokens in one), so the token count comes from
+    the final usage chunk and TTFT from the first chunk; per-token ITLs are not measured."""
+    body = {"prompt": prompt, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if model is not None:
+        body["model"] = model
+    t0 = time.perf_counter()
+    res = _One(ok=False)
+    tokens = 0
+    try:
+        async with client.stream("POST", "/v1/completions", json=body, timeout=timeout) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return _One(ok=False, error=f"HTTP {r.status_code}: {r.text[:200]}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    return _One(ok=False, error=_stream_error(chunk["error"]))
+                choices = chunk.get("choices")
+                if res.ttft is None and isinstance(choices, list) and any(
+                        isinstance(c, dict) and c.get("text") for c in choices):
+                    res.ttft = time.perf_counter() - t0
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    tokens = int(usage["completion_tokens"])
+    except httpx.HTTPError as exc:
+        return _One(ok=False, error=f"{type(exc).__name__}: {exc}")
+    res.ok, res.tokens = tokens > 0, tokens
+    if not res.ok:
+        res.error = "no usage chunk with completion_tokens received"
+    return res
+
+
 def _stream_error(err: Any) -> str:
     """The server's own error text (one line, bounded)."""
     msg = err.get("message") if isinstance(err, dict) else err
@@ -308,9 +385,16 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
     limits = httpx.Limits(max_connections=max(1, cfg.concurrency) + 2)
     async with httpx.AsyncClient(base_url=base_url, limits=limits) as client:
         prom_before = await server_metrics(client)
+        vllm_before, t_before = await vllm_scrape(client), time.perf_counter()
+
+        # a vLLM server (its /metrics has vllm: series) speaks the OpenAI API, not /generate
+        openai = vllm_before is not None
+        model = await served_model(client) if openai else None
 
         async def go(p: str) -> _One:
             async with sem:
+                if openai:
+                    return await _one_completion(client, p, cfg.output_len, cfg.timeout_s, model)
                 return await _one_request(client, p, cfg.output_len, cfg.timeout_s)
 
         t0 = time.perf_counter()
@@ -319,6 +403,11 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         info = await server_info(client)
         accept, gen = info_numbers(info)
         prom_after = await server_metrics(client)
+        vllm_after, t_after = await vllm_scrape(client), time.perf_counter()
+    vllm_counters: dict[str, Any] | None = None
+    if vllm_before is not None and vllm_after is not None:
+        w = server_window(vllm_before, vllm_after, t_after - t_before)
+        vllm_counters = w.to_json() if w is not None else None
     prom: dict[str, float] | None = None
     verify_calls: float | None = None
     if prom_after is not None:
@@ -328,6 +417,9 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
             verify_calls = b - a
     ok = [r for r in results if r.ok]
     notes: list[str] = []
+    if openai:
+        notes.append("ITL N/A: vLLM's OpenAI stream chunks carry text, not token counts "
+                     "(tokens from the usage chunk)")
     interval = info_log_interval(info)
     rounds = decode_rounds_lower_bound(ok, cfg.concurrency)
     if gen is not None and (interval is None or rounds < 2 * interval):
@@ -357,7 +449,7 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
         server_gen_throughput=gen,
         errors=[r.error for r in results if r.error][:5],
         spec_requests=specs, spec_histogram=sum_histograms(hists), notes=notes,
-        prometheus=prom, prometheus_verify_calls=verify_calls,
+        prometheus=prom, prometheus_verify_calls=verify_calls, vllm_counters=vllm_counters,
     )
 
 

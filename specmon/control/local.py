@@ -15,7 +15,7 @@ import os
 import signal
 from pathlib import Path
 
-from specmon.hostside.agent import proc_cmdline, proc_stat
+from specmon.hostside.procs import proc_cmdline, proc_stat
 
 
 def cmdline(pid: int) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""Start-up progress from SGLang's log lines (pure): weights, KV cache, CUDA graphs, ready.
+"""Start-up progress from SGLang's and vLLM's log lines (pure): weights, KV cache, CUDA graphs, ready.
 
 SGLang prints no percentage while loading, but its start-up lines come in a fixed order, so each
 one moves a coarse progress fraction forward; the UI shows the phase text and the fraction.
@@ -22,6 +22,16 @@ _MARKS = (
     ("Uvicorn running on", "http", 0.90, "HTTP server up"),
     ("Application startup complete", "http", 0.90, "HTTP server up"),
     ("The server is fired up and ready to roll", "ready_line", 0.95, "ready line seen"),
+    # vLLM (V1): API server, EngineCore and worker lines, in start-up order
+    ("non-default args:", "args", 0.05, "server arguments read"),
+    ("Initializing a V1 LLM engine", "args", 0.08, "engine configured"),
+    ("Loading weights took", "weights", 0.40, "loading weights"),
+    ("Model loading took", "weights_done", 0.45, "weights loaded"),
+    ("GPU KV cache size:", "kv_cache", 0.55, "KV cache allocated"),
+    ("Graph capturing finished", "cuda_graphs_done", 0.80, "CUDA graphs captured"),
+    ("init engine (profile, create kv cache, warmup model) took", "graphs_done", 0.85,
+     "engine initialised"),
+    ("Starting vLLM API server", "http", 0.90, "HTTP server up"),
 )
 
 

@@ -2,12 +2,14 @@
 
 Everything runs on the host through `hosts/`: the launch (`setsid env K=V ... ARGV`, output
 appended to the log, a 0600 pidfile in the run dir with pid, pgid, sid, start time and command
-line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/agent.py:
+line), the checks before any signal (the host agent's inspect/signal ops, specmon/hostside/control.py:
 the recorded group only, leader start time and command line verified in the same host process
 that sends the signal), the
 start-up progress (log lines read through the host agent), readiness (`/health` through a port
 forward, httpx), the GPU check (NVML compute processes) and the worker-environment audit
-(`/proc/PID/environ` of the launcher and every `sglang::scheduler*` worker, via the agent).
+(`/proc/PID/environ` of the launcher and every worker: `sglang::scheduler*`, vLLM's
+`VLLM::EngineCore*`/`VLLM::Worker*`, via the agent). A profile with engine = "vllm" starts
+`python -m vllm.entrypoints.openai.api_server` (or the simulated one) under the same rules.
 
 Nothing here signals by name: no pkill, no killall.
 """
@@ -22,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, Protocol
 
 import httpx
 
@@ -38,9 +40,11 @@ from specmon.control.gpus import GpuPids, GpuProbe, NvmlGpuProbe, SimGpuProbe
 from specmon.control.progress import ProgressTracker, StartProgress
 from specmon.hosts.agent_client import AgentClient, AgentError
 from specmon.hosts.base import Host, HostError, PortForward
+from specmon.sources.discovery import is_worker_title
 
 AUDIT_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_")
-WORKER_PREFIX = "sglang::scheduler"
+WORKER_PREFIX = "sglang::scheduler"  # kept for callers; titles are matched by is_worker_title
+AUDIT_PREFIXES_VLLM = ("VLLM_",)
 LOG_TAIL_LINES = 40
 POLL_S = 0.25
 
@@ -99,6 +103,20 @@ class StartFailed(ControlError):
 
 class StartTimeout(StartFailed):
     """Not ready within the timeout; the server is left running (stop it explicitly)."""
+
+
+class SwapFailed(ControlError):
+    """A swap stopped one server and could not start the other. The stopped one was started
+    again (`restarted` holds its StartResult) or is DOWN (its name in `down`, and the
+    message says so in capitals: nothing of this pair serves now)."""
+
+    def __init__(self, message: str, cause: BaseException, restarted: Any = None,
+                 down: tuple[str, ...] = ()) -> None:
+        self.cause = cause
+        self.restarted = restarted
+        self.down = down
+        self.last_lines: list[str] = list(getattr(cause, "last_lines", None) or [])
+        super().__init__(message)
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -454,6 +472,14 @@ class ServerController:
             if now >= next_health:
                 next_health = now + 0.5
                 if await self.health():
+                    # the lines written while /health was answering (vLLM binds its port early
+                    # and answers only when up, so one poll can span the rest of the start-up)
+                    data, offset = await self._read_from(agent, path, offset)
+                    for raw in (buf + data).split(b"\n")[:-1]:
+                        p = tracker.update(raw.decode("utf-8", "replace"))
+                        if p is not None:
+                            p.elapsed_s = time.monotonic() - t0
+                            emit(p)
                     return
             if now > deadline:
                 tail = [ln for ln in lines if ln.strip()][-LOG_TAIL_LINES:]
@@ -511,10 +537,11 @@ class ServerController:
         while todo:
             for pid, argv in kids.get(todo.pop(), []):
                 todo.append(pid)
-                if argv and argv[0].startswith(WORKER_PREFIX):
+                if argv and is_worker_title(argv[0]):
                     targets.append((pid, argv[0].split()[0], "worker"))
         expected = self.profile.launch_env()
-        prefixes = sorted(set(AUDIT_PREFIXES) | set(expected))
+        audit = AUDIT_PREFIXES + (AUDIT_PREFIXES_VLLM if self.profile.engine == "vllm" else ())
+        prefixes = sorted(set(audit) | set(expected))
         procs = []
         for pid, title, role in targets:
             try:
@@ -529,7 +556,7 @@ class ServerController:
                           if status == "empty" else status)
                 procs.append(ProcEnv(pid, title, role, "unreadable", reason))
                 continue
-            shown = {k: v for k, v in env.items() if k in expected or k.startswith(AUDIT_PREFIXES)}
+            shown = {k: v for k, v in env.items() if k in expected or k.startswith(audit)}
             missing = [k for k in expected if k not in env]
             differs = {k: (v, env[k]) for k, v in expected.items() if k in env and env[k] != v}
             procs.append(ProcEnv(pid, title, role, "ok", None, dict(sorted(shown.items())),
@@ -627,17 +654,58 @@ class ServerController:
 
 @dataclass
 class SwapResult:
-    stopped: StopResult
-    started: StartResult
+    stopped: Any  # StopResult (the demo's controller returns None)
+    started: Any  # StartResult
 
 
-async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
+class Controllable(Protocol):
+    """What a swap needs of a server's controller (ServerController, the demo's DemoActions)."""
+
+    name: str
+
+    async def start(self, progress: Any = None) -> Any: ...
+
+    async def stop(self) -> Any: ...
+
+
+async def _restore(stopped: Controllable, failed: Controllable, exc: Exception,
+                   progress: Any) -> NoReturn:
+    """`failed` did not start after `stopped` was stopped for it: start `stopped` again, or
+    say loudly that it is down. Always raises SwapFailed."""
+    why = str(exc) or type(exc).__name__
+    if isinstance(exc, StartTimeout):  # `failed` is left running on the GPUs: no restart
+        raise SwapFailed(f"swap failed: {failed.name} did not become ready ({why}); it is left "
+                         f"running. {stopped.name} is STOPPED AND DOWN: stop {failed.name}, "
+                         f"then start {stopped.name}", exc, down=(stopped.name,)) from exc
+    try:
+        again = await stopped.start(progress)
+    except Exception as exc2:  # noqa: BLE001 - said, in the one error below
+        raise SwapFailed(f"swap failed: {failed.name} did not start ({why}); starting "
+                         f"{stopped.name} again failed too ({exc2 or type(exc2).__name__}): "
+                         f"{stopped.name} IS DOWN", exc, down=(stopped.name,)) from exc
+    raise SwapFailed(f"swap failed: {failed.name} did not start ({why}); {stopped.name} was "
+                     f"started again", exc, restarted=again) from exc
+
+
+async def swap(stop_ctrl: Controllable, start_ctrl: Controllable,
                progress: ProgressCb | None = None, gpu_timeout: float = 120.0) -> SwapResult:
     """Check that the other server can start, stop one server, wait until the other's GPUs are
     free, start the other. Nothing is stopped when a precondition fails (already running, a
     profile that cannot launch, GPUs held by anything but the server being stopped, a pidfile
-    that does not prove its group)."""
+    that does not prove its group). When the start fails after the stop, the stopped server
+    is started again, or the SwapFailed raised says loudly that it is down.
+
+    Controllers other than ServerController (the demo's) are swapped by stop and start, with
+    the same restore on failure."""
     emit = progress or (lambda p: None)
+    if not (isinstance(stop_ctrl, ServerController) and isinstance(start_ctrl, ServerController)):
+        emit(StartProgress("swap", f"stopping {stop_ctrl.name}", 0.0))
+        stopped_any = await stop_ctrl.stop()
+        try:
+            started_any = await start_ctrl.start(progress)
+        except Exception as exc:  # noqa: BLE001 - restored or said, in SwapFailed
+            await _restore(stop_ctrl, start_ctrl, exc, progress)
+        return SwapResult(stopped_any, started_any)
     emit(StartProgress("swap", f"checking that {start_ctrl.name} can start", 0.0))
     await start_ctrl.check_can_start(freed_by=stop_ctrl)
     rec = await stop_ctrl.read_record()
@@ -649,11 +717,14 @@ async def swap(stop_ctrl: ServerController, start_ctrl: ServerController,
     if stopped.remaining:
         raise ControlError(f"{stop_ctrl.name}: processes {stopped.remaining} survived; "
                            f"not starting {start_ctrl.name}")
-    emit(StartProgress("swap", f"waiting for {start_ctrl.name}'s GPUs to be free", 0.0))
-    free, holders = await start_ctrl.wait_gpus_free(gpu_timeout)
-    if free is False:
-        raise GpuBusy(start_ctrl.name, await start_ctrl.owners(holders))
-    started = await start_ctrl.start(progress)
+    try:
+        emit(StartProgress("swap", f"waiting for {start_ctrl.name}'s GPUs to be free", 0.0))
+        free, holders = await start_ctrl.wait_gpus_free(gpu_timeout)
+        if free is False:
+            raise GpuBusy(start_ctrl.name, await start_ctrl.owners(holders))
+        started = await start_ctrl.start(progress)
+    except Exception as exc:  # noqa: BLE001 - restored or said, in SwapFailed
+        await _restore(stop_ctrl, start_ctrl, exc, progress)
     return SwapResult(stopped, started)
 
 
@@ -692,7 +763,7 @@ def _ident(rec: dict[str, Any]) -> dict[str, Any]:
 def _title(argv: list[str]) -> str:
     if not argv:
         return "?"
-    if argv[0].startswith("sglang::"):
+    if argv[0].startswith("sglang::") or is_worker_title(argv[0]):
         return argv[0].split()[0]
     return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv))[:120]
 

@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from specmon.parse.gpu import REASON_BITS, decode_reasons
+from specmon.parse.vllm import throughput_label
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
 from specmon.session.window import speedup, stats_for, window_points
 
@@ -33,10 +34,11 @@ DEFAULT_PORT = 9464
 METRIC_NAMES = (
     "specmon_host_connection_state", "specmon_host_up", "specmon_host_stale",
     "specmon_host_last_update_timestamp_seconds",
-    "specmon_server_ready", "specmon_server_running_requests",
+    "specmon_server_ready", "specmon_server_running_requests", "specmon_server_engine_info",
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
+    "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
     "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
     "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
@@ -59,8 +61,7 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = self.fleet
-        now = self.clock()
-        f.update_alerts(now)
+        now = self.clock()  # reads the model only: alerts are raised by its owner's tick
         g: dict[str, GaugeMetricFamily] = {}
 
         def fam(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -77,8 +78,13 @@ class FleetCollector(Collector):
         ready = fam("specmon_server_ready", "1 when the server is ready (decoding or idle)", SERVER)
         running = fam("specmon_server_running_requests", "#running-req of the last decode line",
                       SERVER)
+        engine = fam("specmon_server_engine_info", "1 per server: its engine and what its "
+                     "logged throughput counts (SGLang: decode-only; vLLM: every emitted token "
+                     "per ~10 s interval, prefill steps included)", [*SERVER, "engine",
+                                                                      "throughput"])
         toks = fam("specmon_server_decode_tokens_per_second",
-                   "Median SGLang decode gen throughput over the window, per #running-req",
+                   "Median server-logged gen throughput over the window, per #running-req "
+                   "(SGLang: decode-only; vLLM: see specmon_server_engine_info)",
                    [*SERVER, "running_req"])
         nsamp = fam("specmon_server_decode_samples",
                     "Decode log lines behind specmon_server_decode_tokens_per_second",
@@ -94,6 +100,9 @@ class FleetCollector(Collector):
                     [*SERVER, "metric"])
         level = fam("specmon_server_drift_alert_level",
                     "Drift alert: 0 none, 1 info (improved), 2 warning, 3 critical", SERVER)
+        anyal = fam("specmon_server_alert_level", "Active alert by kind (throughput, cycle, "
+                    "acceptance, speculation_pays): 1 info, 2 warning, 3 critical",
+                    [*SERVER, "kind"])
         sp = fam("specmon_speedup_ratio", "Speculative / baseline decode throughput at the same "
                  "#running-req on one host", ["host", "server", "baseline", "running_req"])
         sp_lo = fam("specmon_speedup_ratio_ci95_low", "Lower end of the speedup's 95% interval",
@@ -129,6 +138,8 @@ class FleetCollector(Collector):
             for name, srv in hv.session.servers.items():
                 lab = [h, name, srv.role or ""]
                 ready.add_metric(lab, 1.0 if srv.status == "ready" else 0.0)
+                eng = srv.engine or "sglang"
+                engine.add_metric([*lab, eng, throughput_label(eng)], 1.0)
                 if srv.last_decode is not None and srv.last_decode.running_req is not None:
                     running.add_metric(lab, float(srv.last_decode.running_req))
                 pts = window_points(srv, now, f.window_s)
@@ -156,8 +167,9 @@ class FleetCollector(Collector):
                 if res is not None:
                     lab = [h, s_.name, b.name, str(res.running_req)]
                     sp.add_metric(lab, res.ratio)
-                    sp_lo.add_metric(lab, res.low)
-                    sp_hi.add_metric(lab, res.high)
+                    if res.ci95 is not None:  # no interval from < 2 samples a side
+                        sp_lo.add_metric(lab, res.ci95[0])
+                        sp_hi.add_metric(lab, res.ci95[1])
             for gs in hv.session.gpus:
                 if gs.index is None:
                     continue
@@ -177,6 +189,10 @@ class FleetCollector(Collector):
                 _opt(mutil, gl, gs.util_mem, 0.01)
                 _opt(mem, gl, gs.mem_used_mib, 1024.0 * 1024.0)
 
+        for h, name, a in f.active_alerts():
+            who = f.host(h).session.servers.get(name)
+            anyal.add_metric([h, name, (who.role if who else None) or "", a.kind],
+                             float(ALERT_LEVELS.get(a.level, 0)))
         for ls in f.logical_servers():
             for gh, gs in f.server_gpus(ls):
                 ginfo.add_metric([gh, str(gs.index), ls.server, ls.host, ls.role or ""], 1.0)

@@ -8,34 +8,38 @@ Every number is computed from the snapshot's records; missing data is "N/A".
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import html
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import median, quantile_sorted
-from specmon.export.redact import redact_text
+from specmon.export.redact import redact_obj, redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
+from specmon.hosts.base import ConnectionState
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu import GpuSample
-from specmon.parse.sglang import BatchRecord
-from specmon.session.state import DecodePoint
+from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
+from specmon.session.events import LineItem
+from specmon.session.fleet import FleetSession
+from specmon.session.offline import play
+from specmon.session.ownership import owned_gpus
+from specmon.session.pays import KIND as PAYS_KIND
+from specmon.session.runs import compare, run_by_rr, run_fingerprint_offline, run_row
+from specmon.session.state import Run, ServerState
 from specmon.session.window import (
-    MIN_N,
-    WindowStats,
     recomputed_accept_rate,
-    stats_for,
 )
 from specmon.textsafe import visible
 
-NA = "N/A"
 MAX_CHART_POINTS = 600
-
-
-def _num(v: float | int | None, fmt: str = "{:.2f}") -> str:
-    return NA if v is None else fmt.format(v)
+_num = num  # specmon.numfmt: the one N/A formatter
 
 
 def _when(t: float | None) -> str:
@@ -49,50 +53,55 @@ def _dur(s: float) -> str:
     return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m {int(s % 60):02d}s"
 
 
-# --- numbers ------------------------------------------------------------------------------------
+# --- the session model of a snapshot -------------------------------------------------------------
 
 
-def decode_points(server: ServerSnap) -> list[DecodePoint]:
-    return [DecodePoint(e.t, e.record) for e in server.entries
-            if isinstance(e.record, BatchRecord) and e.record.kind == "decode"]
+@dataclass
+class ReportModel:
+    """The snapshot played through the session model (`session.offline.play`): the runs,
+    speedup and alerts the screen would show, computed by the same code."""
+
+    fleet: FleetSession
+    host: str
+    states: dict[str, ServerState]
 
 
-def per_batch_size(points: list[DecodePoint], span_s: float) -> list[WindowStats]:
-    sizes = sorted({p.rec.running_req for p in points if p.rec.running_req is not None})
-    out = []
-    for rr in sizes:
-        st = stats_for(points, rr, span_s)
-        if st is not None:
-            out.append(st)
-    return out
+def report_model(snap: Snapshot) -> ReportModel:
+    """Every line (and GPU poll) of the snapshot, in received order, into one FleetSession."""
+    host = snap.host
+    fleet = FleetSession([host])
+    fleet.host_state(host, ConnectionState("connected"))
+    for s in snap.servers:
+        fleet.declare_server(host, s.name, s.role, s.path)
+        fleet.server_pids(host, s.name, s.pids)
 
+    def server_items(k: int, s: ServerSnap) -> Iterator[tuple[float, int, str, Any]]:
+        for e in s.entries:
+            yield e.t, k, s.name, LineItem(e.line if e.line is not None else "", e.record, e.t)
 
-@dataclass(frozen=True)
-class SpeedupRow:
-    running_req: int
-    base: WindowStats
-    spec: WindowStats
-    ratio: float
-    low: float | None
-    high: float | None
+    def gpu_items() -> Iterator[tuple[float, int, str, Any]]:
+        batch: list[GpuSample] = []
+        seen: set[int | None] = set()
+        for g in snap.gpu_samples:
+            if g.ts is None:
+                continue
+            if g.index in seen:  # one poll holds one sample per GPU
+                yield batch[0].ts or 0.0, -1, "", batch
+                batch, seen = [], set()
+            batch.append(g)
+            seen.add(g.index)
+        if batch:
+            yield batch[0].ts or 0.0, -1, "", batch
 
-
-def speedup_rows(base: list[WindowStats], spec: list[WindowStats]) -> list[SpeedupRow]:
-    """spec ÷ baseline median at every common batch size with ≥ MIN_N samples on both sides;
-    the 95% interval from both medians' standard errors, as in the live speedup bar."""
-    b_by = {w.running_req: w for w in base}
-    rows = []
-    for s in spec:
-        b = b_by.get(s.running_req)
-        if b is None or b.n < MIN_N or s.n < MIN_N:
-            continue
-        ratio = s.median / b.median
-        low = high = None
-        if b.se_log is not None and s.se_log is not None:
-            se = math.sqrt(b.se_log ** 2 + s.se_log ** 2)
-            low, high = ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
-        rows.append(SpeedupRow(s.running_req, b, s, ratio, low, high))
-    return rows
+    merged = heapq.merge(*(server_items(k, s) for k, s in enumerate(snap.servers)), gpu_items(),
+                         key=lambda x: (x[0], x[1]))
+    play(fleet, host, ((name, payload) for _, _, name, payload in merged))
+    session = fleet.host(host).session
+    for s in snap.servers:  # the role the snapshot knew (declared, or inferred when written)
+        st = session.server(s.name)
+        if s.role and st.role is None:
+            st.role = s.role
+    return ReportModel(fleet, host, {s.name: session.server(s.name) for s in snap.servers})
 
 
 @dataclass
@@ -161,35 +170,52 @@ def _bucketed(points: list[tuple[float, float]], max_points: int) -> tuple[list[
     return out, width
 
 
-def throughput_chart(snap: Snapshot, *, max_series_per_server: int = 3) -> str | None:
-    """SVG: decode tok/s over time, one series per server and batch size (the most common ones)."""
+def throughput_series(model: ReportModel, max_series_per_server: int = 3
+                      ) -> list[tuple[str, list[tuple[float, float]]]]:
+    """(label, [(minutes since the first decode line, tok/s)]) per server run and batch size
+    (the most common sizes of the newest runs first), on log time: the timestamps SGLang
+    printed, so history read at connect spreads over the time it covers."""
+    runs = [(name, st.role, r) for name, st in model.states.items() for r in st.runs if r.decode]
+    if not runs:
+        return []
+    t0 = min(r.decode[0].t for _, _, r in runs)
+    per_server = max(1, min(max_series_per_server, MAX_LEGEND // max(1, len(model.states))))
+    out: list[tuple[str, list[tuple[float, float]]]] = []
+    for name, role, run in sorted(runs, key=lambda x: -x[2].decode[-1].t):  # newest first
+        pts = list(run.decode)
+        counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
+        for rr, _ in counts.most_common(per_server):
+            if len(out) >= MAX_LEGEND:
+                return out
+            out.append((f"{name} ({role or 'role?'}) run {run.index} bs {rr}",
+                        [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
+                         if p.rec.running_req == rr and p.rec.gen_throughput is not None]))
+    return out
+
+
+def throughput_chart(snap: Snapshot, model: ReportModel | None = None) -> str | None:
+    """SVG: decode tok/s over log time, one series per server run and batch size."""
     try:
         import pygal
     except ImportError:
         return None
-    t0 = snap.time_range[0] if snap.time_range else 0.0
-    chart = pygal.XY(width=960, height=420, js=[], show_dots=False, stroke_style={"width": 1.5},
-                     x_title="minutes since start", y_title="decode tok/s (SGLang gen throughput)",
-                     title="Decode throughput over time", legend_at_bottom=True,
-                     truncate_legend=-1, dynamic_print_values=False)
-    any_series = False
-    notes = []
-    per_server = max(1, min(max_series_per_server, MAX_LEGEND // max(1, len(snap.servers))))
-    for s in snap.servers[:MAX_LEGEND]:
-        pts = decode_points(s)
-        counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
-        for rr, _ in counts.most_common(per_server):
-            series = [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
-                      if p.rec.running_req == rr and p.rec.gen_throughput is not None]
-            series, width = _bucketed(series, MAX_CHART_POINTS)
-            if width is not None:
-                notes.append(f"median per {width * 60:.1f} s")
-            chart.add(_chart_text(f"{s.name} ({s.role or 'role?'}) bs {rr}"), series)
-            any_series = True
-    if not any_series:
+    series_all = throughput_series(model or report_model(snap))
+    if not series_all:
         return None
+    chart = pygal.XY(width=960, height=420, js=[], show_dots=False, stroke_style={"width": 1.5},
+                     x_title="minutes since the first decode line (log time)",
+                     y_title="decode tok/s (SGLang gen throughput)",
+                     title="Decode throughput over log time, per run", legend_at_bottom=True,
+                     truncate_legend=-1, dynamic_print_values=False)
+    notes = []
+    for label, series in series_all:
+        pts, width = _bucketed(series, MAX_CHART_POINTS)
+        if width is not None:
+            notes.append(f"median per {width * 60:.1f} s")
+        chart.add(_chart_text(label), pts)
     if notes:
-        chart.title = "Decode throughput over time (" + ", ".join(sorted(set(notes))[:2]) + ")"
+        chart.title = ("Decode throughput over log time, per run ("
+                       + ", ".join(sorted(set(notes))[:2]) + ")")
     return chart.render(disable_xml_declaration=True)
 
 
@@ -197,30 +223,15 @@ MAX_GPU_GROUPS = 4  # GPU groups drawn (each a median line and a min/max band: 3
 MAX_LEGEND = 12  # legend entries of any chart; more squeeze the plot away (pygal then hangs)
 
 
-def _gpu_indices(s: ServerSnap) -> list[int] | None:
-    """The GPU indices a server ran on, when its args say so (`gpus`, or base_gpu_id+tp_size)."""
-    a = s.args
-    gl = a.get("gpus")
-    if isinstance(gl, list) and gl and all(isinstance(g, int) and not isinstance(g, bool)
-                                           for g in gl):
-        return sorted(set(gl))
-    base, tp = a.get("base_gpu_id"), a.get("tp_size")
-    if isinstance(base, int) and isinstance(tp, int) and not isinstance(base, bool) \
-            and 0 <= base < 4096 and 0 < tp <= 4096:
-        return list(range(base, base + tp))
-    return None
-
-
 def gpu_groups(snap: Snapshot) -> list[tuple[str, set[int | None]]]:
-    """GPUs grouped by the server that ran on them (when the snapshot says which), the rest as
-    one group; at most MAX_GPU_GROUPS (the smallest ones merged into "other GPUs")."""
+    """GPUs grouped by the server that owns them (specmon.session.ownership: its pids, else its
+    arguments), the rest as one group; at most MAX_GPU_GROUPS (the last merged into "other
+    GPUs")."""
     present = {g.index for g in snap.gpu_samples}
     groups: list[tuple[str, set[int | None]]] = []
     taken: set[int | None] = set()
     for s in snap.servers:
-        idx = _gpu_indices(s)
-        if idx is None:
-            continue
+        idx = owned_gpus(snap.gpu_samples, s.pids, s.args).indices
         mine = (set(idx) & present) - taken
         if mine:
             groups.append((s.name, set(mine)))
@@ -258,56 +269,52 @@ def _band(samples: list[GpuSample], value: Any, t0: float, max_points: int
     return med, low, high
 
 
-def _gpu_metric_chart(snap: Snapshot, title: str, y_title: str, value: Any) -> str | None:
+def _gpu_group_chart(snap: Snapshot, label: str, members: set[int | None], title: str,
+                     y_title: str, value: Any) -> str | None:
     import pygal
 
     t0 = snap.time_range[0] if snap.time_range else 0.0
-    by = {g.index: g for g in snap.gpu_samples}
-    groups = gpu_groups(snap)
-    chart = pygal.XY(width=960, height=380 + 22 * len(groups), js=[], show_dots=False,
-                     stroke_style={"width": 1.5}, x_title="minutes since start", y_title=y_title,
-                     title=title, legend_at_bottom=True, legend_at_bottom_columns=3,
-                     truncate_legend=40, dynamic_print_values=False)
-    drawn = 0
-    for label, members in groups:
-        samples = [g for g in snap.gpu_samples if g.index in members]
-        med, low, high = _band(samples, value, t0, MAX_CHART_POINTS)
-        if not med:
-            continue
-        name = _chart_text(f"{label} ({len(members)} GPU{'s' if len(members) != 1 else ''})")
-        chart.add(f"{name} median", med, stroke_style={"width": 2.5})
-        if len(members) > 1:
-            chart.add(f"{name} min", low, stroke_style={"width": 0.8, "dasharray": "3, 3"})
-            chart.add(f"{name} max", high, stroke_style={"width": 0.8, "dasharray": "3, 3"})
-        drawn += 1
-    del by
-    if not drawn:
+    samples = [g for g in snap.gpu_samples if g.index in members]
+    med, low, high = _band(samples, value, t0, MAX_CHART_POINTS)
+    if not med:
         return None
+    chart = pygal.XY(width=960, height=360, js=[], show_dots=False, stroke_style={"width": 1.5},
+                     x_title="minutes since the snapshot's start (sample time)", y_title=y_title,
+                     title=_chart_text(title), legend_at_bottom=True, legend_at_bottom_columns=3,
+                     truncate_legend=40, dynamic_print_values=False)
+    name = _chart_text(f"{label} ({len(members)} GPU{'s' if len(members) != 1 else ''})")
+    chart.add(f"{name} median", med, stroke_style={"width": 2.5})
+    if len(members) > 1:
+        chart.add(f"{name} min", low, stroke_style={"width": 0.8, "dasharray": "3, 3"})
+        chart.add(f"{name} max", high, stroke_style={"width": 0.8, "dasharray": "3, 3"})
     return chart.render(disable_xml_declaration=True)
 
 
-def gpu_chart(snap: Snapshot) -> str | None:
-    """SVG: SM clock over time, GPUs grouped by server (median line, min and max as dashes)."""
+def _file_id(text: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:40]
+    return out or "gpus"
+
+
+def gpu_charts(snap: Snapshot) -> list[tuple[str, str, str]]:
+    """(name, caption, SVG) per server's GPUs (specmon.session.ownership), SM clock then power
+    (each on its own axis), median line with min and max dashed over the server's GPUs."""
     try:
         import pygal  # noqa: F401
     except ImportError:
-        return None
+        return []
     if not snap.gpu_samples:
-        return None
-    return _gpu_metric_chart(snap, "GPU SM clock (median, min and max over each group's GPUs)",
-                             "SM clock MHz", lambda g: g.clock_sm)
-
-
-def gpu_power_chart(snap: Snapshot) -> str | None:
-    """SVG: board power over time on its own axis (a secondary axis misread it before)."""
-    try:
-        import pygal  # noqa: F401
-    except ImportError:
-        return None
-    if not snap.gpu_samples:
-        return None
-    return _gpu_metric_chart(snap, "GPU power (median, min and max over each group's GPUs)",
-                             "power W", lambda g: g.power_w)
+        return []
+    out = []
+    for i, (label, members) in enumerate(gpu_groups(snap)):
+        fid = f"{i}-{_file_id(label)}"
+        for kind, title, y, val in (
+                ("gpu-clock", "SM clock", "SM clock MHz", lambda g: g.clock_sm),
+                ("gpu-power", "power", "power W", lambda g: g.power_w)):
+            svg = _gpu_group_chart(snap, label, members, f"{label}: GPU {title} (median, min "
+                                   "and max over its GPUs)", y, val)
+            if svg is not None:
+                out.append((f"{kind}-{fid}", f"GPU {title} of {label} over time", svg))
+    return out
 
 
 def _chart_text(text: str) -> str:
@@ -319,6 +326,13 @@ def _chart_text(text: str) -> str:
 
 # ("h", level, text) | ("p", text) | ("table", headers, rows) | ("svg", name, svg, alt)
 Block = tuple[Any, ...]
+
+
+def report_json(snap: Snapshot) -> dict[str, Any]:
+    """`report --format json`: the report document, secrets masked again (a --no-redact
+    snapshot too)."""
+    doc: dict[str, Any] = redact_obj(report_doc(snap))
+    return doc
 
 
 def build_blocks(snap: Snapshot) -> list[Block]:
@@ -338,10 +352,177 @@ def _redact_block(blk: Block) -> Block:
         return ("p", _clean(blk[1]))
     if blk[0] == "table":
         return ("table", [_clean(h) for h in blk[1]], [[_clean(c) for c in row] for row in blk[2]])
+    if blk[0] == "svg":  # the caption names a server: host text
+        return ("svg", blk[1], blk[2], _clean(blk[3]))
     return blk
 
 
+SCHEMA = "specmon.report/1"
+THROUGHPUT_NOTE = ("Throughput is SGLang's own `gen throughput (token/s)`: decode-only, one value "
+                   "per log interval, idle and prefill time inside the interval included; not a "
+                   "benchmark's end-to-end tok/s. Numbers are never mixed across batch sizes "
+                   "(#running-req) nor across server runs; medians with p10–p90 and n over each "
+                   "whole run, timed by the timestamps the server printed.")
+
+
+VLLM_THROUGHPUT_NOTE = (f"vLLM servers: throughput is {throughput_label('vllm')} (vLLM's `Avg "
+                        "generation throughput`, one value per engine stats interval; accepted "
+                        "drafts and bonus tokens count), not decode-only and not a benchmark's "
+                        "end-to-end tok/s; idle vLLM servers print no line. Numbers are never "
+                        "mixed across batch sizes (`Running`) nor across server runs; medians "
+                        "with p10–p90 and n.")
+
+
+def _throughput_notes(engines: set[str]) -> list[str]:
+    """What the throughput numbers are, for each engine in the report."""
+    return ([THROUGHPUT_NOTE] if "sglang" in engines or not engines else []) + (
+        [VLLM_THROUGHPUT_NOTE] if "vllm" in engines else [])
+
+
+def _fingerprint_lines(s: ServerSnap, st: ServerState) -> list[str]:
+    """Readable fingerprint lines: the recorded one when the snapshot has it, else what the
+    current run's own lines say (args, NCCL_DEBUG, probe, GPUs)."""
+    known = set(Fingerprint.__dataclass_fields__)
+    d = s.fingerprint or {}
+    fp = Fingerprint.from_json({k: v for k, v in d.items() if k in known}) if d else None
+    if fp is None and not d and st.runs:
+        fp = run_fingerprint_offline(st.runs[-1])
+    out = fp.summary() if fp is not None else []
+    # keys a fingerprint of another shape carries (a probe's env, versions): one line each
+    out += [f"{k}: {v}" for k, v in _flatten({k: v for k, v in d.items() if k not in known})]
+    return out
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(d, dict):
+        out: list[tuple[str, Any]] = []
+        for k, v in d.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [(prefix, d)]
+
+
+def _accept(run: Run, ndt: int | None) -> dict[str, Any] | None:
+    acc = sorted(p.rec.accept_len for p in run.decode if p.rec.accept_len is not None)
+    if not acc:
+        return None
+    med = quantile_sorted(acc, 0.5)
+    rate = recomputed_accept_rate(med, ndt)
+    measured = [p.rec for p in run.decode if isinstance(p.rec, VllmDecodeRecord) and p.rec.spec]
+    acc_n = sum(r.spec.get("accepted") or 0 for r in measured if r.spec)
+    dra_n = sum(r.spec.get("drafted") or 0 for r in measured if r.spec)
+    return {"median": _r(med), "p10": _r(quantile_sorted(acc, 0.1)),
+            "p90": _r(quantile_sorted(acc, 0.9)), "n": len(acc), "draft_tokens": ndt,
+            "accept_rate_recomputed": None if measured else _r(rate),
+            # vLLM prints accepted and drafted counts: the rate is measured, not recomputed
+            "accept_rate_measured": _r(acc_n / dra_n) if dra_n else None,
+            "bonus_added": sum(1 for r in measured if r.accept_len_note == BONUS_NOTE)}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, 4)
+
+
+def _run_doc(run: Run) -> dict[str, Any]:
+    ndt = run.args.get("speculative_num_draft_tokens")
+    ndt = ndt if isinstance(ndt, int) and not isinstance(ndt, bool) else None
+    row = run_row(run)
+    return {"run": run.index, "start": row["start"], "end": row["end"],
+            "start_reason": run.start_reason, "end_reason": run.end_reason,
+            "exit_code": run.exit_code, "args": row["args"], "decode_lines": run.lines_total,
+            "by_running_req": run_by_rr(run), "accept_len": _accept(run, ndt)}
+
+
+def _speedup_doc(model: ReportModel) -> dict[str, Any]:
+    """The speedup between the current (last) runs, by `session.runs.compare` (the same
+    function as `specmon compare`), with the conditions that differ."""
+    states = list(model.states.values())
+    base = next((st for st in states if st.role == "baseline"), None)
+    spec = next((st for st in states if st.role == "speculative"), None)
+    out: dict[str, Any] = {"value": None, "ci95": None, "ci95_reason": None, "running_req": None,
+                           "base_run": None, "spec_run": None, "n_base": 0, "n_spec": 0,
+                           "baseline": base.name if base else None,
+                           "speculative": spec.name if spec else None,
+                           "base_median": None, "spec_median": None, "conditions_differ": [],
+                           "by_running_req": [], "reason": None}
+    if base is None or spec is None:
+        out["reason"] = "needs one baseline and one speculative server"
+        return out
+    try:
+        cmp = compare(base, spec)
+    except ValueError as exc:
+        out["reason"] = str(exc)
+        return out
+    res = cmp.result
+    out.update(base_run=res["baseline"]["run"], spec_run=res["speculative"]["run"],
+               conditions_differ=res["conditions_differ"], by_running_req=res["by_running_req"])
+    sp = res["speedup"]
+    if sp is None:
+        out["reason"] = cmp.why
+        return out
+    out.update(value=sp["value"], ci95=sp["ci95"], ci95_reason=sp["ci95_reason"],
+               running_req=sp["running_req"], n_base=sp["n_base"], n_spec=sp["n_spec"],
+               base_median=res["baseline"]["median_tok_s"],
+               spec_median=res["speculative"]["median_tok_s"])
+    return out
+
+
+def _alert_doc(a: dict[str, Any]) -> dict[str, Any]:
+    t = a.get("t")
+    return {"t": t if isinstance(t, int | float) else None, "server": a.get("server"),
+            "level": a.get("level"), "kind": a.get("kind"),
+            "text": str(a.get("message") or a.get("text") or a.get("kind") or NA),
+            "cause": a.get("cause"), "cleared": bool(a.get("cleared", False))}
+
+
+def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, Any]:
+    """The report as one JSON-able document: `report --format json` prints it, Markdown and
+    HTML render it (the same numbers in every format)."""
+    model = model or report_model(snap)
+    tr = snap.time_range
+    servers = []
+    for s in snap.servers:
+        st = model.states[s.name]
+        own = owned_gpus(snap.gpu_samples, s.pids, st.args if st.runs else s.args)
+        servers.append({
+            "name": s.name, "role": s.role or st.role, "role_source": s.role_source,
+            "status": s.status, "log": s.path,
+            "model": st.args.get("model_path") or st.args.get("served_model_name")
+            if st.runs else s.args.get("model_path"),
+            "tp": (st.args if st.runs else s.args).get("tp_size"),
+            "speculative": spec_config_text(st.args if st.runs else s.args),
+            "engine": st.engine or "sglang", "throughput": throughput_label(st.engine),
+            "gpus": own.text(), "gpu_indices": list(own.indices),
+            "decode_lines": s.counts.get("decode"), "lines": s.counts.get("lines"),
+            "exit_code": s.exit_code, "fingerprint": _fingerprint_lines(s, st),
+            "runs": [_run_doc(r) for r in st.runs],
+        })
+    # alerts: the ones recorded live that the replay cannot raise again (drift against a stored
+    # baseline), then every alert the session model raised while playing the snapshot
+    replayed = model.fleet.host(model.host).session.alerts
+    kinds = {a.get("kind") for a in replayed}
+    alerts = [_alert_doc(a) for a in snap.alerts if a.get("kind") not in kinds | {PAYS_KIND}]
+    alerts += [_alert_doc(a) for a in replayed]
+    alerts.sort(key=lambda a: a["t"] if a["t"] is not None else -math.inf)
+    return {
+        "schema": SCHEMA, "host": snap.host,
+        "time_range": {"start": tr[0], "end": tr[1]} if tr else None,
+        "source": snap.source, "snapshot_written": snap.created_at,
+        "specmon_version": snap.specmon_version,
+        "secrets_redacted": bool(snap.redaction.get("enabled")),
+        "throughput": THROUGHPUT_NOTE,
+        "throughput_notes": _throughput_notes({str(x["engine"]) for x in servers}),
+        "servers": servers,
+        "speedup": _speedup_doc(model),
+        "gpus": [dataclasses.asdict(g) for g in gpu_summaries(snap.gpu_samples)],
+        "gpu_downsampling": snap.gpu_downsampling.get("rule"),
+        "alerts": alerts,
+    }
+
+
 def _build_blocks(snap: Snapshot) -> list[Block]:
+    model = report_model(snap)
+    doc = report_doc(snap, model)
     b: list[Block] = []
     tr = snap.time_range
     span = (tr[1] - tr[0]) if tr else 0.0
@@ -349,99 +530,103 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     b.append(("p", f"Time range {_when(tr[0] if tr else None)} → {_when(tr[1] if tr else None)} "
                    f"({_dur(span)}). Snapshot {snap.source.get('kind', 'unknown')} source, "
                    f"written {_when(snap.created_at)} by specmon {snap.specmon_version}; "
-                   f"secrets {'redacted' if snap.redaction.get('enabled') else 'NOT redacted'}."))
-    b.append(("p", "Throughput is SGLang's own `gen throughput (token/s)`: decode-only, one value "
-                   "per log interval, idle and prefill time inside the interval included; not a "
-                   "benchmark's end-to-end tok/s. Numbers are never mixed across batch sizes "
-                   "(#running-req); medians with p10–p90 and n, over the whole snapshot."))
+                   f"secrets {'redacted' if doc['secrets_redacted'] else 'NOT redacted'}."))
+    for note in doc["throughput_notes"]:
+        b.append(("p", note))
 
     # servers
     b.append(("h", 2, "Servers"))
-    rows = []
-    for s in snap.servers:
-        a = s.args
-        spec_cfg = NA
-        if a.get("speculative_algorithm"):
-            spec_cfg = (f"{a.get('speculative_algorithm')} steps {a.get('speculative_num_steps')} "
-                        f"topk {a.get('speculative_eagle_topk')} draft "
-                        f"{a.get('speculative_num_draft_tokens')}")
-        rows.append([s.name, s.role or NA, s.status, s.path or NA,
-                     str(a.get("model_path") or a.get("served_model_name") or NA),
-                     _num(a.get("tp_size"), "{}"), spec_cfg,
-                     _num(s.counts.get("decode"), "{:,}"), _num(s.counts.get("lines"), "{:,}")])
-    b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative",
-                        "decode lines", "lines"], rows))
-    for s in snap.servers:
-        items = [f"role source: {s.role_source or NA}"]
-        items += [f"{k}={v}" for k, v in sorted(s.args.items())]
-        if s.fingerprint:
-            items += [f"{k}: {v}" for k, v in _flatten(s.fingerprint)]
+    b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative", "runs",
+                        "decode lines", "lines"],
+              [[s["name"], s["role"] or NA, s["status"], s["log"] or NA, str(s["model"] or NA),
+                num(s["tp"], "{}"), s["speculative"] or NA, str(len(s["runs"])),
+                num(s["decode_lines"], "{:,}"), num(s["lines"], "{:,}")]
+               for s in doc["servers"]]))
+    for s, snap_s in zip(doc["servers"], snap.servers, strict=True):
+        b.append(("p", f"**{s['name']}**: role source: {s['role_source'] or NA}; {s['gpus']}"
+                       + (f"; exit code {s['exit_code']}" if s["exit_code"] is not None else "")))
+        if s["fingerprint"]:
+            b.append(("table", [f"{s['name']} fingerprint"], [[x] for x in s["fingerprint"]]))
         else:
-            items.append("fingerprint (env, versions): N/A (not in this snapshot)")
-        if s.exit_code is not None:
-            items.append(f"exit code {s.exit_code}")
-        b.append(("p", f"**{s.name}** fingerprint: " + "; ".join(items)))
+            b.append(("p", "fingerprint (env, versions): N/A (not in this snapshot)"))
+        del snap_s
 
-    # throughput per batch size
-    b.append(("h", 2, "Decode throughput per batch size"))
-    stats: dict[str, list[WindowStats]] = {}
-    for s in snap.servers:
-        st = per_batch_size(decode_points(s), span)
-        stats[s.name] = st
-        b.append(("h", 3, f"{s.name} ({s.role or 'role unknown'})"))
-        if not st:
+    # runs: one section per server run
+    b.append(("h", 2, "Decode throughput per run and batch size"))
+    for s in doc["servers"]:
+        for r in s["runs"]:
+            b.append(("h", 3, f"{s['name']} ({s['role'] or 'role unknown'}) run {r['run']}"))
+            b.append(("p", f"run {r['run']}: {r['start'] or NA} → {r['end'] or NA} "
+                           f"(started by {r['start_reason']}, "
+                           f"{'ended: ' + r['end_reason'] if r['end_reason'] else 'current'}"
+                           + (f", exit code {r['exit_code']}" if r["exit_code"] is not None
+                              else "") + f"); {r['args']}; {r['decode_lines']:,} decode lines"))
+            if not r["by_running_req"]:
+                b.append(("p", "no decode lines with a throughput"))
+                continue
+            b.append(("table", ["#running-req", "n", "median tok/s", "p10", "p90", "robust CV",
+                                "accept len (median)"],
+                      [[str(w["running_req"]), f"{w['n']:,}", num(w["median_tok_s"]),
+                        num(w["p10"]), num(w["p90"]),
+                        num(w["robust_cv"] * 100 if w["robust_cv"] is not None else None,
+                            "{:.1f}%"), num(w["accept_len_median"])]
+                       for w in r["by_running_req"]]))
+        if not s["runs"]:
+            b.append(("h", 3, f"{s['name']} ({s['role'] or 'role unknown'})"))
             b.append(("p", "no decode lines with a throughput"))
-            continue
-        b.append(("table", ["#running-req", "n", "median tok/s", "p10", "p90", "robust CV",
-                            "accept len (median)"],
-                  [[str(w.running_req), f"{w.n:,}", _num(w.median), _num(w.p10), _num(w.p90),
-                    _num(w.robust_cv * 100 if w.robust_cv is not None else None, "{:.1f}%"),
-                    _num(w.accept_len)] for w in st]))
 
     # speedup
-    b.append(("h", 2, "Speedup (speculative ÷ baseline, same #running-req)"))
-    base, spec = snap.by_role("baseline"), snap.by_role("speculative")
-    if base is None or spec is None:
-        b.append(("p", "Speedup: N/A (needs one baseline and one speculative server)."))
+    sp = doc["speedup"]
+    b.append(("h", 2, "Speedup (speculative ÷ baseline, current runs, same #running-req)"))
+    if sp["value"] is None and not sp["by_running_req"]:
+        b.append(("p", f"Speedup: N/A ({sp['reason']})."))
     else:
-        sp_rows = speedup_rows(stats.get(base.name, []), stats.get(spec.name, []))
-        if not sp_rows:
-            b.append(("p", f"Speedup: N/A (no batch size with ≥{MIN_N} decode samples on both "
-                           f"{base.name} and {spec.name})."))
+        if sp["value"] is None:
+            b.append(("p", f"Speedup: N/A ({sp['reason']})."))
         else:
-            head = max(sp_rows, key=lambda r: min(r.base.n, r.spec.n))
-            ci = (f" (95% {head.low:.3f}–{head.high:.3f})" if head.low is not None
-                  and head.high is not None else " (95% interval N/A)")
-            b.append(("p", f"**Speedup {head.ratio:.3f}×**{ci} at bs {head.running_req}: "
-                           f"{spec.name} {head.spec.median:.2f} / {base.name} "
-                           f"{head.base.median:.2f} tok/s (medians, n {head.spec.n}/"
-                           f"{head.base.n}). The interval assumes independent samples; "
-                           "consecutive log intervals are correlated, so read it as a lower "
-                           "bound on the uncertainty."))
-            b.append(("table", ["#running-req", f"{base.name} median (n)",
-                                f"{spec.name} median (n)", "speedup", "95% interval"],
-                      [[str(r.running_req), f"{r.base.median:.2f} ({r.base.n})",
-                        f"{r.spec.median:.2f} ({r.spec.n})", f"{r.ratio:.3f}×",
-                        f"{r.low:.3f}–{r.high:.3f}" if r.low is not None and r.high is not None
-                        else NA] for r in sp_rows]))
+            ci = sp["ci95"]
+            ci_text = (f"95% {ci[0]:.3f}–{ci[1]:.3f}" if ci is not None
+                       else f"{sp['ci95_reason']}")
+            b.append(("p", f"**Speedup {sp['value']:.3f}×** ({ci_text}) at bs "
+                           f"{sp['running_req']}: {sp['speculative']} run {sp['spec_run']} "
+                           f"{sp['spec_median']:.2f} / {sp['baseline']} run {sp['base_run']} "
+                           f"{sp['base_median']:.2f} tok/s (medians over the whole runs, n "
+                           f"{sp['n_spec']}/{sp['n_base']}). The interval assumes independent "
+                           "samples; consecutive log intervals are correlated, so read it as a "
+                           "lower bound on the uncertainty."))
+        if sp["conditions_differ"]:
+            b.append(("p", "**conditions differ**: " + "; ".join(sp["conditions_differ"])
+                           + " (the speedup measures these as well as speculation)."))
+        b.append(("table", ["#running-req", f"{sp['baseline']} run {sp['base_run']} n",
+                            f"{sp['speculative']} run {sp['spec_run']} n", "speedup",
+                            "95% interval"],
+                  [[str(r["running_req"]), str(r["n_base"]), str(r["n_spec"]),
+                    f"{r['speedup']:.3f}×",
+                    f"{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}" if r["ci95"] is not None
+                    else f"N/A ({r['ci95_reason']})"] for r in sp["by_running_req"]]))
 
-    # accept length
+    # accept length (per run)
     b.append(("h", 2, "Accept length"))
     any_spec = False
-    for s in snap.servers:
-        acc = sorted(p.rec.accept_len for p in decode_points(s) if p.rec.accept_len is not None)
-        if not acc:
-            continue
-        any_spec = True
-        med = quantile_sorted(acc, 0.5)
-        ndt = s.args.get("speculative_num_draft_tokens")
-        ndt = ndt if isinstance(ndt, int) and not isinstance(ndt, bool) else None
-        rate = recomputed_accept_rate(med, ndt)
-        b.append(("p", f"{s.name}: accept length (tokens per verify round, bonus included) median "
-                       f"{_num(med)}, p10 {_num(quantile_sorted(acc, 0.1))}, p90 "
-                       f"{_num(quantile_sorted(acc, 0.9))}, n {len(acc):,}; accept rate "
-                       f"(recomputed as (len−1)/(draft tokens−1), draft tokens {_num(ndt, '{}')})"
-                       f" {_num(rate)}."))
+    for s in doc["servers"]:
+        for r in s["runs"]:
+            acc = r["accept_len"]
+            if acc is None:
+                continue
+            any_spec = True
+            head = (f"{s['name']} run {r['run']}: accept length (tokens per verify round, "
+                    f"bonus included) median {num(acc['median'])}, p10 {num(acc['p10'])}, "
+                    f"p90 {num(acc['p90'])}, n {acc['n']:,}; ")
+            if acc.get("accept_rate_measured") is not None:  # vLLM prints its counts
+                b.append(("p", head + "accept rate (vLLM's counts, accepted ÷ drafted over the run) "
+                               f"{num(acc['accept_rate_measured'])}."
+                               + (f" {acc['bonus_added']:,} lengths were printed by vLLM 0.8.5 "
+                                  "without the bonus token; 1 was added." if acc["bonus_added"]
+                                  else "")))
+                continue
+            b.append(("p", head + "accept rate (recomputed as (len−1)/(draft tokens−1), draft "
+                           f"tokens {num(acc['draft_tokens'], '{}')}) "
+                           f"{num(acc['accept_rate_recomputed'])}."))
     if not any_spec:
         b.append(("p", "N/A: no decode line carries an accept length."))
 
@@ -454,51 +639,38 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         b.append(("table", ["GPU", "name", "samples", "SM MHz median", "SM MHz min–max", "max SM MHz",
                             "power W median", "power W max", "limit W", "temp °C max",
                             "clock-event reasons (share of samples)"],
-                  [[_num(g.index, "{}"), g.name or NA, f"{g.n:,}", _num(g.clock_med, "{:.0f}"),
-                    f"{_num(g.clock_min, '{:.0f}')}–{_num(g.clock_max, '{:.0f}')}",
-                    _num(g.max_clock, "{:.0f}"), _num(g.power_med, "{:.0f}"),
-                    _num(g.power_max, "{:.0f}"), _num(g.power_limit, "{:.0f}"),
-                    _num(g.temp_max, "{:.0f}"),
+                  [[num(g.index, "{}"), g.name or NA, f"{g.n:,}", num(g.clock_med, "{:.0f}"),
+                    f"{num(g.clock_min, '{:.0f}')}–{num(g.clock_max, '{:.0f}')}",
+                    num(g.max_clock, "{:.0f}"), num(g.power_med, "{:.0f}"),
+                    num(g.power_max, "{:.0f}"), num(g.power_limit, "{:.0f}"),
+                    num(g.temp_max, "{:.0f}"),
                     ", ".join(f"{r} {share:.0%}" for r, share in g.reasons) or
                     ("none" if g.reasons == [] and g.n else NA)] for g in gs]))
-        rule = snap.gpu_downsampling.get("rule")
+        rule = doc["gpu_downsampling"]
         if rule:
             b.append(("p", f"GPU samples: {rule}."))
 
     # alerts
     b.append(("h", 2, "Alerts"))
-    if not snap.alerts:
-        b.append(("p", "None recorded in this snapshot."))
+    if not doc["alerts"]:
+        b.append(("p", "None recorded in this snapshot, and none raised when its lines were "
+                       "played through the session model."))
     else:
         b.append(("table", ["time", "server", "alert", "likely cause"],
-                  [[_when(a.get("t") if isinstance(a.get("t"), int | float) else None),
-                    str(a.get("server") or NA),
-                    str(a.get("message") or a.get("text") or a.get("kind") or NA),
-                    str(a.get("cause") or NA)] for a in snap.alerts]))
+                  [[_when(a["t"]), str(a["server"] or NA),
+                    ("cleared: " if a["cleared"] else "") + a["text"], str(a["cause"] or NA)]
+                   for a in doc["alerts"]]))
 
     # charts
     b.append(("h", 2, "Charts"))
-    tp = throughput_chart(snap)
+    tp = throughput_chart(snap, model)
     if tp is None:
         b.append(("p", "Throughput chart: N/A (no decode throughput, or pygal not installed)."))
     else:
-        b.append(("svg", "throughput", tp, "decode throughput over time"))
-    gc = gpu_chart(snap)
-    if gc is not None:
-        b.append(("svg", "gpu", gc, "GPU SM clock over time, grouped by server"))
-    gp = gpu_power_chart(snap)
-    if gp is not None:
-        b.append(("svg", "gpu-power", gp, "GPU power over time, grouped by server"))
+        b.append(("svg", "throughput", tp, "decode throughput over log time, per run"))
+    for name, label, svg in gpu_charts(snap):
+        b.append(("svg", name, svg, label))
     return b
-
-
-def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(d, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in d.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    return [(prefix, d)]
 
 
 # --- renderers ----------------------------------------------------------------------------------
@@ -528,7 +700,7 @@ def render_markdown(blocks: list[Block], chart_files: dict[str, str] | None = No
             for r in rows:
                 out.append("| " + " | ".join(_md_cell(c) for c in r) + " |")
         elif blk[0] == "svg":
-            name, alt = blk[1], blk[3]
+            name, alt = blk[1], _md_text(blk[3]).replace("[", "(").replace("]", ")")
             if chart_files and name in chart_files:
                 out.append(f"![{alt}]({chart_files[name]})")
             else:

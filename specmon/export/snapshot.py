@@ -36,6 +36,7 @@ from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
+from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.session.state import MAX_LOG_LINES, ServerState, Session
 
 SCHEMA_NAME = "specmon.snapshot"
@@ -72,6 +73,7 @@ class SnapshotError(Exception):
 # --- records <-> JSON (lossless, None fields omitted) ---------------------------------------------
 
 _BATCH_FIELDS = {f.name: str(f.type) for f in dataclasses.fields(BatchRecord)}
+_VLLM_FIELDS = {f.name: str(f.type) for f in dataclasses.fields(VllmDecodeRecord)}
 _BATCH_KINDS = ("decode", "prefill")
 
 
@@ -79,7 +81,10 @@ def record_to_json(rec: Record) -> dict[str, Any]:
     """Compact, lossless JSON of a parsed record (`record_from_json` inverts it)."""
     if isinstance(rec, BatchRecord):
         out: dict[str, Any] = {}
-        for name in _BATCH_FIELDS:
+        vllm = isinstance(rec, VllmDecodeRecord)
+        if vllm:
+            out["engine"] = "vllm"  # the vLLM line's own fields too (record_from_json)
+        for name in _VLLM_FIELDS if vllm else _BATCH_FIELDS:
             if name == "extra":
                 continue
             v = getattr(rec, name)
@@ -141,7 +146,21 @@ def record_from_json(d: Any, where: str = "record") -> Record:
         raise SnapshotError(f"{where}: not a record object with a 'kind'")
     if d["kind"] in _BATCH_KINDS:
         kw: dict[str, Any] = {}
+        vllm = d.get("engine") == "vllm"
+        fields = _VLLM_FIELDS if vllm else _BATCH_FIELDS
         for name, v in d.items():
+            if name == "engine" and vllm:
+                continue
+            if name == "spec" and vllm:
+                if v is None:
+                    continue
+                if not isinstance(v, dict):
+                    raise SnapshotError(f"{where}: 'spec' must be an object")
+                try:
+                    kw["spec"] = checked_spec(v)
+                except ValueError as exc:
+                    raise SnapshotError(f"{where}: {exc}") from None
+                continue
             if name == "extra":
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'extra' must be an object")
@@ -152,11 +171,11 @@ def record_from_json(d: Any, where: str = "record") -> Record:
                     raise SnapshotError(f"{where}: 'invalid' must be a list of field names")
                 kw["invalid"] = list(v)
                 continue
-            t = _BATCH_FIELDS.get(name)
+            t = fields.get(name)
             if t is None:
                 raise SnapshotError(f"{where}: unknown record field {name!r}")
             kw[name] = _typed(name, t, v, where)
-        return BatchRecord(**kw)
+        return VllmDecodeRecord(**kw) if vllm else BatchRecord(**kw)
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")
@@ -196,6 +215,7 @@ class ServerSnap:
     log_limit: int = MAX_LOG_LINES
     line_times: str = "exact"
     entries: list[Entry] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # launcher and workers (GPU ownership)
 
     def decode_entries(self) -> list[Entry]:
         return [e for e in self.entries
@@ -269,7 +289,7 @@ def to_doc(snap: Snapshot) -> dict[str, Any]:
                 "args": _jsonable(s.args), "fingerprint": _jsonable(s.fingerprint),
                 "exit_code": s.exit_code, "traceback": list(s.traceback),
                 "notices": list(s.notices), "counts": dict(s.counts), "log_limit": s.log_limit,
-                "line_times": s.line_times, "line_columns": LINE_COLUMNS,
+                "line_times": s.line_times, "pids": sorted(s.pids), "line_columns": LINE_COLUMNS,
                 "lines": [[e.t, e.line, record_to_json(e.record) if e.record is not None else None]
                           for e in s.entries],
             }
@@ -358,6 +378,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
                     if isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT},
             log_limit=_small(_want(sd, "log_limit", int, w, MAX_LOG_LINES), f"{w}: log_limit"),
             line_times=_want(sd, "line_times", str, w, "exact"),
+            pids=_pids(_want(sd, "pids", list, w, []), f"{w}: pids"),
         )
         cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
         if cols != LINE_COLUMNS:
@@ -407,6 +428,13 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             _time(a["t"], f"{where}: alerts[{j}].t")
         snap.alerts.append(a)
     return snap
+
+
+def _pids(v: list[Any], where: str) -> list[int]:
+    if len(v) > 65_536 or not all(isinstance(p, int) and not isinstance(p, bool)
+                                  and 0 < p < 2 ** 32 for p in v):
+        raise SnapshotError(f"{where}: expected at most 65536 process ids (positive integers)")
+    return [int(p) for p in v]
 
 
 def _small(v: Any, where: str) -> Any:
@@ -647,6 +675,7 @@ def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit:
         args=dict(state.args), fingerprint=_jsonable(getattr(state, "fingerprint", None)),
         exit_code=state.exit_code, traceback=list(state.traceback), notices=list(state.notices),
         counts=counts, log_limit=log_limit, line_times=line_times, entries=entries,
+        pids=sorted(state.pids),
     )
 
 
@@ -664,7 +693,7 @@ def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> l
     for text in reversed(log):
         rec = parse_line(text)
         if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
-                and points[j].rec == rec):
+                and same_line(points[j].rec, rec)):
             rows.append((_received(points[j]), text, points[j].rec))
             j -= 1
         else:
@@ -885,6 +914,7 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
             state.apply(it.line, rec, it.received_at)
             if rec is not None or i >= keep_text_from:
                 entries.append(Entry(it.received_at, it.line if i >= keep_text_from else None, rec))
+        state.flush()  # a vLLM engine line still waiting for its spec line (the entries hold it)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
         servers.append(_server_snap_from_state(state, entries, log_lines, "exact", counts, "log"))

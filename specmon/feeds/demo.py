@@ -1,4 +1,4 @@
-"""The built-in demo: a simulated SGLang host with a baseline and a speculative server.
+"""The built-in demo: a simulated SGLang (or vLLM) host with a baseline and a speculative server.
 
 It runs the real code paths: the servers are `specmon sim server` processes started on this
 machine (each in its own session, stopped by that process group only), their logs are followed
@@ -64,11 +64,13 @@ class SimServer:
 
 
 def default_servers(format_version: str | None = None, load_concurrency: int = 1,
-                    seed: int = 1) -> list[SimServer]:
+                    seed: int = 1, engine: str = "sglang") -> list[SimServer]:
     common = ["--tp-size", "8", "--load-concurrency", str(load_concurrency),
               "--load-output-len", "512", "--startup-s", "2"]
     if format_version:
         common += ["--format-version", format_version]
+    if engine == "vllm":
+        return _vllm_servers(common, seed)
     env = {**NCCL_TUNING, "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}  # fwd occupancy (0.5.11+)
     return [
         SimServer("baseline", "baseline",
@@ -79,6 +81,28 @@ def default_servers(format_version: str | None = None, load_concurrency: int = 1
                    "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-70B",
                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
                    "--speculative-num-draft-tokens", "3"], dict(env)),
+    ]
+
+
+# VLLM_LOG_STATS_INTERVAL (a real vLLM setting, 0.10.1+; default 10 s): 0.5 s gives about the
+# pace of SGLang's decode lines (one per 40 steps, ~0.45 s at bs 1), so the scenarios' line
+# counts (a baseline needs 30 clean samples) take the same time on both engines
+VLLM_STATS_INTERVAL_S = "0.5"
+VLLM_SPEC = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", '
+             '"num_speculative_tokens": 2}')
+
+
+def _vllm_servers(common: list[str], seed: int) -> list[SimServer]:
+    """The same pair as `vllm serve`: a baseline and an EAGLE-3 server (k = 2), stats every
+    0.5 s (VLLM_LOG_STATS_INTERVAL) so the demo moves at SGLang's pace."""
+    common = ["--engine", "vllm", *common]
+    env = {**NCCL_TUNING, "VLLM_LOG_STATS_INTERVAL": VLLM_STATS_INTERVAL_S}
+    return [
+        SimServer("baseline", "baseline",
+                  [*common, "--port", str(free_port()), "--seed", str(seed)], dict(env)),
+        SimServer("speculative", "speculative",
+                  [*common, "--port", str(free_port()), "--seed", str(seed + 1),
+                   "--base-gpu-id", "8", "--speculative-config", VLLM_SPEC], dict(env)),
     ]
 
 
@@ -135,6 +159,8 @@ class DemoFeed:
         if self.scenario == "phantom-baseline":
             for srv in self.servers:
                 srv.env["NCCL_DEBUG"] = "INFO"  # per-rank "set by environment" lines: evidence
+        self.engine = "vllm" if any("--engine" in s.args and "vllm" in s.args
+                                    for s in self.servers) else "sglang"
 
     async def start_server(self, srv: SimServer) -> None:
         self.sim_dir.mkdir(parents=True, exist_ok=True)
@@ -158,12 +184,12 @@ class DemoFeed:
             err.close()
 
     async def _probe(self, srv: SimServer, pythonpath: str) -> None:
-        """The fingerprint probe for the launch about to start, as on a real host: the server's
-        Python and PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
+        """The fingerprint probe for the launch about to start, as on a real host: the host's
+        agent reads the server's PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
         sink = self._sink
         if sink is None:
             return
-        probe = await run_probe(LocalHost(self.host), sys.executable, pythonpath=pythonpath)
+        probe = await run_probe(LocalHost(self.host), pythonpath=pythonpath)
         if probe:
             sink.server_probe(self.host, srv.name, probe)
 
@@ -245,13 +271,19 @@ class DemoFeed:
         # incident 2: tuning back, but a patched SGLang file and a power cap
         self.phase = "patched-and-capped"
         base.env.update(NCCL_TUNING)
-        base.args += ["--patch-overhead", "0.07"]
-        sim_dist.patch_file(self.sim_dir)  # the edit the RECORD-hash probe finds
         gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
         for i in range(8):
             gpus.set_power_limit(i, 330.0)
-        sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a patched "
-                               "SGLang file and a 330 W power cap on GPUs 0-7")
+        base.args += ["--patch-overhead", "0.07"]
+        if self.engine == "vllm":
+            # the fingerprint's file probe reads the SGLang install only: this patch (of the
+            # simulated vLLM) leaves no file evidence; the alert can name only the power cap
+            sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
+                        "patched vLLM (no file evidence) and a 330 W power cap on GPUs 0-7")
+        else:
+            sim_dist.patch_file(self.sim_dir)  # the edit the RECORD-hash probe finds
+            sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
+                        "patched SGLang file and a 330 W power cap on GPUs 0-7")
         await self.restart_server(base, sink)
         self.phase = "steady"
         await asyncio.Event().wait()

@@ -1,5 +1,5 @@
-"""A server's fingerprint gathered through its host: the agent's `proc_info`/`read` ops and the
-stdlib probe run with the server's own interpreter.
+"""A server's fingerprint gathered through its host: the agent's `proc_info`/`read`/`probe` ops
+(the probe runs in the agent; no interpreter taken from a process is ever run).
 
 This is the I/O half of fingerprints; `specmon.analysis.fingerprint` stays pure (it builds and
 diffs fingerprints from what this module read).
@@ -27,11 +27,13 @@ from specmon.parse.gpu import GpuSample
 async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
                   workers: Sequence[tuple[int, str]] = (), server_info: Mapping[str, Any] | None = None,
                   nccl_lines: Iterable[str] = (), gpus: Sequence[GpuSample] = (),
-                  host: Any = None, python: str | None = None) -> Fingerprint:
-    """Gather a fingerprint through the host agent (`proc_info`, `read`) and an optional Host.
+                  probe: bool = False, python: str | None = None) -> Fingerprint:
+    """Gather a fingerprint through the host agent (`proc_info`, `read`, and with `probe` the
+    agent's RECORD probe: SGLang version, modified files, host info).
 
-    `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call; `host.run`
-    runs the stdlib probe (SGLang version, modified files, host info) with the server's python.
+    `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call. `python`: an
+    interpreter the user configured; without it the probe reads where the launcher (if it is
+    the user's own process) imports from. argv[0] is never run.
     """
     async def env_of(pid: int, title: str) -> EnvSnapshot:
         try:
@@ -59,14 +61,19 @@ async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None =
         if not path:
             continue
         conf[spec] = await _read_conf(agent, path)
-    probe: dict[str, Any] = {}
-    if host is not None:
-        probe = await run_probe(host, python or (argv[0] if argv and "python" in argv[0] else "python3"))
+    found: dict[str, Any] = {}
+    if probe:
+        from specmon.sources.fp_probe import probe as agent_probe
+
+        try:
+            found = await agent_probe(agent, python, pid=launcher_pid)
+        except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
+            found = {}
     return fingerprint_from(
-        server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or probe.get(
+        server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or found.get(
             "version"), nccl_lines=nccl_lines, launcher=launcher, workers=worker_envs, nccl_conf=conf,
-        modified_files=probe.get("modified_files"), modified_method=probe.get("method"),
-        gpus=gpu_states(gpus), host=probe.get("host"),
+        modified_files=found.get("modified_files"), modified_method=found.get("method"),
+        gpus=gpu_states(gpus), host=found.get("host"),
         server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
 
 
@@ -80,22 +87,21 @@ async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
     return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
 
 
-async def run_probe(host: Any, python: str, pythonpath: str | None = None) -> dict[str, Any]:
-    """Run the stdlib probe on the host with the server's interpreter; {} on failure.
+async def run_probe(host: Any, pythonpath: str | None = None) -> dict[str, Any]:
+    """The RECORD probe in the host's agent (its configured interpreter); {} on failure.
 
-    `pythonpath`: the server's PYTHONPATH, when SGLang is installed there (the probe must see
-    the install the server imports, not another one).
+    `pythonpath`: folders (os.pathsep-separated) where the server's SGLang is installed, which
+    the probe reads instead of the agent's own sys.path (it must see the install the server
+    imports, not another one).
     """
-    import json
+    import os
 
-    from specmon.sources.fp_probe import probe_source
+    from specmon.hosts.agent_client import AgentClient
+    from specmon.sources.fp_probe import probe
 
-    src: str = probe_source()
-    cmd = [python, "-c", src]
-    if pythonpath is not None:
-        cmd = ["env", f"PYTHONPATH={pythonpath}", *cmd]
+    path = [d for d in pythonpath.split(os.pathsep) if d] if pythonpath is not None else None
     try:
-        res = await host.run(cmd, timeout=60.0)
-        return dict(json.loads(res.stdout)) if res.rc == 0 else {}
+        async with AgentClient(host) as agent:
+            return await probe(agent, path=path)
     except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
         return {}

@@ -21,7 +21,7 @@ from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
 from specmon.parse.gpu import GpuSample
 from specmon.session.events import FeedSink, ServerInfo
-from specmon.sources.discovery import DiscoveredServer, discover
+from specmon.sources.discovery import ALL_USERS_NOTE, DiscoveredServer, discover
 from specmon.sources.gpu import RemoteAgentSource
 from specmon.sources.tail import LogLine, LogTailer, TailSpec
 
@@ -47,13 +47,14 @@ class HostFeed:
                  tap: Callable[[str, LogLine], None] | None = None,
                  gpu_tap: Callable[[str, list[GpuSample]], None] | None = None,
                  roles: dict[str, str] | None = None,
-                 retry_max_s: float = 30.0) -> None:
+                 retry_max_s: float = 30.0, all_users: bool = False) -> None:
         self.host = host
         self.specs = list(specs or [])
         self.history_lines = history_lines
         self.gpu_interval = gpu_interval
         self.gpu_retry_s = gpu_retry_s
-        self.python = python
+        self.python = python  # configured ([hosts.NAME] python), never a discovered argv[0]
+        self.all_users = all_users
         self.tap = tap
         self.gpu_tap = gpu_tap
         self.retry_max_s = retry_max_s
@@ -103,7 +104,7 @@ class HostFeed:
                 agent = AgentClient(self.host)
                 await agent.start()
                 try:
-                    self.discovered = await discover(agent)
+                    self.discovered = await discover(agent, all_users=self.all_users)
                 finally:
                     await agent.close()
                 return
@@ -130,6 +131,8 @@ class HostFeed:
                 return
             infos: list[ServerInfo] = []
             if not self.specs:
+                if self.all_users:
+                    sink.notice(self.name, "*", ALL_USERS_NOTE)
                 await self._discover(sink)
                 for s in self.discovered:
                     info = ServerInfo.from_discovered(s)
@@ -152,9 +155,7 @@ class HostFeed:
                 sink.declare_server(self.name, spec.name,
                                     role if role in ("baseline", "speculative") else None,
                                     spec.path)
-            python = self.python or next(
-                (s.argv[0] for s in self.discovered
-                 if s.argv and "python" in s.argv[0].rsplit("/", 1)[-1]), None)
+            python = self.python  # a discovered server's argv[0] is never run
             gtap = None
             if self.gpu_tap is not None:
                 gouter = self.gpu_tap

@@ -1,8 +1,9 @@
 """Client side of the host agent: ONE agent process per host, shared by every user.
 
-The agent's source (specmon/hostside/agent.py) is sent over the process's stdin: a tiny
-bootstrap given to `python3 -c` reads exactly that many bytes, execs them, and the same stdin
-then carries requests. Nothing is installed on the host and the agent exits when the channel
+The agent's modules (specmon/hostside/: protocol, tail, procs, control, nvml, main) are sent
+over the process's stdin as one bundle: a tiny bootstrap given to `python3 -c` reads exactly
+that many bytes, loads them as a package (specmon.hostside.protocol.LOADER) and runs main(); the
+same stdin then carries requests. Nothing is installed on the host and the agent exits when the channel
 closes.
 
 `AgentClient(host)` is a handle (use `async with`): every handle on one Host shares the one
@@ -26,6 +27,7 @@ import json
 import shlex
 import time
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,13 @@ from specmon.hosts.agent_protocol import (
     decode,
 )
 from specmon.hosts.base import Host, HostError, HostProcess
+from specmon.hostside import protocol as hostside_protocol
 
 __all__ = ["AGENT_PATH", "AgentClient", "AgentError", "ProtocolError", "Subscription",
-           "agent_source", "bootstrap_command"]
+           "agent_source", "bootstrap_command", "shielded"]
 
-AGENT_PATH = Path(__file__).resolve().parents[1] / "hostside" / "agent.py"
+AGENT_PATH = Path(__file__).resolve().parents[1] / "hostside" / "agent.py"  # run-as-file entry
+HOSTSIDE_DIR = AGENT_PATH.parent
 HEARTBEAT_S = 20.0  # the agent exits after idle_timeout (120 s) without input
 BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 10.0
@@ -51,25 +55,43 @@ GPU_QUEUE = 8  # newest GPU samples kept when the consumer falls behind
 
 
 def agent_source() -> bytes:
-    return AGENT_PATH.read_bytes()
+    """The agent's modules as one bundle (what the bootstrap reads from stdin)."""
+    return hostside_protocol.bundle(str(HOSTSIDE_DIR))
 
 
 def bootstrap_command(python: str, source: bytes) -> str:
-    """`python -c` code that reads exactly len(source) bytes from fd 0 and execs them.
+    """`python -c` code that reads exactly len(source) bytes (the bundle) from fd 0, loads
+    them as the agent's package and runs its main().
 
     Unbuffered os.read leaves every later byte on fd 0 for the agent's request loop. The
-    agent gets its own source as AGENT_SOURCE (to run itself in another interpreter).
+    package keeps the bundle (to run the probe in another interpreter).
     """
     code = (
         "import os,sys\n"
-        f"n={len(source)};b=b''\n"
-        "while len(b)<n:\n"
-        " c=os.read(0,n-len(b))\n"
+        f"n={len(source)};B=b''\n"
+        "while len(B)<n:\n"
+        " c=os.read(0,n-len(B))\n"
         " if not c:sys.exit(3)\n"
-        " b+=c\n"
-        "exec(compile(b,'specmon-agent','exec'),{'__name__':'__main__','AGENT_SOURCE':b})\n"
+        " B+=c\n"
+        f"{hostside_protocol.LOADER}"
+        f"sys.modules['{hostside_protocol.PACKAGE}.main'].main()\n"
     )
     return f"exec {shlex.quote(python)} -u -c {shlex.quote(code)}"
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: asyncio does not log "exception was never retrieved"
+
+
+async def shielded(aw: Awaitable[Any]) -> Any:
+    """Await `aw` (a teardown step: tail_stop, nvml_stop, close) shielded from the caller's
+    cancellation. When the caller is cancelled meanwhile, the step still runs to its end, and
+    its failure (typically "the agent went away" as the channel closes) is retrieved here
+    instead of surfacing at exit as asyncio's "Task exception was never retrieved"."""
+    task = asyncio.ensure_future(aw)
+    task.add_done_callback(_retrieve)
+    return await asyncio.shield(task)
 
 
 class Subscription:

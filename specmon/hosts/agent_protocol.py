@@ -3,7 +3,8 @@
 The agent's output is input from a host: a message that does not fit the protocol (wrong
 types, bad base64, lone surrogates, NaN, non-object JSON, deep nesting, an oversized line) is
 a `ProtocolError` with a one-line message, never an exception deep inside a consumer. The
-protocol itself is described in specmon/hostside/agent.py.
+protocol itself (its version, message types and tail events, imported from there) is
+specmon/hostside/protocol.py.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import json
 from typing import Any
 
 from specmon.hosts.base import HostError
+from specmon.hostside import protocol as hostside
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = hostside.PROTOCOL_VERSION
 MAX_MESSAGE = 8 << 20  # the agent's largest real message is a capped 1 MiB line plus base64
 MAX_OFFSET = 1 << 62
-TAIL_EVENTS = frozenset(
-    {"opened", "truncated", "rotated", "missing", "lost", "history_end", "error"})
+TAIL_EVENTS = frozenset(hostside.TAIL_EVENTS)
 _INT_FIELDS = ("ino", "off", "at", "size", "old_ino", "not_seen", "dev")
 
 

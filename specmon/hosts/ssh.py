@@ -255,8 +255,12 @@ class SshHost(Host):
         return asyncssh.import_known_hosts("\n".join(text))
 
     def _options(self) -> asyncssh.SSHClientConnectionOptions:
+        """The options connect() resolves (alias, HostName, Port, known_hosts). Built directly,
+        asyncssh loads no config unless told: `config=()` is its "~/.ssh/config" default, the
+        one connect() uses, so a key lookup sees the alias's Port, not port 22."""
         kw = self._base_kwargs()
         kw.pop("client_keys", None)
+        kw.setdefault("config", ())
         return asyncssh.SSHClientConnectionOptions(host=self.target.host, client_keys=None,
                                                    **kw)
 
@@ -359,7 +363,7 @@ class SshHost(Host):
         """The target's key could not be checked through the ProxyJump host: name the jump
         host and say what is wrong with its key (never added automatically)."""
         name = jump.rsplit("@", 1)[-1]
-        cfg = self._base_kwargs().get("config", ())
+        cfg = self._base_kwargs().get("config", ())  # (): ~/.ssh/config, as connect() reads it
         try:
             jopts = asyncssh.SSHClientConnectionOptions(host=name.split(":")[0], config=cfg,
                                                         client_keys=None)

@@ -1,7 +1,9 @@
-"""Code that runs ON the observed host: the one specmon host agent (agent.py).
+"""Code that runs ON the observed host: the specmon host agent, a package of small modules
+(protocol, tail, procs, control, nvml, main; shipping and load order in protocol.py).
 
-Nothing in this folder imports specmon: agent.py is streamed to the host's Python over the SSH
-channel (see specmon/hosts/agent_client.py) and must run with only the standard library (plus
-pynvml when the host has it), on Python 3.6+. specmon may import it (LocalNvmlSource uses its
-NVML collector in-process); it never imports specmon.
+Nothing in this folder imports specmon (its modules import each other relatively): the client
+(specmon/hosts/agent_client.py) sends them over the channel as one bundle, which the host's
+Python loads as a package, and they must run with only the standard library (plus pynvml when
+the host has it), on Python 3.6+. specmon imports them (the protocol constants, the NVML
+collector, /proc readers); they never import specmon.
 """

@@ -442,12 +442,14 @@ def _find_batch(text: str) -> BatchRecord | None:
 
 # --- events -----------------------------------------------------------------------------------
 
+# Every `key=value` (ServerArgs repr) or `'key': value` (dict repr, 0.5.20+) of the server_args
+# line: conditions are compared over all of them (analysis.conditions). A value is a quoted
+# string, a flat list, or a bare token; nested structures keep their first token only.
 _RE_SERVER_ARGS_KV = re.compile(
-    r"\b(speculative_algorithm|speculative_num_steps|speculative_eagle_topk|"
-    r"speculative_num_draft_tokens|speculative_draft_model_path|tp_size|dp_size|model_path|"
-    r"served_model_name|port|cuda_graph_max_bs|disable_cuda_graph|max_running_requests|"
-    r"decode_log_interval)'?\s*[=:]\s*('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,)}\s]+)"
+    r"[({,]\s*'?([A-Za-z_]\w{0,63})'?\s*[=:]\s*"
+    r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\[\]]{0,4096}\]|[^,)}\s]+)"
 )
+MAX_SERVER_ARGS = 512  # keys kept from one server_args line (a hostile line stays bounded)
 _RE_MAX_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 _RE_KV_LINE = re.compile(r"(\w+)=([\d.]+)")
 _RE_BS_LIST = re.compile(r"bs[=:]?\s*\[([\d,\s]*)\]")
@@ -482,8 +484,12 @@ def parse_event(text: str) -> EventRecord | None:
     if "The server is fired up and ready to roll" in text:
         ev = EventRecord("ready")
     elif "server_args=" in text:
-        ev = EventRecord("server_args", data={
-            m.group(1): _literal(m.group(2)) for m in _RE_SERVER_ARGS_KV.finditer(text)})
+        data: dict[str, Value] = {}
+        for kv in _RE_SERVER_ARGS_KV.finditer(text, text.index("server_args=")):
+            if len(data) >= MAX_SERVER_ARGS:
+                break
+            data.setdefault(kv.group(1), _literal(kv.group(2)))
+        ev = EventRecord("server_args", data=dict(data))
     elif "max_total_num_tokens=" in text:
         ev = EventRecord("max_total_num_tokens", data={
             k: convert_value(v) for k, v in _RE_KV_LINE.findall(text)})
@@ -550,6 +556,14 @@ def parse_line(line: str | bytes) -> Record | None:
             rec = _find_batch(text)
             if rec is not None:
                 return rec
+        if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
+                or "non-default args:" in text or "vLLM API server" in text):
+            # maybe vLLM's line: the same record model (parse/vllm.py)
+            from specmon.parse.vllm import parse_vllm_line
+
+            vrec = parse_vllm_line(text)
+            if vrec is not None:
+                return vrec
         return parse_event(text)
     except Exception:  # noqa: BLE001 - a log line must never take the monitor down
         return None

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
+from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
 from specmon.session.state import Run, ServerState, Session
 
@@ -24,12 +26,11 @@ class NotEnoughSamples(Exception):
 
 
 def server_gpus(session: Session, state: ServerState) -> list[GpuSample]:
-    """The latest samples of the GPUs this server's processes use (all GPUs if unknown)."""
+    """The latest samples of the server's own GPUs (specmon.session.ownership: its processes,
+    else its arguments; none when unknown, never every GPU of the host)."""
     gpus = [g for g in session.gpus if isinstance(g, GpuSample)]
-    if not state.pids:
-        return gpus
-    mine = [g for g in gpus if g.processes and any(p.pid in state.pids for p in g.processes)]
-    return mine or gpus
+    own = set(owned_gpus(gpus, state.pids, state.args).indices)
+    return [g for g in gpus if g.index in own]
 
 
 def server_gpu_history(session: Session, state: ServerState) -> list[GpuSample]:
@@ -100,9 +101,12 @@ def session_speedup_view(session: Session, base: ServerState | None, spec: Serve
     if base is not None and watch is not None:
         recorded = watch.baseline.stats
         active = watch.last is not None and not watch.last.cleared and watch.last.level != "info"
-    diffs: list[str] = []
+    view = speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
+                        drift_active=active)
     if base is not None and spec is not None and base.runs and spec.runs:
+        rr = view.running_req if view.running_req is not None else \
+            (spec.last_decode.running_req if spec.last_decode is not None else None)
         diffs = fingerprint_differences(run_fingerprint(session, base),
-                                        run_fingerprint(session, spec))
-    return speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
-                        drift_active=active, fingerprint_diffs=diffs)
+                                        run_fingerprint(session, spec), rr)
+        view = replace(view, fingerprint_diffs=tuple(diffs))
+    return view

@@ -71,14 +71,14 @@ class ServerInfo:
         return max(1, (self.tp_size * self.pp_size) // max(1, self.nnodes))
 
     def gpu_indices(self, samples: Sequence[GpuSample]) -> list[int]:
-        """GPUs this server uses on its host: those running its worker processes (NVML
-        compute processes) when known, else the range its arguments imply."""
+        """GPUs this server uses on its host, by the one ownership rule
+        (specmon.session.ownership: its processes, else its arguments)."""
+        from specmon.session.ownership import owned_gpus
+
         pids = set(self.worker_pids) | ({self.pid} if self.pid else set())
-        by_proc = sorted({g.index for g in samples if g.index is not None and g.processes
-                          and any(p.pid in pids for p in g.processes)})
-        if by_proc:
-            return by_proc
-        return list(range(self.base_gpu_id, self.base_gpu_id + self.gpus_per_node))
+        return list(owned_gpus(samples, pids, {
+            "tp_size": self.tp_size, "pp_size": self.pp_size, "nnodes": self.nnodes,
+            "base_gpu_id": self.base_gpu_id}).indices)
 
 
 class FeedSink(Protocol):

@@ -27,6 +27,8 @@ from specmon.parse.gpu import GpuSample, decode_reasons
 from specmon.session.baselines import Baseline
 from specmon.session.drift import live_fingerprint, record_baseline, server_gpus
 from specmon.session.events import LineItem, ServerInfo
+from specmon.session.pays import KIND as PAYS_KIND
+from specmon.session.pays import PaysWatcher
 from specmon.session.state import ServerState, Session
 from specmon.session.window import DEFAULT_WINDOW_S, current_stats
 
@@ -147,7 +149,9 @@ class FleetSession:
         self.clock = clock
         self.watches: dict[tuple[str, str], Watch] = {}
         self.baseline_names: dict[tuple[str, str], str] = {}
-        self.alerts: dict[tuple[str, str], Alert] = {}  # active (not cleared) alerts
+        self.alerts: dict[tuple[str, str], Alert] = {}  # active (not cleared) drift alerts
+        self.pays_alerts: dict[tuple[str, str], Alert] = {}  # active "no longer pays" alerts
+        self._pays: dict[str, PaysWatcher] = {}  # per host
         self.record_listeners: list[RecordListener] = []
         self.alert_listeners: list[AlertListener] = []
         self._looked_up: set[tuple[str, str]] = set()
@@ -201,8 +205,9 @@ class FleetSession:
         for it in items:
             s.apply(it.text, it.record, it.t)
             if it.record is not None:
-                if w is not None:
-                    w.monitor.observe(it.record, it.t)
+                if w is not None:  # vLLM: the engine line once joined with its spec line
+                    for rec, t in s.last_released:
+                        w.monitor.observe(rec, t)
                 self._sglang_seen.add(key)
             for fn in self.record_listeners:
                 fn(host, server, it)
@@ -354,14 +359,21 @@ class FleetSession:
         return b
 
     def tick(self, now: float | None = None) -> list[tuple[str, str, Alert]]:
-        """1 Hz: refresh every watched server's alert (and causes); the alerts that changed.
+        """1 Hz: refresh every watched server's drift alert (and causes) and each host's
+        "speculation no longer pays" rule (specmon.session.pays); the alerts that changed.
 
         Each change is also appended to the host's `session.alerts` (snapshots carry them) and
-        passed to the alert listeners. Idempotent between records, so the exporter may call it
-        at scrape time too.
+        passed to the alert listeners. Only the owner's clock ticks it (the UI, `record`,
+        replay); a /metrics scrape reads the alerts and changes nothing.
         """
         now = self.clock() if now is None else now
         changed: list[tuple[str, str, Alert]] = []
+        for h, hv in self.hosts.items():  # vLLM: an engine line whose spec line never came
+            for name, st in hv.session.servers.items():
+                w0 = self.watches.get((h, name))
+                if st.release_stale(now) and w0 is not None:
+                    for rec, t in st.last_released:
+                        w0.monitor.observe(rec, t)
         for (h, name), w in self.watches.items():
             session = self.host(h).session
             state = session.server(name)
@@ -388,14 +400,28 @@ class FleetSession:
             })
             for fn in self.alert_listeners:
                 fn(h, name, alert)
+        for h, hv in self.hosts.items():
+            pw = self._pays.setdefault(h, PaysWatcher())
+            for d in pw.tick(hv.session, now, self.window_s):
+                alert = Alert(level=d["level"], text=d["text"], causes=tuple(d["causes"]),
+                              started_at=now, cleared=d["cleared"], kind=PAYS_KIND)
+                key = (h, d["server"])
+                if alert.cleared:
+                    self.pays_alerts.pop(key, None)
+                else:
+                    self.pays_alerts[key] = alert
+                hv.session.alerts.append(d)
+                changed.append((h, d["server"], alert))
+                for fn in self.alert_listeners:
+                    fn(h, d["server"], alert)
         self._check_silent_tails(now)
         return changed
-
-    update_alerts = tick  # the exporter's name for it
 
     def should_notify(self, host: str, server: str, alert: Alert) -> bool:
         """True once per alert raised (and once when it clears): a change of level or causes
         of an active alert updates the banner, not another notification."""
+        if alert.kind == PAYS_KIND:  # the rule reports only raises and clears
+            return True
         w = self.watches.get((host, server))
         if w is None:
             return False
@@ -410,7 +436,9 @@ class FleetSession:
         return False
 
     def active_alerts(self) -> list[tuple[str, str, Alert]]:
-        return [(h, s, a) for (h, s), a in self.alerts.items()]
+        """Every active alert of every (host, server): drift and "no longer pays"."""
+        return [(h, s, a) for (h, s), a in self.alerts.items()] + \
+            [(h, s, a) for (h, s), a in self.pays_alerts.items()]
 
     def _silent_text(self, host: str, server: str, now: float) -> str | None:
         """Said on the panel of a tailed file that gave no SGLang line for NO_SGLANG_S."""
@@ -419,8 +447,8 @@ class FleetSession:
         st = self.server(host, server)
         if key in self._sglang_seen or t0 is None or now - t0 < NO_SGLANG_S or not st.path:
             return None
-        return (f"no SGLang line from {st.path} in {NO_SGLANG_S:.0f} s (an idle server, or "
-                "not its log?)")
+        return (f"no SGLang or vLLM line from {st.path} in {NO_SGLANG_S:.0f} s (an idle server, "
+                "or not its log?)")
 
     def _check_silent_tails(self, now: float) -> None:
         for h, name in self._declared_at:

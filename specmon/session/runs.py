@@ -14,8 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.analysis.conditions import conditions_differ
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
+from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import parse_line
+from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -24,11 +29,15 @@ WHOLE_RUN = math.inf
 
 def read_runs(lines: Iterable[bytes | str], name: str = "log") -> ServerState:
     """Every line of a log through the session model; its `runs` are the log's runs."""
-    state = ServerState(name)
-    for raw in lines:
+    state = ServerState(name, hold_vllm=True)
+    guard = EngineGuard(name)
+    for line_no, raw in enumerate(lines, 1):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         text = text.rstrip("\r\n")
-        state.apply(text, parse_line(text), 0.0)  # offline: no receive time
+        rec = parse_line(text)
+        guard.check(rec, line_no)
+        state.apply(text, rec, 0.0)  # offline: no receive time
+    state.flush()  # a vLLM engine line still waiting for its spec line
     return state
 
 
@@ -48,10 +57,11 @@ def args_summary(args: dict[str, Any]) -> str:
     for key, label in (("tp_size", "tp"), ("dp_size", "dp")):
         if args.get(key) not in (None, 1) or key == "tp_size" and key in args:
             parts.append(f"{label} {args[key]}")
-    if args.get("speculative_algorithm"):
-        parts.append(f"{args['speculative_algorithm']} steps {args.get('speculative_num_steps')} "
-                     f"topk {args.get('speculative_eagle_topk')} "
-                     f"draft {args.get('speculative_num_draft_tokens')}")
+    if args.get("engine_version"):  # vLLM's config line
+        parts.insert(0, f"vLLM {args['engine_version']}")
+    spec = spec_config_text(args)
+    if spec:
+        parts.append(spec)
     return ", ".join(parts) if parts else "no server_args line"
 
 
@@ -61,7 +71,33 @@ def run_row(run: Run) -> dict[str, Any]:
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "args": args_summary(run.args), "decode_lines": run.lines_total,
             "dp_groups": len([k for k in run.groups if k is not None]),
-            "untimed_lines": run.untimed}
+            "untimed_lines": run.untimed, **by_running_req(run)}
+
+
+def run_by_rr(run: Run) -> list[dict[str, Any]]:
+    """A run's decode throughput per #running-req over the whole run (gen throughput medians,
+    p10-p90, n, accept length), by the UI's window code: what `parse --runs`, `check`, the report
+    and `compare` show for a run."""
+    pts = run_window(run, WHOLE_RUN)
+    out = []
+    for rr in sorted({p.rec.running_req for p in pts if p.rec.running_req is not None}):
+        st = stats_for(pts, rr, WHOLE_RUN)
+        if st is None:
+            continue
+        out.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
+                    "p10": _r(st.p10), "p90": _r(st.p90),
+                    "robust_cv": _r(st.robust_cv) if st.robust_cv is not None else None,
+                    "accept_len_median": _r(st.accept_len) if st.accept_len is not None
+                    else None})
+    return out
+
+
+def by_running_req(run: Run) -> dict[str, Any]:
+    """`run_by_rr` with the points it covers: `stats_points` of them from `stats_start` (a run
+    keeps its newest RECENT_POINTS)."""
+    pts = run_window(run, WHOLE_RUN)
+    return {"by_running_req": run_by_rr(run), "stats_points": len(pts),
+            "stats_start": stamp(pts[0].t) if pts else None}
 
 
 def _mode_rr(run: Run) -> int | None:
@@ -81,11 +117,21 @@ def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
         acc = median([p.rec.accept_len for p in pts
                       if p.rec.accept_len is not None and p.rec.running_req == rr])
         out["accept_len_median"] = _r(acc) if acc is not None else None
+        counts = [p.rec.spec for p in pts if p.rec.running_req == rr
+                  and isinstance(p.rec, VllmDecodeRecord) and p.rec.spec is not None]
+        dra = sum(c.get("drafted") or 0 for c in counts)
+        if dra:  # vLLM prints its counts: the rate over the compared intervals, measured
+            out["accept_rate_counts"] = _r(sum(c.get("accepted") or 0 for c in counts) / dra)
     return out
 
 
 def _r(x: float) -> float:
     return round(x, 4)
+
+
+def _ci(sp: Speedup) -> list[float] | None:
+    """The interval as JSON: null (with `ci95_reason`) when a side has < 2 samples."""
+    return None if sp.ci95 is None else [_r(sp.ci95[0]), _r(sp.ci95[1])]
 
 
 @dataclass
@@ -108,6 +154,27 @@ def pick_run(state: ServerState, k: int | None, label: str) -> Run:
     raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
 
 
+def run_fingerprint_offline(run: Run) -> Fingerprint:
+    """What a run's own lines (and the probe and GPU samples it carries) say about its
+    conditions: server args, NCCL_DEBUG lines, SGLang version and modified files, GPUs."""
+    probe = run.probe or {}
+    files = probe.get("modified_files")
+    version = probe.get("version")
+    gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
+    return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
+                            version=version if isinstance(version, str) else None,
+                            modified_files=list(files) if isinstance(files, list) else None,
+                            modified_method=str(probe.get("method")) if isinstance(files, list)
+                            else None, gpus=gpu_states(gpus))
+
+
+def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list[str]:
+    """What differs between two runs besides speculation (analysis.conditions, the one rule),
+    at the batch size compared."""
+    return conditions_differ(run_fingerprint_offline(base), run_fingerprint_offline(spec),
+                             running_req)
+
+
 def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None,
             spec_run: int | None = None, running_req: int | None = None,
             labels: tuple[str, str] = ("baseline", "speculative")) -> Comparison:
@@ -127,14 +194,22 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
             notes.append(f"{label} log holds {n_runs} run{'s' if n_runs != 1 else ''}; compared run "
                          f"{run.index} (from {clock(run.start_t)})")
         groups = [k for k in run.groups if k is not None]
-        if groups:
+        if len(groups) > 1 or groups and st.engine != "vllm":  # vLLM names even a lone engine 000
             notes.append(f"{label} run {run.index}: {len(groups)} DP groups, summed per interval")
         silent = [k for k in run.silent_groups() if k is not None]
-        if silent:
+        if silent and st.engine == "vllm":
+            notes.append(f"{label} run {run.index}: engine(s) {', '.join(map(str, silent))} printed "
+                         "no line before the end (vLLM prints nothing while an engine is idle)")
+        elif silent:
             notes.append(f"{label} run {run.index}: DP group(s) {', '.join(map(str, silent))} stopped "
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
+                                                             or ""))
+        if fixed:
+            notes.append(f"{label} run {run.index}: {fixed} accept lengths as vLLM 0.8.5 printed "
+                         "them, without the bonus token: 1 added (bonus included, as elsewhere)")
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:
@@ -147,35 +222,48 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")
         notes.append(why)
     elif rr is not None:
-        notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+        if "vllm" in (base.engine, spec.engine):
+            notes.append(f"medians at #running-req {rr}, whole runs, of {throughput_label('vllm')} "
+                         "(not decode-only)")
+        else:
+            notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+    differ = run_conditions(b, s, rr)
     result = {
+        "conditions_differ": differ,
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
         "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
-                            "ci95": [_r(x.low), _r(x.high)], "n_base": x.base.n, "n_spec": x.spec.n}
-                           for x in rows],
+                            "ci95": _ci(x), "ci95_reason": x.ci_reason, "n_base": x.base.n,
+                            "n_spec": x.spec.n} for x in rows],
         "speedup": None if head is None else {"running_req": head.running_req,
-                                              "value": _r(head.ratio),
-                                              "ci95": [_r(head.low), _r(head.high)]},
+                                              "value": _r(head.ratio), "ci95": _ci(head),
+                                              "ci95_reason": head.ci_reason,
+                                              "n_base": head.base.n, "n_spec": head.spec.n},
         "notes": notes,
     }
     return Comparison(result, head is not None, why)
 
 
+def _ci_text(d: dict[str, Any]) -> str:
+    ci = d.get("ci95")
+    return NA if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f}"
+
+
 def render(res: dict[str, Any]) -> str:
     b, s, sp = res["baseline"], res["speculative"], res["speedup"]
-
-    def num(v: Any, fmt: str = "{:.2f}") -> str:
-        return "N/A" if v is None else fmt.format(v)
 
     lines = []
     if sp is None:
         lines.append("speedup: N/A")
     else:
-        lines.append(f"speedup {sp['value']:.3f}x (95% CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f}) "
+        lines.append(f"speedup {sp['value']:.3f}x (95% CI {_ci_text(sp)}) "
                      f"at #running-req {sp['running_req']}")
+    if res.get("conditions_differ"):
+        lines.append("conditions differ: " + "; ".join(res["conditions_differ"]))
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
+        if "accept_rate_counts" in d:
+            extra += f", accept rate {num(d['accept_rate_counts'], '{:.3f}')} (vLLM's counts)"
         lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
                      f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 {num(d['p10'])}-"
                      f"{num(d['p90'])}{extra}")
@@ -183,7 +271,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"{'#running-req':>12}  {'speedup':>8}  {'95% CI':>15}  {'n base':>7}  {'n spec':>7}")
         for row in res["by_running_req"]:
             lines.append(f"{row['running_req']:>12}  {row['speedup']:>8.3f}  "
-                         f"{row['ci95'][0]:>7.3f}-{row['ci95'][1]:<7.3f}  {row['n_base']:>7}  "
+                         f"{_ci_text(row):>15}  {row['n_base']:>7}  "
                          f"{row['n_spec']:>7}")
     for n in res["notes"]:
         lines.append(f"note: {n}")

@@ -8,10 +8,10 @@ fingerprint differences between the two runs matter, and how old a run that ende
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specmon.analysis.conditions import conditions_differ
 from specmon.analysis.drift import BaselineStats, rr_bucket
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.session.state import Run, ServerState
@@ -34,7 +34,7 @@ class SpeedupView:
     drift_pct: float | None = None  # live baseline vs recorded, % (shown while drift is alerted)
     drift_active: bool = False
     vs_recorded: float | None = None  # spec median / recorded baseline
-    fingerprint_diffs: tuple[str, ...] = ()
+    fingerprint_diffs: tuple[str, ...] = ()  # conditions that differ besides speculation
     base_ended_age_s: float | None = None  # seconds since the baseline's run ended (None: running)
     spec_ended_age_s: float | None = None
     reason: str | None = None  # why there is no value
@@ -70,7 +70,8 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
     if base is None or spec is None or not base.runs or not spec.runs:
         why = "needs one baseline and one speculative server" if base is None or spec is None \
             else "no decode lines yet"
-        return SpeedupView(None, None, None, window_s, None, None, None, None, reason=why)
+        return SpeedupView(None, None, None, window_s, None, None, None, None, reason=why,
+                           fingerprint_diffs=tuple(fingerprint_diffs))
     br, sr = base.runs[-1], spec.runs[-1]
     sp = run_speedup(br, sr, window_s)
     view = SpeedupView(None, None, None, window_s, br.index, None, sr.index, None,
@@ -82,7 +83,7 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
                                     f"in their last {window_s:.0f} s")
     rec = recorded_median(recorded, sp.running_req)
     return replace(
-        view, value=sp.ratio, ci95=(sp.low, sp.high), running_req=sp.running_req,
+        view, value=sp.ratio, ci95=sp.ci95, running_req=sp.running_req,
         base_median=sp.base.median, spec_median=sp.spec.median, n_base=sp.base.n,
         n_spec=sp.spec.n, recorded_base=rec,
         drift_pct=100.0 * (sp.base.median / rec - 1.0) if rec else None,
@@ -93,11 +94,18 @@ def _age_text(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
+def conditions_text(diffs: Sequence[str]) -> str:
+    """`conditions differ: tp_size: 8 vs 4; NCCL env seen by workers: ...` (said beside every
+    speedup whose two servers differ in anything but speculation)."""
+    return "conditions differ: " + "; ".join(diffs)
+
+
 def format_speedup(v: SpeedupView) -> str:
     """`1.50x vs live baseline 62.9 (run 2) · baseline DRIFT -29% vs recorded 88.8 · 1.07x vs
     recorded` (plus the fingerprint differences and the age of an ended run)."""
     if v.value is None:
-        return f"speedup N/A: {v.reason}"
+        text = f"speedup N/A: {v.reason}"
+        return text + (" · " + conditions_text(v.fingerprint_diffs) if v.fingerprint_diffs else "")
     parts = [f"{v.value:.2f}x vs live baseline {v.base_median:.1f} (run {v.base_run})"]
     if v.base_ended_age_s is not None:
         parts[0] += f", ended {_age_text(v.base_ended_age_s)} ago"
@@ -108,55 +116,12 @@ def format_speedup(v: SpeedupView) -> str:
         parts.append(f"baseline DRIFT {v.drift_pct:+.0f}% vs recorded {v.recorded_base:.1f}")
         parts.append(f"{v.vs_recorded:.2f}x vs recorded")
     if v.fingerprint_diffs:
-        parts.append("runs differ: " + "; ".join(v.fingerprint_diffs))
+        parts.append(conditions_text(v.fingerprint_diffs))
     return " · ".join(parts)
 
 
-def _nccl_vars(fp: Fingerprint) -> dict[str, str] | None:
-    env = fp.nccl_debug or {}
-    if not env:
-        return None
-    merged: dict[str, str] = {}
-    for rank_vars in env.values():
-        merged.update(rank_vars)
-    return merged
-
-
-def fingerprint_differences(base: Fingerprint, spec: Fingerprint) -> list[str]:
-    """Differences between the two runs that change decode speed on their own: TP size, the
-    NCCL env the workers saw, GPU power limits and max clocks, modified SGLang files."""
-    out: list[str] = []
-    if base.tp_size and spec.tp_size and base.tp_size != spec.tp_size:
-        out.append(f"tp {base.tp_size} vs {spec.tp_size}")
-    bn, sn = _nccl_vars(base), _nccl_vars(spec)
-    if bn is not None and sn is not None and bn != sn:
-        keys = sorted(k for k in set(bn) | set(sn) if bn.get(k) != sn.get(k))
-        out.append("NCCL env seen by workers: " + ", ".join(
-            f"{k} {bn.get(k, 'unset')} vs {sn.get(k, 'unset')}" for k in keys[:4]))
-
-    def limits(fp: Fingerprint) -> set[float]:
-        return {g.power_limit_w for g in fp.gpus if g.power_limit_w is not None}
-
-    def maxclk(fp: Fingerprint) -> set[int]:
-        return {g.max_clock_sm for g in fp.gpus if g.max_clock_sm is not None}
-
-    bl, sl = limits(base), limits(spec)
-    if bl and sl and bl != sl:
-        out.append(f"GPU power limit {_set(bl)} W vs {_set(sl)} W")
-    bc, sc = maxclk(base), maxclk(spec)
-    if bc and sc and bc != sc:
-        out.append(f"GPU max SM clock {_set(bc)} vs {_set(sc)} MHz")
-    if base.modified_files is not None and spec.modified_files is not None and \
-            set(base.modified_files) != set(spec.modified_files):
-        only_b = sorted(set(base.modified_files) - set(spec.modified_files))
-        only_s = sorted(set(spec.modified_files) - set(base.modified_files))
-        what = [f"baseline: {', '.join(only_b[:2])}" if only_b else "",
-                f"speculative: {', '.join(only_s[:2])}" if only_s else ""]
-        out.append("modified SGLang files (" + "; ".join(w for w in what if w) + ")")
-    return out
-
-
-def _set(xs: set[float] | set[int]) -> str:
-    vals = sorted(xs)
-    return "/".join(f"{v:.0f}" if isinstance(v, float) and math.isfinite(v) else str(v) for v in vals)
-
+def fingerprint_differences(base: Fingerprint, spec: Fingerprint,
+                            running_req: int | None = None) -> list[str]:
+    """The conditions that differ between the two runs besides speculation
+    (specmon.analysis.conditions.conditions_differ, the one rule)."""
+    return conditions_differ(base, spec, running_req)

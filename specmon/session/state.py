@@ -15,6 +15,15 @@ from datetime import time as dt_time
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
+from specmon.parse.vllm import (
+    SpecJoiner,
+    VllmDecodeRecord,
+    VllmEventRecord,
+    combine_engines,
+    engine_of,
+    sglang_equivalents,
+)
+from specmon.session.ownership import owned_gpus
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
@@ -25,6 +34,8 @@ MAX_RUNS = 32  # runs kept per server (older runs are summarised away)
 MAX_GROUPS = 64  # DP groups kept per run (a hostile log cannot grow it forever)
 SILENT_ROUNDS = 3  # a DP group missing from this many consecutive rounds is shown as silent
 RUN_GPU_SAMPLES = 600  # GPU samples kept per run (per GPU: about 10 min at 1 Hz)
+MAX_SPEC_CHANGES = 256  # adaptive step changes kept per run (older ones cover no kept point)
+HOLD_WAIT_S = 2.0  # vLLM prints an engine's spec line right after its stats line: this is ample
 
 
 def log_time(rec: Record, received: float) -> float | None:
@@ -63,6 +74,7 @@ class DecodePoint:
     received: float | None = None  # when specmon received it (latency and staleness only)
     t_log: bool = True  # False: the line had no timestamp and `t` is the receive time
     groups: int = 1  # DP groups summed into this point
+    after_prefill: bool = False  # a prefill line came since the previous decode line
 
 
 @dataclass(slots=True)
@@ -175,9 +187,24 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
         gen_throughput=sum(x for x in thr if x is not None) if None not in thr else None,
         queue_req=sum(x for x in queue if x is not None) if None not in queue else None,
     )
+    vrecs = [r for r in recs if isinstance(r, VllmDecodeRecord)]
+    if len(vrecs) == len(recs):  # vLLM DP engines: keep their own parts too
+        rec = combine_engines(vrecs, rec)
     received = [p.received for p in points if p.received is not None]
     return DecodePoint(max(p.t for p in points), rec, max(received) if received else None,
-                       all(p.t_log for p in points), len(points))
+                       all(p.t_log for p in points), len(points),
+                       any(p.after_prefill for p in points))
+
+
+_ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def vllm_spec_args(args: dict[str, Any], non_default: Any) -> None:
+    """A vLLM run's args: its `non-default args` and SGLang's names for its k (parse/vllm.py)."""
+    if isinstance(non_default, dict):
+        args["non_default_args"] = non_default
+    for key, v in sglang_equivalents(args).items():
+        args.setdefault(key, v)
 
 
 @dataclass
@@ -189,6 +216,15 @@ class StartupProgress:
     graph_capture: str | None = None  # "capturing" | "done"
     graph_batch_sizes: list[int] = field(default_factory=list)
     ready: bool = False
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """An `Adaptive spec params updated` line: from server-level point `at` on, `steps` apply."""
+
+    at: int  # the run's decode_total when it came: the index of the first point it covers
+    t: float | None  # its log time
+    steps: int | None
 
 
 @dataclass
@@ -226,6 +262,9 @@ class Run:
     last: BatchRecord | None = None  # newest server-level decode record
     gpu_samples: deque[Any] = field(default_factory=lambda: deque(maxlen=RUN_GPU_SAMPLES))
     has_server_args: bool = False
+    spec_changes: deque[SpecChange] = field(
+        default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
+    prefill_pending: bool = False  # a prefill line since the last decode line
     _round: dict[int | None, DecodePoint] = field(default_factory=dict)
 
     @property
@@ -352,6 +391,21 @@ class ServerState:
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
+    engine: str | None = None  # "vllm" once a vLLM line arrived (None: SGLang or not known yet)
+    # vLLM: each `SpecDecoding metrics` line joins its engine's throughput line (parse/vllm.py).
+    # hold_vllm None: hold an engine line for its spec line only once the run is known to be
+    # speculative (live: a baseline's points are never delayed); True: always (offline reading,
+    # which calls `flush()` at the end).
+    hold_vllm: bool | None = None
+    _joiner: SpecJoiner | None = None
+    _held_received: float = 0.0
+    _spec_seen_run: int | None = None  # the run in which a vLLM spec line arrived
+    # the records the last `apply` made ready, with their receive times: the line's own record,
+    # or (vLLM) an engine line joined with its spec line, possibly one line later
+    last_released: list[tuple[Record, float]] = field(default_factory=list)
+    _engine_seen: str | None = None  # the engine of the first engine-specific record
+    mixed_engines: bool = False  # SGLang and vLLM stats lines in one log (said in `notices`)
+    _pending_args: dict[str, Any] | None = None  # vLLM non-default args awaiting their config
 
     @property
     def run(self) -> Run:
@@ -439,6 +493,78 @@ class ServerState:
                 if (text and not text.startswith((" ", "\t")) and ":" in text
                         and not text.startswith("Traceback")):
                     self.in_traceback = False  # "SomeError: message" ends it
+        eng = engine_of(rec)
+        if eng is not None and eng != self._engine_seen:
+            if self._engine_seen is None:
+                self._engine_seen = eng
+            elif not self.mixed_engines:
+                self.mixed_engines = True
+                self.notices.append(f"this log mixes {_ENGINE_NAME[self._engine_seen]} and "
+                                    f"{_ENGINE_NAME[eng]} stats lines: they are not one server; "
+                                    "tail each server's own log")
+        if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
+            return self._apply_vllm(rec, t)
+        self.last_released = [(rec, t)] if rec is not None else []
+        return self._apply_record(rec, t)
+
+    def _apply_vllm(self, rec: Record | None, t: float) -> list[DecodePoint]:
+        """A vLLM line through the spec joiner: an engine line may wait for its spec line."""
+        if self._joiner is None:
+            self._joiner = SpecJoiner()
+            self.engine = "vllm"
+        j = self._joiner
+        if isinstance(rec, VllmEventRecord):
+            if rec.kind == "spec":
+                self._spec_seen_run = self.run.index
+            elif rec.kind == "server_args" and self._same_config(rec):
+                return []  # the next DP engine's copy of the config line (<= 0.11): same run
+        j.hold = self.hold_vllm if self.hold_vllm is not None else bool(
+            self.run.args.get("speculative_algorithm") or self._spec_seen_run == self.run.index)
+        held_t = self._held_received
+        if isinstance(rec, VllmDecodeRecord):
+            self._held_received = t
+        if rec is None:
+            out = j.flush()
+            if not out:
+                if self.runs:
+                    self.runs[-1].last_received = t
+                return []
+        else:
+            out = j.push(rec)
+        done: list[DecodePoint] = []
+        self.last_released = []
+        for r in out:
+            rt = held_t if isinstance(r, VllmDecodeRecord) and r is not rec else t
+            self.last_released.append((r, rt))
+            done.extend(self._apply_record(r, rt))
+        return done
+
+    def release_stale(self, now: float, wait_s: float = HOLD_WAIT_S) -> list[DecodePoint]:
+        """A vLLM engine line held `wait_s` (receive time) without its spec line (an interval
+        without drafts, then silence: an idle server prints nothing) counts now, unjoined;
+        `last_released` says which records were released."""
+        if self._joiner is None or not self._joiner.holding or now - self._held_received < wait_s:
+            self.last_released = []
+            return []
+        return self.flush()
+
+    def _same_config(self, rec: VllmEventRecord) -> bool:
+        cur = self.runs[-1] if self.runs else None
+        return (cur is not None and not cur.ended and cur.has_server_args and cur.lines_total == 0
+                and all(cur.args.get(k) == v for k, v in rec.data.items()))
+
+    def flush(self) -> list[DecodePoint]:
+        """The end of the input: a vLLM engine line still waiting for its spec line counts now."""
+        if self._joiner is None:
+            return []
+        done: list[DecodePoint] = []
+        self.last_released = []
+        for r in self._joiner.flush():
+            self.last_released.append((r, self._held_received))
+            done.extend(self._apply_record(r, self._held_received))
+        return done
+
+    def _apply_record(self, rec: Record | None, t: float) -> list[DecodePoint]:
         if rec is None:
             if self.runs:
                 self.runs[-1].last_received = t
@@ -453,7 +579,9 @@ class ServerState:
             if self.status in ("unknown", "starting", "stopped"):
                 self.status = "ready"
             if rec.kind == "decode":
-                pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None)
+                pt = DecodePoint(lt if lt is not None else t, rec, t, lt is not None,
+                                 after_prefill=run.prefill_pending)
+                run.prefill_pending = False
                 self.decode_total += 1
                 self.decode.append(pt)
                 if self.role is None and rec.accept_len is not None:
@@ -466,6 +594,7 @@ class ServerState:
             self.last_prefill = rec
             self.last_prefill_t = t
             run.prefill_total += 1
+            run.prefill_pending = True
             run.last_prefill_t = lt if lt is not None else t
             return []
         self._apply_event(rec, run)
@@ -474,6 +603,9 @@ class ServerState:
     def _apply_event(self, ev: EventRecord, run: Run) -> None:
         if ev.kind == "server_args":
             run.args = dict(ev.data)
+            if isinstance(ev, VllmEventRecord):
+                vllm_spec_args(run.args, self._pending_args)
+                self._pending_args = None
             run.has_server_args = True
             run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)
@@ -482,6 +614,12 @@ class ServerState:
             self.exit_code = None
             if self.role is None:
                 self.role = "speculative" if ev.data.get("speculative_algorithm") else "baseline"
+        elif ev.kind == "vllm_args":  # vLLM's `non-default args: {...}`, printed before the
+            nd = ev.data.get("args")  # config line of the launch it belongs to
+            if isinstance(nd, dict):
+                self._pending_args = nd
+                if not run.has_server_args:  # a log that starts here: this run's own
+                    run.args["non_default_args"] = nd
         elif ev.kind == "max_total_num_tokens":
             run.args.update(ev.data)
             self.startup.kv_allocated = True
@@ -494,9 +632,17 @@ class ServerState:
         elif ev.kind == "ready":
             self.startup.ready = True
             self.status = "ready"
+            port = ev.data.get("port")
+            if isinstance(ev, VllmEventRecord) and isinstance(port, int):
+                run.args.setdefault("port", port)  # vLLM says it only here (SGLang: server_args)
         elif ev.kind == "nccl_env":
             if self.log:
                 run.nccl_lines.append(self.log[-1])
+        elif ev.kind == "spec_params":
+            new = ev.data.get("new_steps")
+            run.spec_changes.append(SpecChange(  # t: the run's newest log time (this line's)
+                run.decode_total, run.last_t,
+                new if isinstance(new, int) and not isinstance(new, bool) else None))
         elif ev.kind == "traceback":
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
@@ -509,12 +655,12 @@ class ServerState:
             cur.probe = self.probe
 
     def add_gpu_samples(self, samples: list[Any]) -> None:
-        """GPU samples while this run is current (only its own GPUs when its pids are known)."""
+        """GPU samples of this server's own GPUs while this run is current
+        (specmon.session.ownership; none while its GPUs are unknown)."""
         if not self.runs or self.runs[-1].ended:
             return
-        mine = [g for g in samples if not self.pids or any(
-            getattr(p, "pid", None) in self.pids for p in (getattr(g, "processes", None) or ()))]
-        self.runs[-1].gpu_samples.extend(mine or samples)
+        own = set(owned_gpus(samples, self.pids, self.runs[-1].args).indices)
+        self.runs[-1].gpu_samples.extend(g for g in samples if getattr(g, "index", None) in own)
 
     def process_exited(self, code: int | None) -> None:
         """The server process we started has exited (signal or crash): its run ends."""

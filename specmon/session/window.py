@@ -18,7 +18,8 @@ from specmon.analysis.stats import mad, median, quantile_sorted
 from specmon.session.state import DecodePoint, Run, ServerState
 
 DEFAULT_WINDOW_S = 60.0
-MIN_N = 3
+MIN_N = 3  # samples a side before a batch size is the headline speedup
+MIN_CI_N = 2  # samples a side before an interval is given (fewer: N/A with the reason)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) 
     med = quantile_sorted(s, 0.5)
     assert med is not None
     d = mad(s)
-    cv = 1.4826 * d / med if d is not None and med > 0 and len(s) >= 3 else None
+    cv = 1.4826 * d / med if d is not None and med > 0 and len(s) >= MIN_CI_N else None
     return WindowStats(
         running_req=running_req, n=len(s), median=med,
         p10=quantile_sorted(s, 0.1) or med, p90=quantile_sorted(s, 0.9) or med,
@@ -124,19 +125,35 @@ def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
     if run.ended:
         text += ", ended"
     silent = run.silent_groups()
-    if silent:
-        text += ", silent DP group " + ",".join(str(k) for k in silent)
+    if silent:  # vLLM prints nothing for an idle engine (0.8.5+): idle, not a stall
+        label = ", idle engine " if state.engine == "vllm" else ", silent DP group "
+        text += label + ",".join(str(k) for k in silent)
     return text
 
 
 @dataclass(frozen=True)
 class Speedup:
+    """spec ÷ baseline median at one batch size; the one speedup every front end shows."""
+
     ratio: float
-    low: float  # ~95% interval from both medians' standard errors
-    high: float
+    low: float | None  # ~95% interval from both medians' standard errors (None: see ci_reason)
+    high: float | None
     running_req: int
     base: WindowStats
     spec: WindowStats
+    ci_reason: str | None = None  # why there is no interval
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        return None if self.low is None or self.high is None else (self.low, self.high)
+
+    @property
+    def verdict(self) -> str:
+        """"win" (interval wholly above 1), "lose" (wholly below), "tie", "na" (no interval)."""
+        ci = self.ci95
+        if ci is None:
+            return "na"
+        return "win" if ci[0] > 1.0 else "lose" if ci[1] < 1.0 else "tie"
 
     @property
     def base_ms_per_token(self) -> float:
@@ -187,15 +204,32 @@ def speedups_by_rr(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float
         s = stats_for(sp, rr, window_s)
         if b is None or s is None or b.n < min_n or s.n < min_n:
             continue
-        out.append(_ratio(b, s))
+        out.append(speedup_of(b, s))
     return out
 
 
-def _ratio(b: WindowStats, s: WindowStats) -> Speedup:
+def speedup_of(b: WindowStats, s: WindowStats) -> Speedup:
+    """spec ÷ baseline median and its ~95% interval from both medians' standard errors (in log
+    space). The one place the interval is computed: none from fewer than MIN_CI_N samples a
+    side (a missing spread is not a zero spread)."""
     ratio = s.median / b.median
-    se = math.sqrt((b.se_log or 0.0) ** 2 + (s.se_log or 0.0) ** 2)
+    short = [f"{label} n {w.n}" for label, w in (("baseline", b), ("speculative", s))
+             if w.n < MIN_CI_N]
+    if short or b.se_log is None or s.se_log is None:
+        why = (f"95% interval N/A: fewer than {MIN_CI_N} samples ({', '.join(short)})" if short
+               else "95% interval N/A: no spread measured")
+        return Speedup(ratio, None, None, b.running_req, b, s, why)
+    se = math.sqrt(b.se_log ** 2 + s.se_log ** 2)
     return Speedup(ratio=ratio, low=ratio * math.exp(-1.96 * se), high=ratio * math.exp(1.96 * se),
                    running_req=b.running_req, base=b, spec=s)
+
+
+def interval_text(sp: Speedup, fmt: str = "{:.3f}") -> str:
+    """`1.412–1.588`, or `N/A (fewer than 2 samples ...)`."""
+    ci = sp.ci95
+    if ci is None:
+        return "N/A (" + (sp.ci_reason or "").removeprefix("95% interval N/A: ") + ")"
+    return f"{fmt.format(ci[0])}–{fmt.format(ci[1])}"
 
 
 def best_speedup(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float,
@@ -218,7 +252,7 @@ def best_speedup(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float,
     if best is None:
         return None
     _, b, s = best
-    return _ratio(b, s)
+    return speedup_of(b, s)
 
 
 def recomputed_accept_rate(accept_len: float | None, num_draft_tokens: int | None) -> float | None:

@@ -10,15 +10,18 @@ import os
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 NEWEST_VERSION = "0.5.23"
+NEWEST_VLLM = "0.33.0"
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("SGLang launch_server flags (same names)")
+    p.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
+                   help="imitate `python -m sglang.launch_server` (default) or `vllm serve`")
+    g = p.add_argument_group("SGLang launch_server / vllm serve flags (same names)")
     g.add_argument("--model-path", "--model", default=DEFAULT_MODEL)
     g.add_argument("--served-model-name", default=None)
     g.add_argument("--tp-size", "--tp", "--tensor-parallel-size", type=int, default=1)
     g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--port", type=int, default=None, help="default 30000 (SGLang), 8000 (vLLM)")
     g.add_argument("--base-gpu-id", type=int, default=0)
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     g.add_argument("--enable-metrics", action="store_true")
@@ -38,6 +41,10 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-adaptive", action="store_true",
                    help="adapt the step count at run time (candidates 1, 3, 7; EAGLE/EAGLE3, "
                    "topk 1; modelled from --format-version 0.5.23)")
+    g.add_argument("--speculative-config", default=None,
+                   help='vLLM: JSON, e.g. {"method": "eagle3", "model": "DRAFT", '
+                   '"num_speculative_tokens": 3}')
+    g.add_argument("--disable-log-stats", action="store_true", help="vLLM: no stats lines")
     g.add_argument("--enable-nccl-nvls", action="store_true")
     g.add_argument("--enable-symm-mem", action="store_true")
     g.add_argument("--disable-custom-all-reduce", action="store_true")
@@ -45,9 +52,13 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("simulator")
     s.add_argument(
         "--format-version",
-        default=NEWEST_VERSION,
-        help=f"SGLang release whose log/HTTP formats to imitate (default {NEWEST_VERSION})",
+        default=None,
+        help=f"release whose log/HTTP formats to imitate (default: SGLang {NEWEST_VERSION}, "
+        f"vLLM {NEWEST_VLLM})",
     )
+    s.add_argument("--log-stats-interval", type=float, default=None, metavar="SECONDS",
+                   help="vLLM: stats interval (default 10 s, or $VLLM_LOG_STATS_INTERVAL from "
+                   "0.10.1 as vLLM reads it)")
     s.add_argument("--log-file", default=None, help="append the server log here (default stderr)")
     s.add_argument(
         "--sim-dir",

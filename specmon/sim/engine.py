@@ -213,6 +213,11 @@ class Engine:
         self.generation_tokens_total = 0
         self.num_requests_total = 0
         self.spec_verify_calls_total = 0
+        # vLLM's spec-decode counters (a draft = one request's verify round of num_steps tokens)
+        self.spec_drafts_total = 0
+        self.spec_draft_tokens_total = 0
+        self.spec_accepted_total = 0
+        self.spec_accepted_per_pos: list[int] = [0] * (cfg.spec.num_steps if cfg.spec else 0)
         self.finished: deque[Request] = deque(maxlen=4096)
         self.on_finish: Callable[[Request], None] | None = None
         self._busy_since: float | None = None
@@ -365,7 +370,8 @@ class Engine:
             dur = self.perf.spec_cycle_ms(bs, kv, self.ranks, spec) / 1000.0 * noise
             for r in self.running:
                 k = 0
-                while k < spec.max_accept_drafts and self.rng.random() < r.alpha:
+                while k < spec.max_accept_drafts and self.rng.random() < (
+                        r.alpha * spec.accept_decay**k):  # position k+1's conditional rate
                     k += 1
                 produced.append((r, k + 1))
                 round_correct.append(k)
@@ -377,6 +383,11 @@ class Engine:
                     r.spec_hist.extend([0] * (spec.max_accept_drafts + 1 - len(r.spec_hist)))
                 r.spec_hist[k] += 1
                 self.spec_verify_calls_total += 1
+                self.spec_drafts_total += 1
+                self.spec_draft_tokens_total += spec.num_steps
+                self.spec_accepted_total += k
+                for i in range(min(k, len(self.spec_accepted_per_pos))):
+                    self.spec_accepted_per_pos[i] += 1
         end = now + dur
         self._fwd_busy += dur
         self._all_busy += dur
@@ -426,11 +437,7 @@ class Engine:
             self.last_accept_len = accept_len
         self.last_gen_throughput = gen
         self.last_decode_time = t
-        # the noise process moves once per log interval (lag-1 autocorrelation across lines)
-        phi = cfg.noise_phi
-        self._noise = phi * self._noise + math.sqrt(1 - phi * phi) * self.rng.gauss(
-            0.0, cfg.noise_sigma
-        )
+        self.step_noise()
         return DecodeRecord(
             t=t,
             running_req=bs,
@@ -447,6 +454,14 @@ class Engine:
             decode_tokens=tokens,
             decode_passes=passes,
             spec=self.spec_now,
+        )
+
+    def step_noise(self) -> None:
+        """The noise process moves once per log interval (lag-1 autocorrelation across lines);
+        a server that logs by time (vLLM) calls this once per stats interval."""
+        phi = self.cfg.noise_phi
+        self._noise = phi * self._noise + math.sqrt(1 - phi * phi) * self.rng.gauss(
+            0.0, self.cfg.noise_sigma
         )
 
     def _finish_done(self, res: StepResult, done: list[Request], end: float) -> None:

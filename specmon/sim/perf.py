@@ -67,6 +67,9 @@ class SpecConfig:
     eagle_topk: int = 1
     num_draft_tokens: int = 3
     accept_prob: float = 0.785  # per-draft-token acceptance; 2 steps -> accept len ~2.4
+    # draft position k (1-based) is accepted, given k-1 were, with accept_prob * decay^(k-1):
+    # 1.0 keeps the rate constant; real drafters lose accuracy with depth (< 1)
+    accept_decay: float = 1.0
 
     @property
     def max_accept_drafts(self) -> int:
@@ -74,7 +77,11 @@ class SpecConfig:
 
     def mean_accept_len(self, alpha: float | None = None) -> float:
         a = self.accept_prob if alpha is None else alpha
-        return sum(a**k for k in range(self.max_accept_drafts + 1))
+        total, surv = 1.0, 1.0
+        for k in range(self.max_accept_drafts):
+            surv *= a * self.accept_decay**k
+            total += surv
+        return total
 
 
 @dataclass(frozen=True)

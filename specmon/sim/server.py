@@ -84,7 +84,7 @@ def sglang_env_edits(version: str, symm_mem: bool, nvls: bool) -> dict[str, str]
 class SimServer:
     def __init__(self, opts: argparse.Namespace) -> None:
         try:
-            self.version = formats.check_version(opts.format_version)
+            self.version = self._check_version(opts)
         except ValueError as exc:
             raise SimError(str(exc)) from None
         self.opts = opts
@@ -157,6 +157,9 @@ class SimServer:
         self._last_busy_intensity = 0.0
 
     # ------------------------------------------------------------------ config
+    def _check_version(self, opts: argparse.Namespace) -> str:
+        return formats.check_version(opts.format_version or formats.NEWEST)
+
     def _spec_config(self, opts: argparse.Namespace) -> SpecConfig | None:
         algo = opts.speculative_algorithm
         if not algo:
@@ -273,12 +276,13 @@ class SimServer:
     def run(self) -> int:
         self._install_signals()
         try:
-            self.httpd = ThreadingHTTPServer((self.opts.host, self.opts.port), _make_handler(self))
+            self.httpd = ThreadingHTTPServer((self.opts.host, self.opts.port), self.make_handler())
         except OSError as exc:
             where = f"{self.opts.host}:{self.opts.port}"
             raise SimError(f"cannot bind {where}: {exc.strerror}") from None
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        if self.serve_early:
+            self._serve()
         try:
             self._start()
             if not self.stop.is_set():
@@ -288,14 +292,40 @@ class SimServer:
             self._shutdown()
         return self.exit_code
 
+    serve_early = True  # SGLang answers HTTP (503) while it starts
+
+    def _serve(self) -> None:
+        if self.httpd is not None:
+            threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+
+    def _child_failed_log(self) -> None:
+        self.main_log("Received sigquit from a child process. It usually means the child failed.")
+
+    def _rank_dead_log(self, rank: int) -> None:
+        self.main_log(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
+
+    def _write_records(self, records: list[Any]) -> None:
+        if not self.info_on:
+            return
+        for rec in records:
+            self.log.write(
+                render(rec, self.version, self.tag0, spec=self.spec, log_ms=self.log_ms,
+                       log_forward_iters=self.log_iters, device_timer=self.device_timer,
+                       mfu=self.mfu, tp_size=self.tp)  # fmt: skip
+            )
+
+    def make_handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
+
+    def _uvicorn_log(self, text: str) -> None:
+        self.main_log(text)
+
     def _install_signals(self) -> None:
         def on_term(signum: int, frame: Any) -> None:
             self.request_stop(0)
 
         def on_quit(signum: int, frame: Any) -> None:
-            self.main_log(
-                "Received sigquit from a child process. It usually means the child failed."
-            )
+            self._child_failed_log()
             self.request_stop(1)
 
         signal.signal(signal.SIGTERM, on_term)
@@ -421,10 +451,7 @@ class SimServer:
                     if not self.stop.is_set() and rank >= 0:
                         time.sleep(0.3)  # let a crashing rank's SIGQUIT arrive first
                         if not self.stop.is_set():
-                            self.main_log(
-                                f"Rank {rank} scheduler is dead. Please check if there are "
-                                "relevant logs."
-                            )
+                            self._rank_dead_log(rank)
                             self.worker_failed.set()
                             self.request_stop(1)
                     continue
@@ -543,14 +570,7 @@ class SimServer:
                 continue
             if not self._sleep(res.end - time.time()):
                 break
-            if self.info_on:
-                for rec in res.records:
-                    self.log.write(
-                        render(rec, self.version, self.tag0, spec=self.spec, log_ms=self.log_ms,
-                               log_forward_iters=self.log_iters,
-                               device_timer=self.device_timer, mfu=self.mfu,
-                               tp_size=self.tp)  # fmt: skip
-                    )
+            self._write_records(res.records)
             for req, n, fin in res.tokens:
                 if req.sink is not None:
                     req.sink(n, fin)
@@ -600,6 +620,7 @@ class SimServer:
             "worker_pids": worker_pids,
             "mem_used_mib": int(MEM_TOTAL_MIB * self.opts.mem_fraction_static),
             "model_path": self.opts.model_path,
+            "engine": getattr(self.opts, "engine", None) or "sglang",
             "format_version": self.version,
             "speculative_algorithm": self.spec.algorithm if self.spec else None,
             "status": self.status,
@@ -637,7 +658,7 @@ class SimServer:
             for msg in ("Shutting down", "Waiting for application shutdown.",
                         "Application shutdown complete.",
                         f"Finished server process [{os.getpid()}]"):  # fmt: skip
-                self.main_log(f"INFO:     {msg}")
+                self._uvicorn_log(f"INFO:     {msg}")
         self.log.close()
         self.out.close()
 
@@ -1030,4 +1051,6 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
 
 def run_server(opts: argparse.Namespace) -> int:
     """Blocking entry point used by `specmon sim server`."""
+    if opts.port is None:
+        opts.port = 30000
     return SimServer(opts).run()

@@ -158,17 +158,24 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
     log_ms = bool(cfg.get("log_ms"))
     parent = os.getppid()
 
+    vllm = cfg.get("engine") == "vllm"
+
     def emit(msg: str) -> None:
-        log.write(formats.line(version, time.time(), msg, tag, log_ms=log_ms))
+        if vllm:
+            _vllm_emit(cfg, log, msg, "ERROR" if "Traceback" in msg else "INFO")
+        else:
+            log.write(formats.line(version, time.time(), msg, tag, log_ms=log_ms))
 
     # "communicator init": the environment is read here, once, like NCCL_PARAM's cache
     env = dict(os.environ)
     comm = nccl_comm_ms(int(cfg["tp_size"]), env)
-    emit("Init torch distributed begin.")
+    begin, end = cfg.get("init_msgs") or ("Init torch distributed begin.",
+                                          "Init torch distributed ends. mem usage=0.97 GB")
+    emit(begin)
     dbg = _nccl_debug_writer(env, log)
     for text in nccl_debug_lines(env, rank, os.getpid(), threading.get_native_id(), int(cfg["tp_size"])):
         dbg.write(text)
-    emit("Init torch distributed ends. mem usage=0.97 GB")
+    emit(end)
     host = None
     gpu = int(cfg["gpu"])
     if cfg.get("sim_dir"):
@@ -206,7 +213,9 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
                     try:
                         _event_loop_overlap(rank)
                     except Exception:
-                        emit(f"Scheduler hit an exception: {traceback.format_exc()}")
+                        head = cfg.get("crash_head", "WorkerProc hit an exception.") + "\n" \
+                            if vllm else "Scheduler hit an exception: "
+                        emit(head + traceback.format_exc().rstrip("\n"))
                         os.kill(parent, signal.SIGQUIT)
                         log.close()
                         sys.exit(1)
@@ -215,6 +224,23 @@ def worker_main(cfg: dict[str, Any], rank: int, conn: Connection) -> None:
         pass
     finally:
         log.close()
+
+
+def _vllm_emit(cfg: dict[str, Any], log: LogWriter, msg: str, level: str) -> None:
+    """A worker's record in vLLM's format: its `(Worker_TP<r> pid=N)` tag, header, message."""
+    from specmon.sim import vllm_formats as vf
+
+    version = cfg["version"]
+    tag = vf.tag_prefix(version, cfg.get("tag_name"), os.getpid(),
+                        no_color=bool(os.environ.get("NO_COLOR")))
+    if level == "ERROR":
+        filename, lineno = cfg.get("crash_where") or ("multiproc_executor.py", 527)
+    elif msg.startswith("Model loading took"):
+        filename, lineno = "gpu_model_runner.py", 1892
+    else:
+        filename, lineno = "parallel_state.py", 1134
+    log.write(vf.line(version, time.time(), msg, filename=filename, lineno=lineno, tag=tag,
+                      level=level, prefix=os.environ.get("VLLM_LOGGING_PREFIX", "")))
 
 
 def detokenizer_main(cfg: dict[str, Any], conn: Connection) -> None:

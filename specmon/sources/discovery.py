@@ -7,13 +7,21 @@ the command line when it names a regular file (relative to the process's working
 else where the main process's fd 2 (else fd 1) points when that is a regular file. A server
 writing to a terminal or a pipe cannot be tailed: it is listed with a hint to pass
 --log NAME=PATH.
+
+Trust: only the connecting user's processes are listed unless `all_users` (--all-users). Another
+user's server is listed, never trusted: its log is not tailed (its --log-file may name a file
+only we could read) and nothing of its command line or environment is ever executed; --log
+NAME=PATH tails such a file on purpose. An own server's log is tailed only when the connecting
+user can open it by its path.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import posixpath
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +30,17 @@ from specmon.parse.argv import flag_values
 
 DEFAULT_PORT = 30000  # SGLang's default --port
 LOG_NOT_READABLE = "log not readable; pass --log NAME=PATH"
+ALL_USERS_NOTE = ("listing every user's servers (--all-users): other users' logs are not "
+                  "tailed and nothing of their processes is run")
 ACCEPT_LEN_PROBE_BYTES = 256 << 10
+VLLM_DEFAULT_PORT = 8000  # vllm serve's default --port
+# what only a speculative server's log prints: SGLang's decode field, vLLM V1's and V0's lines
+SPEC_LOG_MARKERS = (b"accept len", b"SpecDecoding metrics: ", b"Speculative metrics: ")
+# Worker process titles (data): SGLang's schedulers; vLLM's set_process_title
+# f"{VLLM_PROCESS_NAME_PREFIX}::{name}" (default prefix VLLM) for EngineCore[_DP<n>] and
+# Worker[_DP<d>][_PP<p>][_TP<t>]..., and the mp process name `VllmWorker...` of 0.8/0.9.
+WORKER_TITLE = re.compile(r"sglang::scheduler|[^\s:]+::(?:EngineCore|DPEngineCore|Worker|"
+                          r"VllmWorker)(?:_|\s|$)|VllmWorker")
 
 Kind = Literal["baseline", "speculative"]
 
@@ -48,11 +66,14 @@ class DiscoveredServer:
     tp_size: int | None = None
     model: str | None = None
     simulated: bool = False
+    engine: Literal["sglang", "vllm"] = "sglang"
     workers: list[tuple[int, str]] = field(default_factory=list)  # (pid, process title)
     log_path: str | None = None
     log_problem: str | None = None  # why the log cannot be tailed (None when it can)
     log_target: str | None = None  # what fd 1/2 point to, e.g. "pipe:[1234]" or "/dev/pts/3"
     log_file_arg: str | None = None  # the command line's --log-file, as given
+    uid: int | None = None  # the process's owner
+    own: bool = True  # run by the connecting user (another user's is listed, not trusted)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,7 +82,8 @@ class DiscoveredServer:
         spec = self.spec_args.get("--speculative-algorithm")
         kind = f"{self.kind} ({spec})" if spec and spec is not True else self.kind
         log = self.log_path if self.log_path else self.log_problem
-        return f"{self.name}: pid {self.pid}, port {self.port}, {kind}, log: {log}"
+        who = "" if self.own else f", user {self.uid}"
+        return f"{self.name}: pid {self.pid}{who}, port {self.port}, {kind}, log: {log}"
 
 
 def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
@@ -82,6 +104,8 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
         nxt = argv[i + 1] if i + 1 < len(argv) else None
         if base == "sglang" and nxt == "serve":
             return True, False
+        if _is_vllm_main(argv, i, interp):
+            return True, False
         if base == "specmon" and nxt == "sim" and argv[i + 2: i + 3] == ["server"]:
             return True, True
         if arg == "specmon.sim" or arg.startswith("specmon.sim."):
@@ -89,6 +113,83 @@ def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
     return False, False
 
 
+
+
+def is_worker_title(argv0: str) -> bool:
+    """A server's GPU worker by its process title (SGLang scheduler, vLLM EngineCore/Worker)."""
+    return WORKER_TITLE.match(argv0) is not None
+
+
+def _is_vllm_main(argv: list[str], i: int, interp: bool) -> bool:
+    """`vllm serve ...` (the console script, or `python -m vllm.entrypoints.cli.main serve`),
+    `python -m vllm.entrypoints.openai.api_server ...`, or `specmon sim server --engine vllm`
+    counts as a vLLM API server at argv[i]."""
+    arg = argv[i]
+    base = os.path.basename(arg)
+    nxt = argv[i + 1] if i + 1 < len(argv) else None
+    if base == "vllm" and nxt == "serve":
+        return True
+    if arg in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main") and interp:
+        return arg.endswith("api_server") or nxt == "serve"
+    return base == "api_server.py" and "vllm" in arg and "/entrypoints/" in arg
+
+
+def engine_of(argv: list[str]) -> Literal["sglang", "vllm"]:
+    """Which engine a server's command line runs."""
+    interp = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) if interp else min(1, len(argv))):
+        if _is_vllm_main(argv, i, interp):
+            return "vllm"
+    flags = flag_values(argv)
+    return "vllm" if flags.get("--engine") == "vllm" and "sim" in argv else "sglang"
+
+
+def _vllm_fields(s: DiscoveredServer) -> None:
+    """vLLM's defaults and flags: port 8000, `serve MODEL`, --tensor-parallel-size/-tp and the
+    --speculative-config JSON (or 0.8's --speculative-model / --num-speculative-tokens)."""
+    if engine_of(s.argv) != "vllm":
+        return
+    s.engine = "vllm"
+    if any("Worker" in t for _, t in s.workers):
+        # TP > 1: the EngineCore only drives the workers; the GPU ranks are the Worker_TP<r>
+        s.workers = [(pid, t) for pid, t in s.workers if "EngineCore" not in t]
+    flags = flag_values(s.argv)
+    if not s.port_from_args:
+        s.port = VLLM_DEFAULT_PORT
+    if s.tp_size is None:
+        tp = next((s.argv[j + 1] for j, a in enumerate(s.argv[:-1]) if a == "-tp"), None)
+        s.tp_size = _int(tp)
+    if s.model is None and "serve" in s.argv:
+        j = s.argv.index("serve") + 1
+        if j < len(s.argv) and not s.argv[j].startswith("-"):
+            s.model = s.argv[j]
+    spec: dict[str, str | bool] = {k: v for k, v in flags.items() if k in (
+        "--speculative-config", "--speculative_config", "--speculative-model",
+        "--num-speculative-tokens")}
+    method = None
+    raw = _first(spec, "--speculative-config", "--speculative_config")
+    if raw is not None:
+        try:
+            cfg = json.loads(raw)
+        except ValueError:
+            cfg = None
+        if isinstance(cfg, dict):
+            m = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
+            method = m if isinstance(m, str) else None
+    elif isinstance(spec.get("--speculative-model"), str):
+        method = str(spec["--speculative-model"])
+    s.spec_args = spec
+    if method:
+        s.spec_args["--speculative-algorithm"] = method  # what describe() and the UI show
+    s.kind = "speculative" if method else "baseline"
+
+
+def _log_fds(s: DiscoveredServer, fds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """vLLM's logger writes to stdout (SGLang's to stderr): for a vLLM server fd 1 is looked at
+    first, so `vllm serve > out.log 2> err.log` tails out.log."""
+    if s.engine != "vllm" or not isinstance(fds, dict):
+        return fds
+    return {"2": fds.get("1") or {}, "1": fds.get("2") or {}}
 
 
 def _proc_row(r: Any) -> Proc | None:
@@ -140,19 +241,22 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
             model=_first(flags, "--model-path", "--model"),
             simulated=simulated,
             log_file_arg=_first(flags, "--log-file"),
+            uid=p.uid,
         )
     for p in procs:
-        if p.argv and p.argv[0].startswith("sglang::scheduler"):
+        if p.argv and is_worker_title(p.argv[0]):
             for a in _ancestors(p, by_pid):
                 if a.pid in mains:
                     mains[a.pid].workers.append((p.pid, p.argv[0].split()[0]))
                     break
+    for s in mains.values():
+        _vllm_fields(s)
     servers = sorted(mains.values(), key=lambda s: (s.port, s.pid))
     seen: dict[int, int] = {}
     for s in servers:
         seen[s.port] = seen.get(s.port, 0) + 1
     for s in servers:
-        s.name = f"sglang-{s.port}" if seen[s.port] == 1 else f"sglang-{s.port}-{s.pid}"
+        s.name = f"{s.engine}-{s.port}" if seen[s.port] == 1 else f"{s.engine}-{s.port}-{s.pid}"
         s.workers.sort()
     return servers
 
@@ -168,35 +272,52 @@ def _ancestors(p: Proc, by_pid: dict[int, Proc]) -> list[Proc]:
 
 
 def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None, str | None]:
-    """(log path, problem, raw target) from the agent's fd info for fds 2 and 1."""
+    """(log path, problem, raw target) from the agent's fd info for fds 2 and 1: a regular
+    file the connecting user can open by its path (an agent without the "readable" answer
+    counts as able)."""
     target = None
     for fd in ("2", "1"):
         info = fds.get(fd) or {}
         t = info.get("target")
         if t and target is None:
             target = t
-        if t and info.get("regular") and t.startswith("/") and not t.endswith(" (deleted)"):
+        if (t and info.get("regular") and t.startswith("/") and not t.endswith(" (deleted)")
+                and info.get("readable", True) is True):
             return t, None, t
     return None, LOG_NOT_READABLE, target
 
 
-async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[DiscoveredServer]:
-    """List SGLang servers on the agent's host, with their log files when tailable."""
-    rows = await agent.request("procs")
+def foreign_problem(uid: int | None) -> str:
+    return (f"another user's process (uid {uid}): its log is not tailed; pass --log NAME=PATH "
+            "to tail it")
+
+
+async def discover(agent: AgentClient, *, probe_log: bool = True,
+                   all_users: bool = False) -> list[DiscoveredServer]:
+    """List the connecting user's SGLang servers (every user's with `all_users`) on the
+    agent's host, with their log files when tailable (own servers only)."""
+    rows = await agent.request("procs", all_users=all_users)
+    me = agent.hello.get("uid")
     procs = [p for p in map(_proc_row, rows if isinstance(rows, list) else []) if p is not None]
+    if not all_users and type(me) is int:
+        procs = [p for p in procs if p.uid == me]
     servers = find_servers(procs)
     for s in servers:
+        if s.uid != me:
+            s.own = False
+            s.log_problem = foreign_problem(s.uid)
+            continue
         try:
             info = await agent.request("proc_info", pid=s.pid, fds=[1, 2])
         except Exception as exc:  # the process may have exited meanwhile
             s.log_problem = f"{LOG_NOT_READABLE} ({exc})"
             continue
-        s.log_path, s.log_problem, s.log_target = log_from_fds(info.get("fds", {}))
+        s.log_path, s.log_problem, s.log_target = log_from_fds(_log_fds(s, info.get("fds", {})))
         if s.log_file_arg:
             # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
             path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
             st = await agent.request("stat", path=path)
-            if isinstance(st, dict) and st.get("regular"):
+            if isinstance(st, dict) and st.get("regular") and st.get("readable", True) is True:
                 s.log_path, s.log_problem = posixpath.normpath(path), None
             else:
                 s.log_path = None
@@ -215,6 +336,6 @@ async def discover(agent: AgentClient, *, probe_log: bool = True) -> list[Discov
                 )
             except Exception:
                 continue
-            if b"accept len" in base64.b64decode(res["b64"]):
+            if any(m in base64.b64decode(res["b64"]) for m in SPEC_LOG_MARKERS):
                 s.kind, s.kind_source = "speculative", "log"
     return servers

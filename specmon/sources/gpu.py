@@ -1,6 +1,6 @@
 """Async GPU telemetry sources: each yields one `list[GpuSample]` per poll.
 
-- `RemoteAgentSource`: NVML samples from the host's one agent (specmon/hostside/agent.py, op
+- `RemoteAgentSource`: NVML samples from the host's one agent (specmon/hostside/, op
   nvml_start), pynvml found in the agent's interpreter or the server's; falls back to
   `NvidiaSmiSource` when there is no pynvml (or NVML fails in Python).
 - `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from specmon.hosts.agent_client import AgentClient, AgentError, Subscription
+from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
 from specmon.parse.gpu import (
     AgentHello,
@@ -300,11 +300,10 @@ class RemoteAgentSource:
                 agent.unsubscribe(sub)
                 if not agent.closed.is_set():
                     with contextlib.suppress(Exception):
-                        await asyncio.shield(agent.request("nvml_stop", stream=sub.keys[0],
-                                                           timeout=5.0))
+                        await shielded(agent.request("nvml_stop", stream=sub.keys[0], timeout=5.0))
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.shield(agent.close())
+                await shielded(agent.close())
         if not self.fallback_smi:
             raise GpuSourceError(self._no_agent_message(nvml_error))
         self.kind = "nvidia-smi"
@@ -371,7 +370,7 @@ class LocalNvmlSource:
         return self._run()
 
     def _open(self) -> Any:
-        from specmon.hostside.agent import NvmlCollector
+        from specmon.hostside.nvml import NvmlCollector
 
         nvml = self.nvml
         if nvml is None:

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription
+from specmon.hosts.agent_client import AgentClient, ProtocolError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
+from specmon.hostside import protocol as hostside_protocol
 
 DEFAULT_HISTORY_LINES = 2000
 
@@ -43,8 +44,10 @@ class TailSpec:
         return cls(name, path)
 
 
-CHECK_BYTES = 64  # bytes before a resume offset whose hash the agent verifies (copytruncate)
-WINDOW = 4 << 20  # line bytes per tail in flight between the agent and the consumer
+# bytes before a resume offset whose hash the agent verifies (copytruncate); line bytes per
+# tail in flight between the agent and the consumer: the protocol's own constants
+CHECK_BYTES = hostside_protocol.CHECK_BYTES
+WINDOW = hostside_protocol.DEFAULT_WINDOW
 
 
 @dataclass
@@ -224,11 +227,10 @@ class LogTailer:
                 if not client.closed.is_set():
                     for key in sub.keys:
                         with contextlib.suppress(Exception):
-                            await asyncio.shield(client.request("tail_stop", tail=key,
-                                                                timeout=5.0))
+                            await shielded(client.request("tail_stop", tail=key, timeout=5.0))
                 client.unsubscribe(sub)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(client.close())
+                    await shielded(client.close())
             if self._stopped:
                 break
             if error is not None:

@@ -1,13 +1,13 @@
-"""The advisor screen (key `a`) and the "speculation no longer pays" alert in the live app.
+"""The advisor screen (key `a`) in the live app.
 
-The numbers come from specmon.analysis.advisor (pure); this module only picks the servers,
+The numbers come from specmon.analysis.advisor (pure); this module only picks the servers and
 remembers what was predicted for a run so the next run at those settings shows predicted vs
-measured, and turns the rule into session alerts. Text from hosts goes through `plain`.
+measured. The "speculation no longer pays" alert is raised by the session model
+(specmon.session.pays, from `FleetSession.tick`). Text from hosts goes through `plain`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,16 +20,13 @@ from textual.widgets import Static
 from specmon.analysis.advisor import (
     Advice,
     CannotAdvise,
-    PaysState,
     advise,
     check_prediction,
     measure,
-    pays_state,
-    segments_from_log,
-    speculation_no_longer_pays,
 )
+from specmon.numfmt import num
+from specmon.session.advice import segments
 from specmon.session.state import ServerState, Session
-from specmon.session.window import speedup
 from specmon.ui.safe import plain
 
 
@@ -53,8 +50,7 @@ class AdvisorMemory:
             del runs[:-20]
 
 
-def _n(v: float | None, fmt: str = ".2f") -> str:
-    return "N/A" if v is None or not math.isfinite(v) else format(v, fmt)
+_n = num  # specmon.numfmt: the one N/A formatter
 
 
 def advisor_report(session: Session, memory: AdvisorMemory) -> str:
@@ -65,8 +61,8 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
     if spec is None:
         return "advisor: no speculative server in this session (N/A)"
     hist = getattr(spec.last_bench, "spec_histogram", None)
-    segs = segments_from_log(spec.log, plain(spec.name), hist)
-    bsegs = segments_from_log(base.log, plain(base.name)) if base is not None else []
+    segs = segments(spec, plain(spec.name), hist)  # the session's runs, no re-parse
+    bsegs = segments(base, plain(base.name)) if base is not None else []
     try:
         adv = advise(segs, bsegs)
     except CannotAdvise as exc:
@@ -86,17 +82,24 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
         lines.append(f"measured speedup {sp[0]:.3f}x (95 % {sp[1]:.3f}-{sp[2]:.3f}); "
                      f"break-even accept len {_n(adv.break_even_accept_len)}")
     b = adv.best
-    lines.append(f"best predicted: steps {b.steps} topk {b.topk} draft tokens {b.draft_tokens}: "
-                 f"{b.predicted_tok_s:.1f} tok/s (95 % {b.band[0]:.1f}-{b.band[1]:.1f})"
-                 + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
-    lines.append(f"try: {adv.flags}")
+    if adv.baseline_run:
+        lines.append(plain(adv.baseline_run))
+    if b is None:
+        lines.append(plain(adv.no_recommendation or "no setting recommended"))
+    else:
+        lines.append(f"best ({b.basis}): steps {b.steps} topk {b.topk} draft tokens "
+                     f"{b.draft_tokens}: {_n(b.predicted_tok_s, '.1f')} tok/s (95 % "
+                     f"{b.band[0]:.1f}-{b.band[1]:.1f})"
+                     + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
+        lines.append(f"try: {adv.flags}")
     prev = memory.before(spec.name, cur.run)
     if prev is not None:
         chk = check_prediction(prev, cur)
         if chk is not None:
-            lines.append(f"this run vs the earlier prediction: predicted {chk.predicted_tok_s:.1f}"
-                         f" ({chk.band[0]:.1f}-{chk.band[1]:.1f}), measured "
-                         f"{chk.measured_tok_s:.1f} tok/s ({chk.error_pct:+.1f} %, "
+            err = "" if chk.error_pct is None else f"{chk.error_pct:+.1f} %, "
+            lines.append(f"this run vs the earlier prediction: predicted "
+                         f"{_n(chk.predicted_tok_s, '.1f')} ({chk.band[0]:.1f}-{chk.band[1]:.1f}),"
+                         f" measured {chk.measured_tok_s:.1f} tok/s ({err}"
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
     memory.remember(spec.name, cur.run, adv)
     lines.append("P(draft position k accepted): "
@@ -105,10 +108,10 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
     lines.append("cost model: " + adv.cost_text())
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in adv.assumptions]
-    lines.append("candidates (tok/s, 95 % band):")
-    for c in sorted(adv.candidates, key=lambda c: -c.predicted_tok_s)[:8]:
+    lines.append("candidates (tok/s, 95 % band, basis):")
+    for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:8]:
         lines.append(f"  steps {c.steps} topk {c.topk} draft {c.draft_tokens}: "
-                     f"{c.predicted_tok_s:.1f} ({c.band[0]:.1f}-{c.band[1]:.1f})")
+                     f"{_n(c.predicted_tok_s, '.1f')} ({c.band[0]:.1f}-{c.band[1]:.1f}) {c.basis}")
     return "\n".join(lines)
 
 
@@ -124,40 +127,8 @@ class AdvisorScreen(ModalScreen[None]):
             yield Static(self.text, id="advisor-text", markup=False)
 
 
-class PaysWatcher:
-    """Evaluates the rule each tick for the speculative server against the current baseline."""
-
-    def __init__(self) -> None:
-        self.ref: dict[str, PaysState] = {}
-        self.active: dict[str, str] = {}
-
-    def tick(self, session: Session, now: float, window_s: float) -> list[dict[str, Any]]:
-        spec, base = session.by_role("speculative"), session.by_role("baseline")
-        if spec is None or base is None:
-            return []
-        st = pays_state(speedup(base, spec, now, window_s))
-        if st is None:
-            return []
-        if st.low > 1.0:
-            self.ref[spec.name] = st  # speculation paid here: the reference for "what moved"
-        verdict = speculation_no_longer_pays(st, self.ref.get(spec.name))
-        out: list[dict[str, Any]] = []
-        if verdict is not None and spec.name not in self.active:
-            self.active[spec.name] = verdict.text
-            out.append({"t": now, "server": spec.name, "level": "warning",
-                        "kind": "speculation_pays", "text": verdict.text,
-                        "causes": [verdict.moved] if verdict.moved else [],
-                        "cause": verdict.moved, "cleared": False})
-        elif verdict is None and spec.name in self.active and st.low > 1.0:
-            text = self.active.pop(spec.name)
-            out.append({"t": now, "server": spec.name, "level": "info",
-                        "kind": "speculation_pays", "text": text, "causes": [], "cause": None,
-                        "cleared": True})
-        return out
-
-
 class AdvisorKeysMixin:
-    """Key `a` (advisor screen) and the rule's alerts, for SpecmonApp."""
+    """Key `a` (advisor screen), for SpecmonApp."""
 
     ADVISOR_BINDINGS = [Binding("a", "advisor", "Advisor", show=False, id="advisor.show")]
 
@@ -166,20 +137,10 @@ class AdvisorKeysMixin:
         mem = app.__dict__.setdefault("_advisor_memory", AdvisorMemory())
         app.push_screen(AdvisorScreen(advisor_report(app.session, mem)))
 
-    def advisor_tick(self, now: float) -> None:
-        """Called from the app's 1 Hz drift tick: the "speculation no longer pays" rule."""
-        app: Any = self
-        w = app.__dict__.setdefault("_pays_watcher", PaysWatcher())
-        for a in w.tick(app.session, now, app.window_s):
-            app.session.alerts.append(a)
-            if not a["cleared"]:
-                app.notify(f"{plain(a['server'])}: {a['text']}", severity="warning",
-                           markup=False, timeout=10)
-
 
 def measured_for(state: ServerState) -> Any:
     """The current run's measurement at its latest batch size (for other panels)."""
-    segs = segments_from_log(state.log, plain(state.name))
+    segs = segments(state, plain(state.name))
     if not segs or state.last_decode is None or state.last_decode.running_req is None:
         return None
     return measure(segs[-1], state.last_decode.running_req)

@@ -610,8 +610,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def drift_tick(self) -> None:
         now = self.clock()
-        self.fleet.tick(now)  # changes come back through _alert_changed
-        self.advisor_tick(now)  # "speculation no longer pays" (specmon.ui.advisor)
+        self.fleet.tick(now)  # drift and "no longer pays": changes come back via _alert_changed
         self._show_alerts()
 
     def _alert_changed(self, host: str, server: str, alert: Alert) -> None:

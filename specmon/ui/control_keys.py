@@ -96,6 +96,7 @@ class ServerControlMixin:
                 last = getattr(exc, "last_lines", None)
                 if last:
                     state.notices.extend(last[-5:])
+                self._say_down(exc)
                 self._offer_swap(server, exc)
                 return
             # superseded: the panel's own state says what follows (loading, ready, stopped)
@@ -155,12 +156,9 @@ class ServerControlMixin:
         other = self.actions[others[0]]
 
         async def do_swap() -> Any:
-            from specmon.control.server import ServerController, swap
+            from specmon.control.server import swap
 
-            if isinstance(ctl, ServerController) and isinstance(other, ServerController):
-                return await swap(ctl, other, self._progress(others[0]))
-            await ctl.stop()
-            return await other.start(self._progress(others[0]))
+            return await swap(ctl, other, self._progress(others[0]))
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -174,6 +172,17 @@ class ServerControlMixin:
         server, ctl = self._target()
         if server is not None:
             self._run(server, "benchmark", ctl.benchmark(), lambda r: self._bench_done(server, r))
+
+    def _say_down(self, exc: Exception) -> None:
+        """A failed swap left a server down: its panel says so until a control action
+        replaces the text, and the toast stays."""
+        app: Any = self
+        down = getattr(exc, "down", None) or ()
+        for key, ctl in self.actions.items():
+            if getattr(ctl, "name", None) in down:
+                self._ctl_state(key).control_text = f"DOWN: {exc}"
+                app.notify(f"{self._ctl_name(key)} IS DOWN: {exc}", severity="error",
+                           markup=False, timeout=3600)
 
     def _offer_swap(self, server: Key, exc: Exception) -> None:
         """GPUs busy with another server we control: offer to stop it and start this one."""
@@ -189,13 +198,9 @@ class ServerControlMixin:
                 return
 
             async def do_swap() -> Any:
-                from specmon.control.server import ServerController, swap
+                from specmon.control.server import swap
 
-                if isinstance(stop_ctl, ServerController) and isinstance(start_ctl,
-                                                                         ServerController):
-                    return await swap(stop_ctl, start_ctl, self._progress(server))
-                await stop_ctl.stop()
-                return await start_ctl.start(self._progress(server))
+                return await swap(stop_ctl, start_ctl, self._progress(server))
 
             self._run(server, f"swap ({self._ctl_name(other)} -> {self._ctl_name(server)})", do_swap(),
                       self._after_start(server))

@@ -40,6 +40,7 @@ class HeadlineModel:
     reason: str | None  # why N/A
     drift: tuple[DriftState, ...]
     view: SpeedupView | None = None  # the runs work's model (session.speedup): current runs
+    engine: str | None = None  # "vllm" when either server is vLLM (its throughput is not decode-only)
 
     @property
     def ratio_text(self) -> str:
@@ -90,10 +91,11 @@ def headline_model(session: Session, base: ServerState | None, spec: ServerState
     watch = watches.get(base.name) if base is not None else None
     view = session_speedup_view(session, base, spec, watch, window_s, now)
     sp = view.detail if view.value is not None else None
+    engine = "vllm" if any(s is not None and s.engine == "vllm" for s in (base, spec)) else None
     if sp is None:
-        return HeadlineModel("na", None, window_s, view.reason, states, view)
-    state = "win" if sp.low > 1.0 else ("lose" if sp.high < 1.0 else "tie")
-    return HeadlineModel(state, sp, window_s, None, states, view)
+        return HeadlineModel("na", None, window_s, view.reason, states, view, engine)
+    state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
+    return HeadlineModel(state, sp, window_s, None, states, view, engine)
 
 
 __all__ = ["DriftState", "HeadlineModel", "drift_state", "headline_model"]

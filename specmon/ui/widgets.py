@@ -22,14 +22,18 @@ from textual.reactive import reactive
 from textual.widgets import Digits, Input, Log, Static
 
 from specmon.analysis.stats import median
+from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.parse.vllm import VllmDecodeRecord, throughput_label
+from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import format_speedup
 from specmon.session.state import ServerState
 from specmon.session.window import (
     MIN_N,
     WindowStats,
     current_stats,
+    interval_text,
     recomputed_accept_rate,
     run_stats_text,
     window_points,
@@ -37,7 +41,6 @@ from specmon.session.window import (
 from specmon.ui.headline import HeadlineModel
 from specmon.ui.safe import plain
 
-NA = "N/A"
 Piece = tuple[str, str]  # (text, Textual style: "bold $warning", "" for none)
 
 STATUS_MARK = {
@@ -53,12 +56,6 @@ def safe_id(name: str) -> str:
     """A widget id for a server name (`host/server` has characters ids may not hold)."""
     out = "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "server"
     return out if not out[0].isdigit() else f"s{out}"
-
-
-def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return NA
-    return fmt.format(v)
 
 
 def fit(text: str, width: int) -> str:
@@ -204,7 +201,8 @@ class SpeedupBar(Lines):
         head = "speedup " + parts[0]  # "speedup 1.50x vs live baseline 62.9 (run 2)"
         p.append((fit(head, w) or head[:w], STATE_STYLE[model.state]))
         verdict = {"win": "speculation wins", "lose": "speculation loses",
-                   "tie": "no clear difference (the interval holds 1)"}[model.state]
+                   "tie": "no clear difference (the interval holds 1)",
+                   "na": "no verdict (no interval)"}[model.state]
         lines: list[tuple[str, str]] = []
         # what makes the number suspect comes first, each statement on its own line: the
         # drift against the recorded baseline, the runs' differences, an ended run's age
@@ -212,10 +210,10 @@ class SpeedupBar(Lines):
         if drift:
             lines.append((" · ".join(drift), "bold $warning"))
         lines.extend((x, "bold $warning") for x in parts[1:] if x not in drift)
-        lines.append((f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req} · {verdict} · "
+        lines.append((f"95% {interval_text(sp)} · bs {sp.running_req} · {verdict} · "
                       f"spec {sp.spec.median:.1f} / base {sp.base.median:.1f} tok/s", ""))
-        lines.append((f"medians, decode-only, last {model.window_s:.0f} s of each run · "
-                      f"n {sp.spec.n}/{sp.base.n}", "$text-muted"))
+        lines.append((f"medians, {throughput_label(model.engine)}, last {model.window_s:.0f} s "
+                      f"of each run · n {sp.spec.n}/{sp.base.n}", "$text-muted"))
         cyc, be = sp.verify_cycle_ms, sp.break_even_accept_len
         if cyc is not None and be is not None and sp.spec.accept_len is not None:
             lines.append((f"verify cycle {cyc:.1f} ms · break-even accept len {be:.2f} "
@@ -298,9 +296,11 @@ def summary_rows(state: ServerState, now: float, window_s: float
     stale = "stale · " if state.stale else ""
     rows.append(("last interval", num(last.gen_throughput if last else None),
                  f"{stale}tok/s · bs {num(bs, '{}')} · queue "
-                 f"{num(last.queue_req if last else None, '{}')} · decode-only",
+                 f"{num(last.queue_req if last else None, '{}')} · {throughput_label(state.engine)}",
                  "$warning" if state.stale else ""))
-    if state.is_speculative:
+    if state.is_speculative and state.engine == "vllm":
+        rows.extend(_vllm_spec_rows(state, w))
+    elif state.is_speculative:
         al = last.accept_len if last else None
         med_al = w.accept_len if w else None
         ndt = state.num_draft_tokens
@@ -316,10 +316,33 @@ def summary_rows(state: ServerState, now: float, window_s: float
     return rows
 
 
+def _vllm_spec_rows(state: ServerState, w: WindowStats | None) -> list[tuple[str, str, str, str]]:
+    """vLLM prints its acceptance counts: the rate and per-position rates are measured."""
+    last = state.last_decode
+    al = last.accept_len if last else None
+    med_al = w.accept_len if w else None
+    spec = last.spec if isinstance(last, VllmDecodeRecord) else None
+    pp = spec.get("per_position") if spec else None
+    pos = " ".join(num(x) for x in pp) if isinstance(pp, list) else "N/A"
+    note = " · bonus added (0.8.5)" if last is not None and getattr(last, "accept_len_note", None) \
+        and "0.8.5" in str(getattr(last, "accept_len_note", "")) else ""
+    rows = [("accept len", num(med_al if med_al is not None else al),
+             f"median · last {num(al)} · bonus included{note}", "")]
+    if isinstance(last, VllmDecodeRecord):
+        rows.append(("accepted", num(last.accept_rate),
+                     f"of drafted · per position {pos} · "
+                     f"{num(last.accepted_tok_s, '{:.1f}')} accepted tok/s (last interval)", ""))
+    return rows
+
+
 def _kv_row(state: ServerState) -> tuple[str, str, str, str]:
     """KV cache use from #token and the pool size: SGLang prints `token usage` with two
     decimals, so a bs-1 server on a 1.2M-token pool always reads 0.00."""
     last = state.last_decode
+    if isinstance(last, VllmDecodeRecord):
+        return ("KV cache", num(last.kv_cache_usage_pct, "{:.1f}%"),
+                f"{last.kv_device or 'GPU'} usage · prefix cache hit "
+                f"{num(last.prefix_cache_hit_pct, '{:.1f}%')}", "")
     tokens = last.tokens if last else None
     pool = state.args.get("max_total_num_tokens")
     pool = pool if isinstance(pool, int) and not isinstance(pool, bool) and pool > 0 else None
@@ -537,13 +560,9 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
     extras = []
     if state.args.get("tp_size"):
         extras.append(f"tp {state.args['tp_size']}")
-    algo = state.args.get("speculative_algorithm")
-    if algo:
-        extras.append(str(algo))
-        for key, word in (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
-                          ("speculative_num_draft_tokens", "draft")):
-            if state.args.get(key) is not None:
-                extras.append(f"{word} {state.args.get(key)}")
+    spec_cfg = spec_config_text(state.args, " · ")
+    if spec_cfg:
+        extras.append(spec_cfg)
     used = sum(len(t) for t, _ in p)
     if extras:
         p.append((fit(" · " + " · ".join(plain(str(e)) for e in extras),
@@ -676,26 +695,16 @@ def reason_style(name: str) -> str:
 
 def gpu_groups(gpus: Sequence[Any], servers: Iterable[ServerState]
                ) -> list[tuple[str, list[Any]]]:
-    """GPUs grouped by the server whose processes use them (else by its `--base-gpu-id` and
-    `--tp-size`), in server order; the rest in an "unowned" group."""
+    """GPUs grouped by the server that owns them (specmon.session.ownership: its processes,
+    else its arguments), in server order; the rest in an "unowned" group."""
     owned: dict[int, str] = {}
     order: list[str] = []
-    servers = list(servers)
     for s in servers:
         order.append(s.name)
+        own = set(owned_gpus(gpus, s.pids, s.args).indices)
         for g in gpus:
-            procs = getattr(g, "processes", None)
-            if s.pids and procs and any(p.pid in s.pids for p in procs):
+            if getattr(g, "index", None) in own:
                 owned.setdefault(id(g), s.name)
-    if not owned:  # no process lists: the server arguments say which GPUs a server took
-        for s in servers:
-            tp = s.args.get("tp_size")
-            base = s.args.get("base_gpu_id", 0)
-            if isinstance(tp, int) and isinstance(base, int) and tp > 0 and s.args:
-                for g in gpus:
-                    idx = getattr(g, "index", None)
-                    if isinstance(idx, int) and base <= idx < base + tp:
-                        owned.setdefault(id(g), s.name)
     groups: dict[str, list[Any]] = {name: [] for name in order}
     rest: list[Any] = []
     for g in gpus:

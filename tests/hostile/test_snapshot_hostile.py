@@ -80,16 +80,17 @@ def test_report_on_many_gpus_finishes_with_grouped_capped_legend(tmp_path, n_gpu
     path = _snapshot(tmp_path, n_gpus)
     res = cli("report", str(path))  # used to hang forever in pygal's split_title
     assert res.returncode == 0, res.stderr
-    for name in ("throughput", "gpu", "gpu-power"):
-        svg = (tmp_path / f"s.report-{name}.svg").read_text()
-        root = ET.fromstring(svg)  # well-formed XML
+    charts = sorted(tmp_path.glob("s.report-*.svg"))
+    assert len(charts) == 5  # throughput, then SM clock and power per server (base, spec)
+    for svg_path in charts:
+        root = ET.fromstring(svg_path.read_text())  # well-formed XML
         legends = [t for t in root.iter("{http://www.w3.org/2000/svg}text")
                    if (t.text or "").endswith((" median", " min", " max"))]
         assert len(legends) <= MAX_LEGEND
-    gpu = (tmp_path / "s.report-gpu.svg").read_text()
     half = n_gpus // 2
-    assert f"base ({half} GPUs) median" in gpu and f"spec ({half} GPUs) max" in gpu
-    power = (tmp_path / "s.report-gpu-power.svg").read_text()
+    assert f"base ({half} GPUs) median" in (tmp_path / "s.report-gpu-clock-0-base.svg").read_text()
+    assert f"spec ({half} GPUs) max" in (tmp_path / "s.report-gpu-clock-1-spec.svg").read_text()
+    power = (tmp_path / "s.report-gpu-power-0-base.svg").read_text()
     ys = _y_labels(power)  # the power axis spans the measured ~380-390 W
     assert ys and min(ys) <= 382 and max(ys) >= 388, ys
 

@@ -1,0 +1,120 @@
+"""Do the baseline and the speculative server run under the same conditions?
+
+A speedup only measures speculation when everything else is equal. `conditions_differ` lists
+what is not: server arguments other than `speculative_*`, the NCCL environment the workers saw,
+GPU power limits and max clocks, SGLang files modified against the installed wheel, and versions
+(SGLang, NCCL). Only what both sides know is compared; an unknown is never a difference.
+
+Used by the live speedup line and headline (session.speedup), `specmon compare` (text and
+`--json` "conditions_differ"), the report, and available to the advisor (pure, no I/O).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from specmon.analysis.fingerprint import Fingerprint
+
+# Arguments that name the process, where it listens or logs, not how fast it decodes.
+IDENTITY_ARGS = frozenset({
+    "host", "port", "nccl_port", "base_gpu_id", "dist_init_addr", "node_rank", "random_seed",
+    "log_level", "log_level_http", "log_requests", "log_requests_level", "show_time_cost",
+    "enable_metrics", "enable_metrics_for_all_schedulers", "decode_log_interval", "api_key",
+    "admin_api_key", "served_model_name", "file_storage_path", "crash_dump_folder",
+    "bucket_time_to_first_token", "bucket_inter_token_latency", "bucket_e2e_request_latency",
+    "collect_tokens_histogram", "kv_events_config", "enable_request_time_stats_logging",
+    "prompt_tokens_buckets", "generation_tokens_buckets", "version", "model_path_display",
+})
+# Set by SGLang itself when speculative decoding is on (server_args.py): not the user's choice.
+SPECULATION_DERIVED = frozenset({"disable_overlap_schedule"})
+# Batch-size limits (SGLang lowers both for speculation when the user leaves them unset): they
+# change decode speed only at a batch size above the smaller of the two values.
+BATCH_LIMITS = frozenset({"cuda_graph_max_bs", "max_running_requests"})
+MAX_ITEMS = 4  # names listed per difference (the rest counted)
+
+
+def _val(v: Any) -> str:
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def args_differ(base: Mapping[str, Any], spec: Mapping[str, Any],
+                running_req: int | None = None) -> list[str]:
+    """`disable_custom_all_reduce: False vs True` for every argument both print differently
+    (not `speculative_*`, not identity arguments, not one SGLang version's extra argument; a
+    batch-size limit only when `running_req` is unknown or above the smaller limit)."""
+    out = []
+    speculating = bool(spec.get("speculative_algorithm"))
+    for k in sorted(set(base) | set(spec)):
+        if k.startswith("speculative_") or k in IDENTITY_ARGS:
+            continue
+        if speculating and k in SPECULATION_DERIVED:
+            continue
+        if k not in base or k not in spec:
+            continue  # an argument one SGLang version prints and the other does not
+        b, s = base[k], spec[k]
+        if k in BATCH_LIMITS and running_req is not None and isinstance(b, int) \
+                and isinstance(s, int) and running_req <= min(b, s):
+            continue
+        if b != s:
+            out.append(f"{k}: {_val(b)} vs {_val(s)}")
+    return out
+
+
+def _nccl_seen(fp: Fingerprint) -> dict[str, str] | None:
+    """NCCL_* variables the workers had: their /proc environ when read, else NCCL_DEBUG lines."""
+    env: dict[str, str] = {}
+    readable = [w for w in fp.workers if w.readable]
+    for w in readable:
+        env.update({k: v for k, v in w.vars.items() if k.startswith("NCCL_")})
+    if readable:
+        return env
+    if not fp.nccl_debug:  # no NCCL_DEBUG line: unknown (an empty rank entry: none set)
+        return None
+    for rank_vars in fp.nccl_debug.values():
+        env.update(rank_vars)
+    return env
+
+
+def _set(xs: set[float] | set[int]) -> str:
+    return "/".join(f"{v:.0f}" if isinstance(v, float) and math.isfinite(v) else str(v)
+                    for v in sorted(xs))
+
+
+def conditions_differ(base: Fingerprint, spec: Fingerprint,
+                      running_req: int | None = None) -> list[str]:
+    """What differs between the baseline's and the speculative server's conditions besides
+    speculation, one short statement each (empty list: nothing known differs). `running_req`:
+    the batch size the speedup is measured at (batch-size limits above it do not count)."""
+    out = args_differ(base.server_args, spec.server_args, running_req)
+    if base.tp_size and spec.tp_size and base.tp_size != spec.tp_size \
+            and not any(x.startswith("tp_size:") for x in out):
+        out.append(f"tp_size: {base.tp_size} vs {spec.tp_size}")
+    bn, sn = _nccl_seen(base), _nccl_seen(spec)
+    if bn is not None and sn is not None and bn != sn:
+        keys = sorted(k for k in set(bn) | set(sn) if bn.get(k) != sn.get(k))
+        more = f" (+{len(keys) - MAX_ITEMS} more)" if len(keys) > MAX_ITEMS else ""
+        out.append("NCCL env seen by workers: " + ", ".join(
+            f"{k} {bn.get(k, 'unset')} vs {sn.get(k, 'unset')}" for k in keys[:MAX_ITEMS]) + more)
+    bl = {g.power_limit_w for g in base.gpus if g.power_limit_w is not None}
+    sl = {g.power_limit_w for g in spec.gpus if g.power_limit_w is not None}
+    if bl and sl and bl != sl:
+        out.append(f"GPU power limit {_set(bl)} W vs {_set(sl)} W")
+    bc = {g.max_clock_sm for g in base.gpus if g.max_clock_sm is not None}
+    sc = {g.max_clock_sm for g in spec.gpus if g.max_clock_sm is not None}
+    if bc and sc and bc != sc:
+        out.append(f"GPU max SM clock {_set(bc)} vs {_set(sc)} MHz")
+    if base.modified_files is not None and spec.modified_files is not None and \
+            set(base.modified_files) != set(spec.modified_files):
+        only_b = sorted(set(base.modified_files) - set(spec.modified_files))
+        only_s = sorted(set(spec.modified_files) - set(base.modified_files))
+        what = [f"baseline: {', '.join(only_b[:2])}" if only_b else "",
+                f"speculative: {', '.join(only_s[:2])}" if only_s else ""]
+        out.append("modified SGLang files (" + "; ".join(w for w in what if w) + ")")
+    for label, b, s in (("SGLang version", base.version, spec.version),
+                        ("NCCL version", base.nccl_version, spec.nccl_version)):
+        if b and s and b != s:
+            out.append(f"{label} {b} vs {s}")
+    return out

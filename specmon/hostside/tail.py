@@ -1,0 +1,454 @@
+"""Log tails of the host agent: one file followed by (inode, byte offset), lines framed on
+b"\n" only, rotation and truncation detected, flow-controlled by the client's credit; and the
+inotify watcher that wakes the agent when a tailed file changes."""
+
+import errno
+import hashlib
+import os
+import stat
+import time
+import typing  # noqa: F401 - named in type comments (no annotations: Python 3.6 hosts)
+
+from .protocol import (
+    CREDIT_SLACK,
+    DEFAULT_WINDOW,
+    MAX_LINE,
+    READ_CHUNK,
+    TICK_BUDGET,
+    _isascii,
+    _line_event,
+    _one_line,
+)
+
+# After a rotation the writer may go on appending to the old inode (until it reopens its log,
+# or for good): the old file is followed until it has not grown for this long, then the tail
+# moves to the new file. Moving at once would lose whatever is written to the old file later.
+ROTATE_QUIET_S = 1.0
+
+
+def _digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _bytes_before(path, off, n):
+    """The n bytes of `path` that end at `off` (fewer when the file is shorter)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, off - n))
+        return f.read(min(n, off))
+
+
+class Tail:
+    """Follow one path by (inode, byte offset), framing lines on b"\\n" only."""
+
+    def __init__(self, tid, path, max_line=MAX_LINE, window=DEFAULT_WINDOW):
+        self.tid = tid
+        self.path = path
+        self.max_line = max_line
+        self.f = None  # type: typing.Any  # the open file (None until opened)
+        self.ino = None
+        self.dev = None
+        self.pos = 0  # bytes consumed from self.f
+        self.line_start = 0  # offset of the first byte in self.buf
+        self.buf = b""
+        self.cut = None  # full length so far of a line being cut (None when not cutting)
+        self.missing_reported = False
+        self.history_end = None  # size at start: "history_end" is reported once we pass it
+        self.pending_start = None  # arguments of a tail_start that failed, retried on poll
+        self.last_error = None
+        self.quiet_since = None  # (monotonic time, pos): when the rotated-away file last grew
+        # flow control: line cost the client may still receive (None: no limit)
+        self.credit = window
+
+    # -- opening -----------------------------------------------------------------------
+    def _open(self, path, offset):
+        f = open(path, "rb")
+        st = os.fstat(f.fileno())
+        f.seek(offset)
+        self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
+        self.pos = self.line_start = offset
+        self.buf, self.cut = b"", None
+        self.quiet_since = None
+        return st
+
+    def start(self, resume_ino=None, resume_dev=None, resume_off=None, history=2000,
+              check=None):
+        """Open the file; return the events describing how (resume, history, missing).
+
+        An error other than "missing" is reported once and the start retried on each poll.
+        """
+        args = (resume_ino, resume_dev, resume_off, history, check)
+        try:
+            evs = self._start(*args)
+        except OSError as e:
+            self.close()
+            self.pending_start = args
+            return self.error(e)
+        self.pending_start = None
+        self.last_error = None
+        return evs
+
+    def error(self, e):
+        """An "error" event, once per distinct message (polls must not flood the channel)."""
+        msg = _one_line(e)
+        if msg == self.last_error:
+            return []
+        self.last_error = msg
+        ev = self._ev("error", error=msg)
+        if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM):
+            ev["denied"] = True
+        return [ev]
+
+    def _same_content(self, path, off, check):
+        """Do the bytes before `off` still hash as the client saw them?"""
+        if not check:
+            return True
+        n = int(check.get("n", 0))
+        if n <= 0 or n > off:
+            return True
+        return _digest(_bytes_before(path, off, n)) == check.get("sha256")
+
+    def _find_copy(self, off, check, skip):
+        """A sibling file (logrotate's copytruncate copy, e.g. name.1) holding the bytes we
+        saw before `off`: (path, its size) or (None, None)."""
+        if not check or int(check.get("n", 0)) <= 0:
+            return None, None
+        d = os.path.dirname(self.path) or "."
+        base = os.path.basename(self.path)
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            return None, None
+        for name in names:
+            p = os.path.join(d, name)
+            if not name.startswith(base) or p in skip:
+                continue
+            try:
+                st = os.stat(p)
+                if not stat.S_ISREG(st.st_mode) or st.st_size < off:
+                    continue
+                if self._same_content(p, off, check):
+                    return p, st.st_size
+            except OSError:
+                continue
+        return None, None
+
+    def _restart_from_zero(self, path, off, check, size):
+        """The content at our offset is not what we read before the disconnect: say so and
+        read the file from its first byte."""
+        copy, copy_size = self._find_copy(off, check, (path, self.path))
+        self._open(path, 0)
+        ev = self._ev("truncated", ino=self.ino, at=off, size=size, while_disconnected=True,
+                      not_seen=None if copy is None else copy_size - off, copy=copy)
+        return [ev, self._ev("opened", ino=self.ino, off=0, resumed=False)]
+
+    def _start(self, resume_ino, resume_dev, resume_off, history, check):
+        evs = []
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+            st = None
+        if resume_ino is not None:
+            off = int(resume_off or 0)
+            if st is not None and st.st_ino == resume_ino:
+                if st.st_size < off or not self._same_content(self.path, off, check):
+                    return self._restart_from_zero(self.path, off, check, st.st_size)
+                self._open(self.path, off)
+                evs.append(self._ev("opened", ino=self.ino, off=self.pos, resumed=True))
+                return evs
+            old = self._find_inode(resume_ino, resume_dev)
+            if old is not None:
+                # Rotated while we were away: finish the old file first; the normal
+                # rotation check then moves on to the new one.
+                ost = os.stat(old)
+                if ost.st_size < off or not self._same_content(old, off, check):
+                    return self._restart_from_zero(old, off, check, ost.st_size)
+                self._open(old, off)
+                evs.append(self._ev("opened", ino=self.ino, off=self.pos, resumed=True, path=old))
+                return evs
+            evs.append(self._ev("lost", ino=resume_ino, off=off,
+                                reason="the file at that inode is gone; bytes after the offset "
+                                       "were not read"))
+            if st is None:
+                return evs + self._missing()
+            self._open(self.path, 0)
+            evs.append(self._ev("opened", ino=self.ino, off=0, resumed=False))
+            return evs
+        if st is None:
+            return self._missing()
+        size = st.st_size
+        start = 0 if history is None or history < 0 else self._history_start(size, history)
+        self._open(self.path, start)
+        evs.append(self._ev("opened", ino=self.ino, off=start, resumed=False, size=size))
+        self.history_end = size
+        return evs
+
+    def _history_start(self, size, n):
+        """Offset where the last n complete lines begin (a partial last line is not counted)."""
+        need = n + 1  # the (n+1)-th newline from the end precedes the first wanted line
+        with open(self.path, "rb") as f:
+            pos = size
+            while pos > 0:
+                step = min(1 << 16, pos)
+                pos -= step
+                f.seek(pos)
+                block = f.read(step)
+                i = len(block)
+                while True:
+                    i = block.rfind(b"\n", 0, i)
+                    if i < 0:
+                        break
+                    need -= 1
+                    if need == 0:
+                        return pos + i + 1
+        return 0
+
+    def _find_inode(self, ino, dev):
+        d = os.path.dirname(self.path) or "."
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            return None
+        for e in entries:
+            try:
+                if e.inode() == ino and e.is_file(follow_symlinks=False):
+                    if dev is None or e.stat(follow_symlinks=False).st_dev == dev:
+                        return e.path
+            except OSError:
+                continue
+        return None
+
+    def _missing(self):
+        if self.missing_reported:
+            return []
+        self.missing_reported = True
+        return [self._ev("missing")]
+
+    def _ev(self, kind, **kw):
+        ev = {"t": "tail", "tail": self.tid, "ev": kind, "path": self.path}
+        ev.update(kw)
+        return ev
+
+    # -- reading -----------------------------------------------------------------------
+    def _consume(self, data, out):
+        """Frame new bytes into complete lines (appending events to out)."""
+        if not self.buf and self.cut is None and _isascii(data):
+            # Fast path (the common case: ASCII log text): split once, offsets by length.
+            parts = data.decode("ascii").split("\n")
+            rest = parts.pop()
+            if parts and max(map(len, parts)) <= self.max_line:
+                pos, tid, ino = self.pos, self.tid, self.ino
+                for p in parts:
+                    end = pos + len(p) + 1
+                    out.append((tid, ino, [pos, end, p], end - pos))
+                    pos = end
+                self.pos = self.line_start = pos
+                if rest:
+                    self._consume(data[len(data) - len(rest):], out)
+                return
+        start = 0
+        n = len(data)
+        while start < n:
+            j = data.find(b"\n", start)
+            if j < 0:
+                rest = data[start:]
+                if self.cut is not None:
+                    self.cut += len(rest)
+                else:
+                    self.buf += rest
+                    if len(self.buf) > self.max_line:
+                        self.cut = len(self.buf)
+                        self.buf = self.buf[: self.max_line]
+                self.pos += len(rest)
+                return
+            piece = data[start:j]
+            self.pos += len(piece) + 1
+            if self.cut is not None:
+                full = self.cut + len(piece)
+                out.append(_line_event(self.tid, self.ino, self.line_start, self.pos, self.buf,
+                                       full))
+            else:
+                raw = self.buf + piece if self.buf else piece
+                if len(raw) > self.max_line:
+                    out.append(_line_event(self.tid, self.ino, self.line_start, self.pos,
+                                           raw[: self.max_line], len(raw)))
+                else:
+                    out.append(_line_event(self.tid, self.ino, self.line_start, self.pos, raw,
+                                           None))
+            self.buf, self.cut = b"", None
+            self.line_start = self.pos
+            start = j + 1
+
+
+    def _read_available(self, out, budget):
+        """Read up to `budget` bytes, within the flow-control credit.
+
+        Returns "more" (budget used, more may be waiting), "blocked" (no credit left: wait
+        for the client) or None (end of file)."""
+        got = 0
+        while got < budget:
+            if self.credit is not None and self.credit <= 0:
+                return "blocked"
+            want = min(READ_CHUNK, budget - got)
+            if self.credit is not None:  # never read far beyond the credit left
+                want = min(want, max(self.credit, CREDIT_SLACK))
+            data = self.f.read(want)
+            if not data:
+                return None
+            got += len(data)
+            n0 = len(out)
+            self._consume(data, out)
+            if self.credit is not None:
+                for ev in out[n0:]:
+                    if type(ev) is tuple:
+                        self.credit -= ev[3]
+        return "more"
+
+    def _flush_partial(self, out):
+        """A rotated file ended without a newline: deliver what it held, marked noeol."""
+        if self.buf or self.cut is not None:
+            full = None if self.cut is None else self.cut
+            out.append(_line_event(self.tid, self.ino, self.line_start, self.pos, self.buf,
+                                   full, noeol=True))
+            if self.credit is not None:
+                self.credit -= out[-1][3]
+            self.buf, self.cut = b"", None
+            self.line_start = self.pos
+
+    def poll(self, out):
+        """Read what is new; detect truncation and rotation. Return True if more is pending
+        and can be read now (False also while waiting for flow-control credit)."""
+        if self.pending_start is not None:
+            # tail_start failed (e.g. permission denied): retry it as asked, so a resume
+            # still resumes at its offset instead of re-reading from 0.
+            out.extend(self.start(*self.pending_start))
+            if self.pending_start is not None or self.f is None:
+                return False
+        if self.f is None:
+            try:
+                self._open(self.path, 0)
+            except FileNotFoundError:
+                out.extend(self._missing())
+                return False
+            self.missing_reported = False
+            self.last_error = None
+            out.append(self._ev("opened", ino=self.ino, off=0, resumed=False))
+        state = self._read_available(out, TICK_BUDGET)
+        if state is not None:
+            return state == "more"
+        if self.history_end is not None and self.pos >= self.history_end:
+            out.append(self._ev("history_end", ino=self.ino, off=self.line_start))
+            self.history_end = None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None
+        if st is not None and (st.st_ino != self.ino or st.st_dev != self.dev):
+            # Rotated, and the old file is read to its end (above). Open the new one before
+            # letting the old go: while the new file cannot be read (permission denied),
+            # that is reported and the old inode is still followed; and it is followed until
+            # it has been quiet for ROTATE_QUIET_S (its writer may still be appending).
+            try:
+                nf = open(self.path, "rb")
+            except FileNotFoundError:
+                out.extend(self._missing())
+                return False
+            except OSError as e:
+                out.extend(self.error(e))
+                return False
+            now = time.monotonic()
+            if self.quiet_since is None or self.quiet_since[1] != self.pos:
+                self.quiet_since = (now, self.pos)
+            if now - self.quiet_since[0] < ROTATE_QUIET_S:
+                nf.close()
+                return False
+            self.quiet_since = None
+            self._flush_partial(out)
+            old_ino = self.ino
+            self.f.close()
+            nst = os.fstat(nf.fileno())
+            self.f, self.ino, self.dev = nf, nst.st_ino, nst.st_dev
+            self.pos = self.line_start = 0
+            self.buf, self.cut = b"", None
+            self.missing_reported = False
+            self.last_error = None
+            out.append(self._ev("rotated", old_ino=old_ino, ino=self.ino))
+            return True
+        if st is None:
+            out.extend(self._missing())
+        else:
+            self.missing_reported = False
+        fst = os.fstat(self.f.fileno())
+        if fst.st_size < self.pos:
+            at = self.line_start
+            self.f.seek(0)
+            self.pos = self.line_start = 0
+            self.buf, self.cut = b"", None
+            out.append(self._ev("truncated", ino=self.ino, at=at, size=fst.st_size))
+            return True
+        return False
+
+    def close(self):
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+class Watcher:
+    """inotify (Linux, through ctypes) on the tailed files and their directories, so an
+    appended line is read at once instead of at the next poll. Files are watched for writes,
+    directories only for entries appearing or going (rotation, a late-created log), so a busy
+    neighbour file does not wake the agent. Best effort: where inotify is unavailable (no
+    ctypes, not Linux, watch limit reached) the agent just polls, as it always also does."""
+
+    FILE_MASK = 0x2 | 0x4 | 0x8  # IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
+    # IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+    DIR_MASK = 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+
+    def __init__(self):
+        self.fd = None  # type: typing.Any  # the inotify fd (None: poll only)
+        self.dirs = set()
+        self.error = None
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._add = libc.inotify_add_watch
+            self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            self._add.restype = ctypes.c_int
+            self._errno = ctypes.get_errno
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+            self.fd = fd
+        except Exception as e:  # AttributeError off Linux, ImportError without _ctypes
+            self.error = "%s: %s" % (type(e).__name__, e)
+
+    def _watch(self, path, mask):
+        """0 when watched, else the errno."""
+        if self.fd is None:
+            return -1
+        if self._add(self.fd, os.fsencode(path), mask) < 0:
+            e = self._errno()
+            self.error = "inotify_add_watch %s: %s" % (path, os.strerror(e))
+            return e
+        return 0
+
+    def watch(self, path):
+        """Watch path (the inode it names now) and its directory; False: poll only.
+
+        A missing file is covered by its directory's watch until it appears; watching an
+        inode again is harmless (inotify returns the same watch)."""
+        d = os.path.dirname(os.path.abspath(path))
+        if d not in self.dirs and self._watch(d, self.DIR_MASK) == 0:
+            self.dirs.add(d)
+        return self._watch(path, self.FILE_MASK) in (0, errno.ENOENT) and d in self.dirs
+
+    def drain(self):
+        """Consume pending events (we only need to know that something changed)."""
+        try:
+            while os.read(self.fd, 1 << 16):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass

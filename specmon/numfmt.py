@@ -1,0 +1,42 @@
+"""The one N/A / number formatter and the one speculative-config text, for every front end.
+
+A value specmon did not measure is shown as "N/A", never as 0, "nan", "inf" or a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+NA = "N/A"
+
+
+def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
+    """`fmt.format(v)`, or "N/A" for None, NaN and infinities (and a bool, which is no number)."""
+    if v is None or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
+        return NA
+    return fmt.format(v)
+
+
+SPEC_KEYS = (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
+             ("speculative_num_draft_tokens", "draft"))
+
+
+def spec_config_text(args: Mapping[str, Any], sep: str = " ") -> str | None:
+    """`EAGLE3 steps 2 topk 1 draft 3` from SGLang's server args (vLLM's: `eagle3 k 3 draft
+    org/draft`); None without speculation
+    (a setting the args do not carry is left out, not guessed). `sep` joins the settings (the
+    panel header uses " · ")."""
+    algo = args.get("speculative_algorithm")
+    if not algo:
+        return None
+    parts = [str(algo)]
+    if args.get("engine_version"):  # vLLM's config line: its own words for k and the draft model
+        if args.get("speculative_num_tokens") is not None:
+            parts.append(f"k {args['speculative_num_tokens']}")
+        if args.get("speculative_draft_model_path"):
+            parts.append(f"draft {args['speculative_draft_model_path']}")
+        return sep.join(parts)
+    parts += [f"{word} {args[key]}" for key, word in SPEC_KEYS if args.get(key) is not None]
+    return sep.join(parts)
