@@ -129,7 +129,10 @@ class LogSummary:
             if gt is None:
                 unreadable[(spec, rr)] += c
                 continue
-            buckets.setdefault((spec, rr), Counter())[gt] += c
+            bucket = buckets.get((spec, rr))
+            if bucket is None:  # (setdefault would build a Counter per key: 0.17 s on 1M lines)
+                bucket = buckets[(spec, rr)] = Counter()
+            bucket[gt] += c
         out: dict[bool, dict[int | None, dict[str, float | int | None]]] = {}
         for key in set(buckets) | set(unreadable):
             spec, rr = key
