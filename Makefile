@@ -15,9 +15,10 @@ pydeps:
 
 $(BIN)/python: | pydeps
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
+# the test tools (pytest, mypy, ruff, import-linter, ...) come with `make test`/`make lint`
 venv: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 
 # Integration tests start their own OpenSSH server on loopback (tests/sshd.py: sshd, ssh-keygen;
@@ -50,7 +51,10 @@ check: venv lint
 test: sysdeps venv lint
 	$(BIN)/python -m pytest -n 2 -q
 
-demo: venv
+# only what the demo needs (the package and its runtime dependencies, no test tools): a fresh
+# clone's first frame comes in seconds, not after installing pytest, mypy and friends
+demo: $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check -e .
 	$(BIN)/specmon demo
 
 # Every benchmark, briefly, then one table of ratios (each against a reference measured in the

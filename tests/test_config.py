@@ -229,8 +229,10 @@ def test_binding_table_matches_the_ui_bindings():
     from specmon.ui.app import HelpScreen, SpecmonApp
     from specmon.ui.control_keys import ConfirmScreen
     from specmon.ui.replay import ReplayApp
+    from specmon.ui.widgets import LogView, ServerPanel
 
-    ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen, AdvisorScreen)
+    ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen, AdvisorScreen,
+                            ServerPanel, LogView)
            for b in cls.BINDINGS if isinstance(b, Binding)}
     assert ids == set(BINDING_IDS)
 

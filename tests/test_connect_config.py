@@ -84,7 +84,7 @@ NCCL_PROTO = "LL"
             toasts = capture_toasts(app)
             await pilot.press("y")
             await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
-            assert st.control_text is None  # the status line cleared once the stop was done
+            assert ("box", "base") not in app.control_status  # the status line cleared once the stop was done
     finally:
         for ctl in actions.values():
             await ctl.close()
@@ -156,7 +156,8 @@ command = {crash!r}
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30)
             await pilot.press("y")
             await wait_for(pilot, lambda: any("IS DOWN" in t for t in toasts), 90)
-            assert (base.control_text or "").startswith("DOWN: swap failed: spec did not start")
+            assert app.control_status.get(("box", "base"), "").startswith(
+                "DOWN: swap failed: spec did not start")
             assert (await actions[("box", "base")].status(check_health=False)).state in (
                 "stopped", "exited")
     finally:
@@ -190,7 +191,7 @@ async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remap
             app.query_one("#panel-base").focus()
             await pilot.press("u")  # remapped away: the default key does nothing now
             await pilot.pause(0.5)
-            assert st.control_text is None
+            assert ("box", "base") not in app.control_status
             await pilot.press("ctrl+w")
             assert app.window_s == 300.0
             await pilot.press("ctrl+u")
@@ -208,7 +209,7 @@ async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remap
             toasts = capture_toasts(app)
             await pilot.press("y")
             await wait_for(pilot, lambda: "base: stop done" in toasts, 60)
-            assert st.control_text is None  # the status line cleared once the stop was done
+            assert ("box", "base") not in app.control_status  # the status line cleared once the stop was done
     finally:
         await close_app(app, actions)
         cleanup_pidfiles(tmp_path / "run")

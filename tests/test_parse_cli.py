@@ -203,7 +203,7 @@ def test_parse_speaks_in_runs_on_the_phantom_baseline_log(tmp_path):
     assert [(o["start"], o["end"]) for o in objs] == [(h[1], h[2]) for h in heads]
     for o, (n, med), w in zip(objs, rows, want, strict=True):
         (row,) = o["by_running_req"]
-        assert list(row) == ["running_req", "n", "median_tok_s", "p10", "p90", "accept_len_median"]
+        assert {"running_req", "n", "median_tok_s", "p10", "p90", "accept_len_median"} <= set(row)
         assert row["running_req"] == 1 and row["n"] == int(n) == o["decode_lines"]
         assert row["median_tok_s"] == pytest.approx(w, abs=1e-4) == pytest.approx(float(med), abs=0.006)
         assert row["p10"] < row["median_tok_s"] < row["p90"] and row["accept_len_median"] is None

@@ -23,7 +23,9 @@ from specmon.session.state import Run
 from specmon.sim.dist import PATCHED
 from specmon.ui.widgets import SpeedupBar
 
-BAR = re.compile(r"speedup\s+(\d+\.\d\d)x vs live baseline (\d+\.\d) \(run (\d+)\)")
+# the live figure: the headline's first line, or its second while the baseline drifts (then the
+# first is the speculative median against the recorded baseline)
+BAR = re.compile(r"(?:speedup|live)\s+(\d+\.\d\d)x vs live baseline (\d+\.\d) \(run (\d+)\)")
 
 
 async def wait_for(pilot, cond, timeout: float, each=None) -> float:

@@ -54,7 +54,7 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
         sp = speedup(base, spec, T0 + 31, 60)
         assert f"speedup {sp.ratio:.2f}x vs live baseline" in bar
         assert f"95% {sp.low:.3f}–{sp.high:.3f} · bs 1" in bar
-        assert "decode-only" in bar and "n 30/30" in bar
+        assert "decode-only" in bar and "n spec 30 / base 30" in bar
 
 
 async def test_speedup_na_when_no_common_batch_size():
@@ -97,10 +97,8 @@ async def test_sticky_tail_pauses_counts_and_resumes():
         y = log.scroll_y
         from specmon.parse.sglang import parse_line
         from specmon.session.events import LineItem
-        from specmon.ui.messages import ServerLines
 
-        app.post_message(ServerLines("local", "base",
-                                     [LineItem(x, parse_line(x), T0) for x in lines[100:130]]))
+        app.sink.lines("local", "base", [LineItem(x, parse_line(x), T0) for x in lines[100:130]])
         await wait_for(pilot, lambda: view.new_while_paused == 30)
         await pilot.pause(0.3)
         assert log.scroll_y == y  # did not jump to the end
@@ -173,15 +171,14 @@ async def test_reconnecting_host_keeps_values_marked_stale():
     import time
 
     from specmon.hosts.base import ConnectionState
-    from specmon.ui.messages import HostStateChanged
 
     session = populated_session(10)
     app = SpecmonApp(session, clock=lambda: T0 + 11, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         before = rendered(app.query_one("#summary-baseline").content)
-        app.post_message(HostStateChanged("test-host", ConnectionState(
-            "reconnecting", reason="connection lost", retry_at=time.monotonic() + 600)))
+        app.sink.host_state("test-host", ConnectionState(
+            "reconnecting", reason="connection lost", retry_at=time.monotonic() + 600))
         await wait_for(pilot, lambda: app.query_one("#connection").display)
         await pilot.pause(0.4)
         conn = text_of(app.query_one("#connection"))
@@ -193,7 +190,7 @@ async def test_reconnecting_host_keeps_values_marked_stale():
         # the last good values are still shown
         last = f"{session.server('baseline').last_decode.gen_throughput:.2f}"
         assert last in after
-        app.post_message(HostStateChanged("test-host", ConnectionState("connected")))
+        app.sink.host_state("test-host", ConnectionState("connected"))
         await wait_for(pilot, lambda: not app.query_one("#connection").display)
         assert not session.server("baseline").stale
 
@@ -340,6 +337,6 @@ async def test_control_status_line_clears_when_the_action_is_done():
         startup = app.query_one("#startup-baseline")
         assert "start…" in str(startup.content) and startup.display
         ctl.release.set()
-        await wait_for(pilot, lambda: app.session.server("baseline").control_text is None)
+        await wait_for(pilot, lambda: ("test-host", "baseline") not in app.control_status)
         await pilot.pause(0.4)
         assert "start" not in str(startup.content) and not startup.display

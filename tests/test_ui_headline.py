@@ -18,7 +18,7 @@ from uikit import phantom_baseline_app
 from specmon.feeds.demo import group_members
 from specmon.ui.app import SpecmonApp
 from specmon.ui.headline import drift_state, headline_model
-from specmon.ui.widgets import DriftPanel, SpeedupBar, SpeedupDigits
+from specmon.ui.widgets import BigFigure, DriftPanel, SpeedupBar
 
 
 def plain(widget) -> str:  # noqa: ANN001 - a Lines widget
@@ -41,27 +41,34 @@ def check_headline(app: SpecmonApp) -> tuple[str, float | None]:
     base, spec = app.session.server("baseline"), app.session.server("speculative")
     model = headline_model(app.session, base, spec, app.shown_watches(app.active_host()), now, app.window_s)
     bar = plain(app.query_one(SpeedupBar))
-    digits = app.query_one(SpeedupDigits)
+    digits = app.query_one(BigFigure)
     drift_txt = plain(app.query_one(DriftPanel))
-    ds = drift_state("baseline", app.shown_watches(app.active_host()))
+    ds = drift_state("baseline", app.shown_watches(app.active_host()), base)
     assert ds.text.split(" vs ")[0] in drift_txt, (ds, drift_txt)
     if ds.cause:
         assert ds.cause[:20] in drift_txt
     sp = model.speedup
     if sp is None:
-        assert "speedup N/A" in bar and digits.value == "-•--"
+        assert "speedup N/A" in bar and digits.value == "N/A"
         return ds.text, None
     expected = (window_median(spec, now, app.window_s, sp.running_req)
                 / window_median(base, now, app.window_s, sp.running_req))
     assert abs(sp.ratio - expected) < 1e-9
-    assert f"speedup {sp.ratio:.2f}x vs live baseline {sp.base.median:.1f}" in bar
+    assert f"{sp.ratio:.2f}x vs live baseline {sp.base.median:.1f}" in bar
     assert f"95% {sp.low:.3f}–{sp.high:.3f} · bs {sp.running_req}" in bar
-    assert digits.value == f"{sp.ratio:.2f}x"
-    state = "win" if sp.low > 1 else ("lose" if sp.high < 1 else "tie")
-    assert digits.has_class(f"-{state}")
+    v = model.view
     if ds.state == "drift" and model.vs_recorded is not None:
+        # the honest figure is the big one, coloured by its own interval
         r, rec = model.vs_recorded
-        assert f"{r:.2f}x vs recorded" in bar and f"vs recorded {rec:.1f}" in bar
+        lo, hi = v.vs_recorded_ci95
+        assert digits.value == f"{r:.2f}x"
+        assert bar.startswith(f"speedup {r:.2f}x vs recorded baseline {rec:.1f}")
+        state = "win" if lo > 1 else ("lose" if hi < 1 else "tie")
+    else:
+        assert digits.value == f"{sp.ratio:.2f}x"
+        assert bar.startswith(f"speedup {sp.ratio:.2f}x vs live baseline")
+        state = "win" if sp.low > 1 else ("lose" if sp.high < 1 else "tie")
+    assert digits.has_class(f"-{state}")
     return ds.text, sp.ratio
 
 
@@ -95,6 +102,8 @@ async def test_headline_follows_the_phantom_baseline_scenario(tmp_path):
         phases = [p for p, _, _ in seen]
         assert "recording" in phases and "no-nccl-tuning" in phases
         assert any(t.startswith("OK vs recorded") for _, t, _ in seen)
+        # a fresh run is "checking" (never OK on n 0) before its first verdict
+        assert any(t.startswith("checking n 0/") for _, t, _ in seen)
         drift = [t for _, t, _ in seen if t.startswith("DRIFT")]
         assert drift and "vs recorded" in drift[0] and "%" in drift[0]
         # against the drifted baseline the live speedup is above anything measured while the
@@ -114,7 +123,9 @@ def test_headline_model_of_the_demo_states():
 
     steady = demo_app(drift=False).headline()
     assert steady.state == "win" and steady.vs_recorded is None
-    assert [d.text for d in steady.drift] == ["OK vs recorded 89.0", "OK vs recorded 94.2"]
+    assert [d.text.split(" (n ")[0] for d in steady.drift] == ["OK vs recorded 89.0",
+                                                               "OK vs recorded 94.2"]
+    assert all(d.n >= d.need > 0 for d in steady.drift)  # OK rests on this run's samples
     app = demo_app(drift=True)
     m = app.headline()
     base = m.drift[0]
@@ -125,4 +136,9 @@ def test_headline_model_of_the_demo_states():
     r, rec = m.vs_recorded
     assert abs(rec - 89.0) < 0.05
     assert abs(r - window_median(spec, DEMO_NOW, 60.0, 1) / rec) < 1e-9
-    assert m.drift[1].text == "OK vs recorded 94.2"
+    assert m.drift[1].text.startswith("OK vs recorded 94.2 (n ")
+    # during drift the big figure is the speedup against the recorded baseline
+    assert m.big.text == f"{r:.2f}x" and "recorded" in m.big.label
+    lo, hi = m.view.vs_recorded_ci95
+    assert lo < r < hi and m.big.state == ("win" if lo > 1 else "lose" if hi < 1 else "tie")
+    assert m.state == "win" and m.speedup.ratio > 1.4  # the flattering live figure, second

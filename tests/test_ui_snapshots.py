@@ -6,7 +6,8 @@ to PNG, e.g. `python -c "import cairosvg; cairosvg.svg2png(url='x.svg', write_to
 
 The demo's steady and drift states (tests/uikit.py `demo_app`) are shot at the four sizes the
 layout is designed for: 80x24 (headline, key numbers, GPU summary), 120x36 (nothing cut
-mid-word), 160x48 and 220x60 (the throughput chart).
+mid-word), 160x48 and 220x60 (the throughput chart); a restart with no decode line yet and
+runs whose conditions differ at 80x24, 120x36 and 160x48.
 """
 
 from __future__ import annotations
@@ -32,6 +33,23 @@ def test_snapshot_demo_steady(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_demo_drift(snap_compare, size):
     assert snap_compare(demo_app(drift=True), terminal_size=size)
+
+
+NEW_STATES = [(80, 24), (120, 36), (160, 48)]
+
+
+@pytest.mark.parametrize("size", NEW_STATES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_restart_no_decode_yet(snap_compare, size):
+    """The drifted baseline restarted (run 3): its rows say N/A for this run, its badge says
+    checking, the headline has no figure of the ended run."""
+    assert snap_compare(demo_app(drift=True, restart=True), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", NEW_STATES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_conditions_differ(snap_compare, size):
+    """No drift, but the speculative run lacks the NCCL tuning the baseline has: the
+    headline says the runs' conditions differ."""
+    assert snap_compare(demo_app(drift=False, spec_nccl=False), terminal_size=size)
 
 
 def test_snapshot_demo_gpus_expanded(snap_compare):

@@ -291,7 +291,7 @@ def test_export_and_report_from_a_recording(tmp_path: Path) -> None:
     md = (tmp_path / "rep.md").read_text()
     assert "vLLM servers: throughput is" in md and "prefill steps incl." in md
     assert "accept rate (vLLM's counts" in md
-    assert "| vLLM 0.11.0: eagle3 k 3 |" in md
+    assert "| vLLM 0.11.0: eagle3 k 3 draft org/Qwen3-8B-eagle3 |" in md
     from specmon.export.snapshot import read_snapshot
     s = read_snapshot(str(snap))
     dec = [e.record for sv in s.servers if sv.name == "vspec" for e in sv.entries

@@ -133,7 +133,7 @@ def demo_gpus(t: float, capped: bool = False) -> list:
     return out
 
 
-def demo_fleet(drift: bool) -> FleetSession:
+def demo_fleet(drift: bool, spec_nccl: bool = True) -> FleetSession:
     """The demo after a few minutes, fed through the session model's event methods: baseline
     recorded at ~88.8 tok/s with NCCL tuning, EAGLE-3 at ~94, both watched from the recording
     on; with `drift`, the baseline restarted without the NCCL variables and runs at ~62.9."""
@@ -150,7 +150,7 @@ def demo_fleet(drift: bool) -> FleetSession:
     s.server("speculative").role = "speculative"
     t_start = DEMO_NOW - 390
     _start(feed, "baseline", t_start, spec=False, nccl=True)
-    _start(feed, "speculative", t_start, spec=True, nccl=True)
+    _start(feed, "speculative", t_start, spec=True, nccl=spec_nccl)
     s.server("baseline").pids = {4000, *range(5000, 5008)}
     s.server("speculative").pids = {4008, *range(5008, 5016)}
     for k in range(0, 390, 2):
@@ -174,11 +174,24 @@ def demo_fleet(drift: bool) -> FleetSession:
     return fleet
 
 
-def demo_app(drift: bool, **kwargs):  # noqa: ANN201 - a SpecmonApp
-    """A SpecmonApp on `demo_fleet(drift)`, whose drift watches have seen the whole session."""
+def demo_app(drift: bool, spec_nccl: bool = True, restart: bool = False, **kwargs):  # noqa: ANN201
+    """A SpecmonApp on `demo_fleet(drift)`, whose drift watches have seen the whole session.
+
+    `spec_nccl=False`: the speculative server runs without the NCCL tuning (the runs' conditions
+    differ); `restart`: the baseline has just restarted (start-up lines, no decode line yet)."""
     from specmon.ui.app import SpecmonApp
 
-    return SpecmonApp(demo_fleet(drift), clock=lambda: DEMO_NOW, show_clock=False, **kwargs)
+    fleet = demo_fleet(drift, spec_nccl)
+    now = DEMO_NOW
+    if restart:
+        now = DEMO_NOW + 6
+
+        def feed(name: str, text: str, t: float) -> None:
+            fleet.lines("demo", name, [LineItem(text, parse_line(text), t)])
+
+        _start(feed, "baseline", DEMO_NOW + 5, spec=False, nccl=True)
+        fleet.tick(now)
+    return SpecmonApp(fleet, clock=lambda: now, show_clock=False, **kwargs)
 
 
 def phantom_baseline_app(tmp_path):  # noqa: ANN001, ANN201 - a SpecmonApp over the demo

@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="release whose log format the simulated servers write (default newest)")
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="requests the built-in clients keep in flight per server (default 1)")
-    p.add_argument("--keep", action="store_true", help="keep the demo's log files on exit")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the demo's log files and recorded baselines on exit")
     add_export_dir(p)
     add_config(p, "its [keys] remap the UI")
     p.add_argument("--scenario", choices=["default", "phantom-baseline"], default="default",
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
                      baseline_store=BaselineStore(feed.workdir / "baselines.sqlite3"),
                      actions=demo_actions(feed), title=f"{feed.host} (simulated {kind}host)",
                      keymap=dict(cfg.keys) if cfg is not None else None,
-                     export_dir=Path(args.export_dir) if args.export_dir else None)
+                     export_dir=Path(args.export_dir) if args.export_dir else None,
+                     store_note=None if args.keep else
+                     "demo: temporary store, deleted at exit")
 
     def _quit(_signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started

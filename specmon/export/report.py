@@ -373,6 +373,14 @@ VLLM_THROUGHPUT_NOTE = (f"vLLM servers: throughput is {throughput_label('vllm')}
                         "with p10–p90 and n.")
 
 
+def _spec_text(args: dict[str, Any]) -> str | None:
+    """The speculative settings; a vLLM server's with its release (`vLLM 0.11.0: eagle3 k 3`)."""
+    spec = spec_config_text(args)
+    if spec and args.get("engine_version"):
+        return f"vLLM {args['engine_version']}: {spec}"
+    return spec
+
+
 def _throughput_notes(engines: set[str]) -> list[str]:
     """What the throughput numbers are, for each engine in the report."""
     return ([THROUGHPUT_NOTE] if "sglang" in engines or not engines else []) + (
@@ -490,7 +498,7 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
             "model": st.args.get("model_path") or st.args.get("served_model_name")
             if st.runs else s.args.get("model_path"),
             "tp": (st.args if st.runs else s.args).get("tp_size"),
-            "speculative": spec_config_text(st.args if st.runs else s.args),
+            "speculative": _spec_text(st.args if st.runs else s.args),
             "engine": st.engine or "sglang", "throughput": throughput_label(st.engine),
             "gpus": own.text(), "gpu_indices": list(own.indices),
             "decode_lines": s.counts.get("decode"), "lines": s.counts.get("lines"),

@@ -50,8 +50,16 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
 
     async def reader() -> None:
         try:
-            async for ev in tailer.events():
-                await queue.put(ev)  # bounded: a slow consumer slows the tail, not memory
+            events = tailer.events()
+            try:
+                async for ev in events:
+                    await queue.put(ev)  # bounded: a slow consumer slows the tail, not memory
+            finally:
+                # cancelled while waiting on the queue, the generator is closed here (its
+                # cleanup stops the agent process), not at garbage collection after the loop
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
         except Exception:
             await queue.put(None)  # the end marker, then the error for pump_tail to raise
             raise
@@ -94,8 +102,14 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
     finally:
         tailer.stop()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        # the reader's cleanup stops the host agent: wait for it even when this task is
+        # cancelled again meanwhile (else the agent outlives the event loop)
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task}, timeout=10.0)
+                break
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: reported above, or the end marker's error
 
 
 async def pump_gpus(source: AsyncIterable[list[GpuSample]], host: str, sink: FeedSink,
@@ -120,7 +134,8 @@ async def pump_gpus(source: AsyncIterable[list[GpuSample]], host: str, sink: Fee
 async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
     """Cancel the feed's tasks and wait until each has run its cleanup."""
     for t in tasks:
-        t.cancel()
+        if not getattr(t, "cancelling", lambda: 0)():  # (a gather cancelled it already: a
+            t.cancel()  # second cancel would cut its cleanup short)
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await t

@@ -330,6 +330,11 @@ class DemoActions:
         self.srv = srv
         self.name = srv.name
 
+    @property
+    def running(self) -> bool:
+        """Its process is alive (a swap to it would stop the other server for nothing)."""
+        return self.srv.proc is not None and self.srv.proc.returncode is None
+
     def _progress(self, progress: object, label: str) -> None:
         if callable(progress):
             from specmon.control.progress import StartProgress
@@ -338,8 +343,8 @@ class DemoActions:
 
     async def start(self, progress: object = None) -> None:
         srv, feed = self.srv, self.feed
-        if srv.proc is not None and srv.proc.returncode is None:
-            raise RuntimeError(f"{srv.name} is already running (pid {srv.proc.pid})")
+        if self.running:
+            raise RuntimeError(f"{srv.name} is already running (pid {srv.proc.pid if srv.proc else '?'})")
         self._progress(progress, f"starting {srv.name}")
         await feed.start_server(srv)
         if feed._sink is not None:

@@ -306,7 +306,9 @@ class _AgentProcess:
             return
         if not self.closed.is_set():
             self.proc.close_stdin()
-            await self.proc.wait(2.0)
+            if await self.proc.wait(2.0) is None:  # still running: end our process group and
+                self.proc.terminate()  # reap it, so no child outlives the event loop
+                await self.proc.wait(2.0)
         self._shut()
         if self._reader is not None:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):

@@ -40,6 +40,8 @@ BaselineLookup = Callable[[str, str, "str | None"], Any]
 RecordListener = Callable[[str, str, LineItem], None]
 #: called when a server's alert changes (raised, level/causes changed, cleared)
 AlertListener = Callable[[str, str, Alert], None]
+#: called with every notice (host, server or "*", text): the UI's status line shows them
+NoticeListener = Callable[[str, str, str], None]
 
 ALERT_LEVELS = {"info": 1, "warning": 2, "critical": 3}
 NO_SGLANG_S = 30.0  # a tailed file without one SGLang line this long is said so on its panel
@@ -60,6 +62,21 @@ class Watch:
     raised: int = 0  # alerts raised so far (a clear ends one; refreshed causes do not start one)
     notified: int = 0  # of those, how many were notified
     cleared_notified: int = 0
+    run: int | None = None  # the server's run whose records the monitor was fed last
+
+    def evidence(self, state: ServerState) -> tuple[int, int]:
+        """(clean samples of the server's *current* run in its current stratum, the n a verdict
+        needs): a badge says OK or DRIFT only on this run's own evidence, never on n 0 or on the
+        run before a restart (the monitor has not seen this run yet: n 0)."""
+        mon = self.monitor
+        need = mon.p.min_live
+        run = state.runs[-1] if state.runs else None
+        if run is None or run.last is None or self.run != run.index:
+            return 0, need
+        stratum = stratum_of(run.last, mon.p)
+        key = "*" if mon.baseline.fixed else (stratum.key if stratum is not None else None)
+        det = mon.detectors.get(key) if key is not None else None
+        return (len(det.live) if det is not None else 0), need
 
 
 @dataclass
@@ -154,6 +171,10 @@ class FleetSession:
         self._pays: dict[str, PaysWatcher] = {}  # per host
         self.record_listeners: list[RecordListener] = []
         self.alert_listeners: list[AlertListener] = []
+        self.notice_listeners: list[NoticeListener] = []
+        # what a requested baseline goes through before it is stored (the UI redacts secrets)
+        self.prepare_baseline: Callable[[Baseline], None] | None = None
+        self.read_only = False  # a replay: a requested baseline is refused, nothing is stored
         self._looked_up: set[tuple[str, str]] = set()
         self._declared_at: dict[tuple[str, str], float] = {}
         self._sglang_seen: set[tuple[str, str]] = set()
@@ -205,7 +226,12 @@ class FleetSession:
         for it in items:
             s.apply(it.text, it.record, it.t)
             if it.record is not None:
-                if w is not None:  # vLLM: the engine line once joined with its spec line
+                if w is not None:
+                    run = s.runs[-1].index if s.runs else None
+                    if w.run is not None and run != w.run:
+                        w.monitor.restart()  # every run earns its own verdict (any boundary)
+                    w.run = run
+                    # vLLM: the engine line once joined with its spec line
                     for rec, t in s.last_released:
                         w.monitor.observe(rec, t)
                 self._sglang_seen.add(key)
@@ -230,6 +256,8 @@ class FleetSession:
             self.host(host).notices.append(text)
         else:
             self.server(host, server).notices.append(text)
+        for fn in self.notice_listeners:
+            fn(host, server, text)
 
     def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
         then = "waiting for it to appear" if reason == "no such file" else "retrying"
@@ -251,11 +279,20 @@ class FleetSession:
         self.host(host).infos = {i.name: i for i in infos}
 
     def request_baseline(self, host: str, server: str) -> None:
-        """Headless: record and watch; a failure is a notice on the server."""
+        """Record and watch (a feed's scenario, or the `b` key); the result is a notice on the
+        server, a failure too (one line)."""
+        if self.read_only:
+            self.notice(host, server, "read-only (a replay): no baseline recorded")
+            return
         try:
-            self.record_baseline(host, server)
+            b = self.record_baseline(host, server, prepare=self.prepare_baseline)
         except Exception as exc:  # noqa: BLE001 - too few samples, a store error: one line
             self.notice(host, server, f"baseline not recorded: {exc}")
+            return
+        best = b.stats.best()
+        what = (f" ({best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()})"
+                if best is not None and best.median_thr is not None else "")
+        self.notice(host, server, f"baseline recorded: {b.name}{what}")
 
     def reset_host(self, host: str, fresh: Session) -> None:
         """Start the host over from `fresh` (a replay seeking backwards): its servers, GPUs and

@@ -8,11 +8,12 @@ fingerprint differences between the two runs matter, and how old a run that ende
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specmon.analysis.conditions import conditions_differ
-from specmon.analysis.drift import BaselineStats, rr_bucket
+from specmon.analysis.drift import BaselineStats, StratumBaseline, neff, rr_bucket
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.session.state import Run, ServerState
 from specmon.session.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
@@ -34,6 +35,8 @@ class SpeedupView:
     drift_pct: float | None = None  # live baseline vs recorded, % (shown while drift is alerted)
     drift_active: bool = False
     vs_recorded: float | None = None  # spec median / recorded baseline
+    vs_recorded_ci95: tuple[float, float] | None = None  # from the spec median's and the
+    # recorded stratum's standard errors (log space), like the live speedup's interval
     fingerprint_diffs: tuple[str, ...] = ()  # conditions that differ besides speculation
     base_ended_age_s: float | None = None  # seconds since the baseline's run ended (None: running)
     spec_ended_age_s: float | None = None
@@ -43,6 +46,12 @@ class SpeedupView:
 
 def recorded_median(stats: BaselineStats | None, running_req: int) -> float | None:
     """The recorded baseline's median tok/s at this batch size (its largest stratum there)."""
+    best = recorded_stratum(stats, running_req)
+    return best.median_thr if best is not None else None
+
+
+def recorded_stratum(stats: BaselineStats | None, running_req: int) -> StratumBaseline | None:
+    """The recorded baseline's largest non-speculative stratum at this batch size."""
     if stats is None:
         return None
     best = None
@@ -53,7 +62,16 @@ def recorded_median(stats: BaselineStats | None, running_req: int) -> float | No
             continue
         if best is None or b.n > best.n:
             best = b
-    return best.median_thr if best is not None else None
+    return best
+
+
+def _vs_recorded_ci(ratio: float, spec_se_log: float | None, rec: StratumBaseline
+                    ) -> tuple[float, float]:
+    """95% interval of spec median / recorded median: both medians' standard errors in log
+    space (the recorded one from its robust sigma and lag-1 autocorrelation)."""
+    se_rec = 1.2533 * rec.sig / math.sqrt(neff(rec.n, rec.rho))
+    se = math.sqrt((spec_se_log or 0.0) ** 2 + se_rec ** 2)
+    return ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
 
 
 def _age(run: Run, now: float | None) -> float | None:
@@ -81,13 +99,17 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
         return replace(view, reason=f"no batch size with >= {MIN_N} decode samples in both current "
                                     f"runs (baseline run {br.index}, speculative run {sr.index}) "
                                     f"in their last {window_s:.0f} s")
-    rec = recorded_median(recorded, sp.running_req)
+    rst = recorded_stratum(recorded, sp.running_req)
+    rec = rst.median_thr if rst is not None else None
+    vs_rec = sp.spec.median / rec if rec else None
     return replace(
         view, value=sp.ratio, ci95=sp.ci95, running_req=sp.running_req,
         base_median=sp.base.median, spec_median=sp.spec.median, n_base=sp.base.n,
         n_spec=sp.spec.n, recorded_base=rec,
         drift_pct=100.0 * (sp.base.median / rec - 1.0) if rec else None,
-        vs_recorded=sp.spec.median / rec if rec else None, detail=sp)
+        vs_recorded=vs_rec, detail=sp,
+        vs_recorded_ci95=_vs_recorded_ci(vs_rec, sp.spec.se_log, rst)
+        if vs_rec is not None and rst is not None else None)
 
 
 def _age_text(s: float) -> str:

@@ -377,6 +377,9 @@ class ServerState:
     decode_total: int = 0
     prefill_total: int = 0
     log: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
+    # the record each kept line was parsed into (None: not an SGLang line), in step with `log`:
+    # the UI shows the records as they were parsed once, never parsing a line again
+    log_records: deque[Record | None] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
     traceback: list[str] = field(default_factory=list)
     in_traceback: bool = False
     startup: StartupProgress = field(default_factory=StartupProgress)
@@ -386,9 +389,9 @@ class ServerState:
     last_line_t: float | None = None  # receive time of the newest line
     pids: set[int] = field(default_factory=set)  # launcher and workers, when the feed knows them
     fingerprint: Any = None  # the fingerprint of the baseline recorded on this server, if any
-    control_text: str | None = None  # progress/result of the last start/stop/... from the UI
     env_audit: Any = None  # what the workers' /proc/PID/environ really held after our start
     last_bench: Any = None  # the last benchmark run (end-to-end numbers)
+    last_bench_run: int | None = None  # the index of the server's run it measured
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
     engine: str | None = None  # "vllm" once a vLLM line arrived (None: SGLang or not known yet)
@@ -483,6 +486,7 @@ class ServerState:
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)
+        self.log_records.append(rec)
         if self.in_traceback:
             if text.strip() and not text.startswith((" ", "\t", "Traceback")) and rec is not None:
                 self.in_traceback = False

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import urllib.parse
@@ -276,7 +277,7 @@ class SimServer:
     def run(self) -> int:
         self._install_signals()
         try:
-            self.httpd = ThreadingHTTPServer((self.opts.host, self.opts.port), self.make_handler())
+            self.httpd = _HttpServer((self.opts.host, self.opts.port), _make_handler(self))
         except OSError as exc:
             where = f"{self.opts.host}:{self.opts.port}"
             raise SimError(f"cannot bind {where}: {exc.strerror}") from None
@@ -870,6 +871,18 @@ class SimServer:
 def token_text(rid: str, start: int, n: int) -> str:
     seed = int(rid[-6:], 16) if rid else 0
     return "".join(_WORDS[(seed + 7 * i) % len(_WORDS)] for i in range(start, start + n))
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """A client that hangs up (a benchmark closing its keep-alive connections) is not an error
+    worth a traceback in the server log; uvicorn says nothing either."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -27,6 +26,7 @@ from specmon.analysis.advisor import (
 from specmon.numfmt import num
 from specmon.session.advice import segments
 from specmon.session.state import ServerState, Session
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
 
@@ -116,7 +116,7 @@ def advisor_report(session: Session, memory: AdvisorMemory) -> str:
 
 
 class AdvisorScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,a", "dismiss", "Close advisor", id="advisor.close")]
+    BINDINGS = bindings("advisor")
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -129,8 +129,6 @@ class AdvisorScreen(ModalScreen[None]):
 
 class AdvisorKeysMixin:
     """Key `a` (advisor screen), for SpecmonApp."""
-
-    ADVISOR_BINDINGS = [Binding("a", "advisor", "Advisor", show=False, id="advisor.show")]
 
     def action_advisor(self) -> None:
         app: Any = self

@@ -1,38 +1,41 @@
 """The Textual app: baseline and speculative servers side by side, speedup, GPUs, logs.
 
-The app does not know where data comes from: a feed (demo, SSH connect, replay) pushes batches
-through a sink that posts messages; handlers update the session; widgets refresh from the session
-on a timer at a few Hz, so 1,000 log lines per second per server cost a handful of repaints.
+The app does not know where data comes from: a feed (demo, SSH connect, replay) calls a sink
+that applies each event to the session model directly (the feed runs on the app's loop) and
+posts one replaceable "session changed" message; what the UI does about an event comes from
+the session's listeners (lines, notices, alerts). Widgets refresh from the session on a timer
+at a few Hz, so 1,000 log lines per second per server cost a handful of repaints.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rich.markup import escape
-from textual import events, on
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.export.redact import redact_fingerprint
-from specmon.hosts.base import ConnectionState
-from specmon.parse.gpu import GpuSample
+from specmon.keymap import ACTIONS, GROUPS
+from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
-from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
-from specmon.session.drift import NotEnoughSamples, alert_lines
-from specmon.session.events import Feed, LineItem, ServerInfo
+from specmon.session.baselines import Baseline, BaselineStore
+from specmon.session.drift import alert_lines
+from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.state import Session
 from specmon.session.window import DEFAULT_WINDOW_S
@@ -40,29 +43,19 @@ from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model
-from specmon.ui.messages import (
-    BaselineRequest,
-    GpuUpdate,
-    HostServers,
-    HostStateChanged,
-    ServerDeclared,
-    ServerExited,
-    ServerLines,
-    ServerNotice,
-    ServerPids,
-    ServerProbe,
-    TailMissing,
-)
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain, plain_lines
 from specmon.ui.snapshot_keys import SnapshotKeysMixin
 from specmon.ui.widgets import (
+    BigFigure,
     DriftPanel,
     GpuPanel,
     HostsPanel,
+    Lines,
     LogView,
     ServerPanel,
     SpeedupBar,
-    SpeedupDigits,
+    fit,
     safe_id,
 )
 
@@ -87,39 +80,8 @@ changed the printed rate's definition twice.
 • N/A means specmon did not measure it; it never shows a guess.
 """
 
-# (group, [(action, what it does)]): the help lists these with the keys currently bound to them
-HELP_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("Move around", [("focus_next", "next panel (the focused one has a bright border)"),
-                     ("focus_previous", "previous panel"),
-                     ("next_host", "next host tab (several hosts)"),
-                     ("toggle_log_full", "the focused server's log full screen, and back"),
-                     ("toggle_gpus", "every GPU's row, or one summary row per server"),
-                     ("help", "this help"), ("command_palette", "every action, and the themes")]),
-    ("Logs", [("filter", "filter the focused log (plain text)"),
-              ("clear_filter", "clear the filter"),
-              ("pause", "pause following (scrolling up pauses too)"),
-              ("follow", "follow the end again"),
-              ("toggle_compact", "compact lines (time, bs, tok/s, accept len) or raw lines")]),
-    ("Numbers", [("cycle_window", "statistics window: 30 s, 60 s, 300 s"),
-                 ("advisor", "the advisor: best speculative settings, break-even accept len"),
-                 ("chart_metric", "chart: decode tok/s, accept len, t_cycle"),
-                 ("record_baseline", "record the focused server's run as its baseline")]),
-    ("Servers", [("server_start", "start the focused server from its profile"),
-                 ("server_stop", "stop it (asks first)"),
-                 ("server_restart", "restart it"),
-                 ("server_swap", "stop it and start the other"),
-                 ("server_bench", "a short end-to-end benchmark")]),
-    ("Replay", [("toggle_play", "play / pause"), ("seek(-10)", "back 10 s"),
-                ("seek(10)", "forward 10 s"), ("seek(-60)", "back 60 s"),
-                ("seek(60)", "forward 60 s"), ("slower", "slower"), ("faster", "faster"),
-                ("seek_start", "to the start"), ("seek_end", "to the end")]),
-    ("Files", [("export_snapshot", "export the session to a snapshot file"),
-               ("screenshot", "save an SVG screenshot"), ("quit", "quit")]),
-]
-
-
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close help", id="help.close")]
+    BINDINGS = bindings("help")
 
     def __init__(self, keys: str) -> None:
         super().__init__()
@@ -131,46 +93,33 @@ class HelpScreen(ModalScreen[None]):
                          "this help[/dim]", id="help-text")
 
 
-class _Sink:
-    """The FeedSink of the TUI: each feed event becomes a message (same event loop); its
-    handler calls the same method of the session model."""
+class SessionChanged(Message):
+    """A feed event was applied to the session model; one waits in the queue at a time (a
+    newer one replaces it): the handler redraws once for a burst of events."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SessionChanged)
+
+
+class _AppSink:
+    """The TUI's FeedSink: each event is the session model's method of the same name, applied
+    directly (the feed runs on the app's own loop), then one replaceable `SessionChanged`.
+
+    A new feed event needs no code here: the protocol (session/events.py) and the session
+    (`FleetSession`) are its two edits; what the UI does about it comes from the session's
+    listeners (lines, notices, alerts) and from the redraw."""
 
     def __init__(self, app: SpecmonApp) -> None:
-        self.app = app
+        self._app = app
 
-    def declare_server(self, host: str, server: str, role: str | None, path: str | None) -> None:
-        self.app.post_message(ServerDeclared(host, server, role, path))
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        apply = getattr(self._app.fleet, name)
 
-    def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
-        if items:
-            self.app.post_message(ServerLines(host, server, items))
+        def event(*args: Any, **kwargs: Any) -> None:
+            apply(*args, **kwargs)
+            self._app.post_message(SessionChanged())
 
-    def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
-        self.app.post_message(GpuUpdate(host, samples, error))
-
-    def server_exited(self, host: str, server: str, code: int | None) -> None:
-        self.app.post_message(ServerExited(host, server, code))
-
-    def notice(self, host: str, server: str, text: str) -> None:
-        self.app.post_message(ServerNotice(host, server, text))
-
-    def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
-        self.app.post_message(TailMissing(host, server, path, reason))
-
-    def host_state(self, host: str, state: ConnectionState) -> None:
-        self.app.post_message(HostStateChanged(host, state))
-
-    def host_servers(self, host: str, infos: Sequence[ServerInfo]) -> None:
-        self.app.post_message(HostServers(host, infos))
-
-    def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
-        self.app.post_message(ServerPids(host, server, pids))
-
-    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
-        self.app.post_message(ServerProbe(host, server, probe))
-
-    def request_baseline(self, host: str, server: str) -> None:
-        self.app.post_message(BaselineRequest(host, server))
+        return event
 
 
 ServerKey = tuple[str, str]
@@ -186,24 +135,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
-    BINDINGS = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("question_mark", "help", "Help", id="help"),
-        Binding("slash", "filter", "Filter", id="log.filter"),
-        Binding("end", "follow", "Follow log", show=False, id="log.follow"),
-        Binding("p", "pause", "Pause log", show=False, id="log.pause"),
-        Binding("w", "cycle_window", "Window", id="window.cycle"),
-        Binding("b", "record_baseline", "Baseline", id="baseline.record"),
-        Binding("h", "next_host", "Next host", id="host.next"),
-        Binding("l", "toggle_log_full", "Log", id="log.full"),
-        Binding("c", "toggle_compact", "Compact log", show=False, id="log.compact"),
-        Binding("t", "chart_metric", "Chart", show=False, id="chart.metric"),
-        Binding("d", "toggle_gpus", "GPU rows", id="gpus.toggle"),
-        *SnapshotKeysMixin.SNAPSHOT_BINDINGS,
-        *ServerControlMixin.CONTROL_BINDINGS,
-        *AdvisorKeysMixin.ADVISOR_BINDINGS,
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="log.clear_filter"),
-    ]
+    BINDINGS = bindings("app")  # from the action table (specmon/keymap.py), remappable by id
     # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
     CHART_MIN = (160, 48)
 
@@ -212,12 +144,14 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                  keymap: dict[str, str] | None = None, clock: Callable[[], float] = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
                  baseline_store: BaselineStore | None = None,
-                 actions: dict[ServerKey, Any] | None = None, title: str | None = None) -> None:
+                 actions: dict[ServerKey, Any] | None = None, title: str | None = None,
+                 store_note: str | None = None) -> None:
         super().__init__()
         self.fleet = session if isinstance(session, FleetSession) else \
             FleetSession.of(session, clock=clock)
         if baseline_store is not None:
             self.fleet.store = baseline_store
+        self.fleet.prepare_baseline = _redact_baseline  # the store keeps no secret
         self.feed = feed
         self.window_s = window_s
         self.refresh_hz = refresh_hz
@@ -226,25 +160,57 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.show_clock = show_clock
         self.export_dir = export_dir or Path.cwd()
         self.actions = dict(actions or {})
-        self._pending: dict[ServerKey, list[str]] = {}
+        self.control_status: dict[ServerKey, str] = {}
+        self._panel_focused = False  # the first panel got the focus once (_default_focus)
+        self._pending: dict[ServerKey, list[tuple[str, Record | None]]] = {}
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
         self._multi = len(self.fleet.hosts) > 1
         self.metrics_server: Any = None  # what the command opened for this app (it closes them)
         self.hosts: list[Any] = []
         self.lines_received = 0
+        self.sink: FeedSink = cast(FeedSink, _AppSink(self))  # what the feed is given
         self.refreshes = 0
         self.chart_metric = METRICS[0]
         self._refresh_requested = False
         self._chart_sig: object = None
         self.compact_logs = True
         self.sub_title = plain(title or ", ".join(self.fleet.hosts))
+        self.store_note = store_note  # e.g. the demo's "temporary store, deleted at exit"
+        self.status_text: tuple[str, str] | None = None  # (the newest notification, severity)
+        self._status_timer: Any = None
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
-        """Every toast passes `plain_lines`: its text may hold a host's or a file's words."""
-        super().notify(plain_lines(message), title=plain(title), severity=severity,
-                       timeout=timeout, markup=markup)
+        """One line in the status area under the headline, replaced by the next (no toast over
+        the panels: at 80x24 a toast hid the speculative panel's numbers). The text passes
+        `plain`: it may hold a host's or a file's words."""
+        lines = [x.strip() for x in plain_lines(message).splitlines() if x.strip()]
+        text = " · ".join(([plain(title)] if title else []) + lines)
+        self.status_text = (text, str(severity))
+        self._show_status()
+        if self._status_timer is not None:
+            self._status_timer.stop()
+        wait = timeout if timeout is not None else 6.0
+        self._status_timer = self.set_timer(wait, self._clear_status) if self.is_running else None
+
+    def _clear_status(self) -> None:
+        self.status_text = None
+        self._status_timer = None
+        self._show_status()
+
+    def _show_status(self) -> None:
+        try:
+            line = self.query_one("#status", Lines)
+        except NoMatches:
+            return
+        if self.status_text is None:
+            line.display = False
+            return
+        text, severity = self.status_text
+        style = {"error": "bold $error", "warning": "bold $warning"}.get(severity, "")
+        line.display = True
+        line.put([(fit(text, line.avail) or text[:line.avail], style)])
 
     @property
     def session(self) -> Session:
@@ -263,8 +229,9 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.show_clock)
         yield Static("", id="connection")
+        yield Lines("", id="status")
         with Horizontal(id="headline"):
-            yield SpeedupDigits("-•--", id="speedup-big")
+            yield BigFigure("", id="speedup-big")
             yield SpeedupBar("", id="speedup")
             yield DriftPanel("", id="alerts")
         if self._multi:
@@ -313,13 +280,16 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         if self._keymap:
             self.set_keymap(self._keymap)  # the config's [keys], ids checked when it was read
         self._apply_size(self.size.width, self.size.height)
+        self._show_status()  # a message from before the first frame
         for host, st in self.fleet.servers():
             self._ensure_panel(host, st.name)
         self.fleet.alert_listeners.append(self._alert_changed)
+        self.fleet.record_listeners.append(self._line_applied)
+        self.fleet.notice_listeners.append(self._notice)
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view)
         self.set_interval(1.0, self.drift_tick)
         if self.feed is not None:
-            self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
+            self._feed_worker = self.run_worker(self.feed.run(self.sink), name="feed",
                                                 group="feed", exit_on_error=False)
         self.refresh_view()
 
@@ -337,8 +307,11 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.exit()
 
     async def on_unmount(self) -> None:
-        with contextlib.suppress(ValueError):
-            self.fleet.alert_listeners.remove(self._alert_changed)
+        for listeners, fn in ((self.fleet.alert_listeners, self._alert_changed),
+                              (self.fleet.record_listeners, self._line_applied),
+                              (self.fleet.notice_listeners, self._notice)):
+            with contextlib.suppress(ValueError):
+                listeners.remove(fn)  # type: ignore[arg-type]
         await self.stop_feed()
 
     def _ensure_panel(self, host: str, name: str) -> ServerPanel | None:
@@ -398,57 +371,24 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def panels(self) -> list[ServerPanel]:
         return [p for p in self._panels.values() if p.is_mounted]
 
-    # --- messages from the feed: each calls the session model's method of the same name -------
+    # --- the session model changed: its listeners and one redraw ----------------------------
 
-    @on(ServerDeclared)
-    def _declared(self, msg: ServerDeclared) -> None:
-        self.fleet.declare_server(msg.host, msg.server, msg.role, msg.path)
-        self._ensure_panel(msg.host, msg.server)
+    def on_session_changed(self, _msg: SessionChanged) -> None:
+        """New servers get their panel (the widgets read the rest at the next refresh)."""
+        for host, st in self.fleet.servers():
+            if (host, st.name) not in self._panels:
+                self._ensure_panel(host, st.name)
 
-    @on(ServerLines)
-    def _lines(self, msg: ServerLines) -> None:
-        self.fleet.lines(msg.host, msg.server, msg.items)
-        self._pending.setdefault((msg.host, msg.server), []).extend(it.text for it in msg.items)
-        self.lines_received += len(msg.items)
-        self._ensure_panel(msg.host, msg.server)
+    def _line_applied(self, host: str, server: str, item: LineItem) -> None:
+        """A record listener: the line goes to its panel's log at the next refresh."""
+        self._pending.setdefault((host, server), []).append((item.text, item.record))
+        self.lines_received += 1
 
-    @on(GpuUpdate)
-    def _gpus(self, msg: GpuUpdate) -> None:
-        self.fleet.gpus(msg.host, msg.samples, msg.error)
-
-    @on(ServerExited)
-    def _exited(self, msg: ServerExited) -> None:
-        self.fleet.server_exited(msg.host, msg.server, msg.code)
-
-    @on(ServerNotice)
-    def _notice(self, msg: ServerNotice) -> None:
-        self.fleet.notice(msg.host, msg.server, msg.text)
-        who = msg.host if msg.server == "*" else self.server_label((msg.host, msg.server))
-        self.notify(f"{who}: {msg.text}", markup=False)
-
-    @on(TailMissing)
-    def _tail_missing(self, msg: TailMissing) -> None:
-        self.fleet.tail_missing(msg.host, msg.server, msg.path, msg.reason)
-
-    @on(ServerProbe)
-    def _probe(self, msg: ServerProbe) -> None:
-        self.fleet.server_probe(msg.host, msg.server, msg.probe)
-
-    @on(ServerPids)
-    def _pids(self, msg: ServerPids) -> None:
-        self.fleet.server_pids(msg.host, msg.server, msg.pids)
-
-    @on(HostServers)
-    def _host_servers(self, msg: HostServers) -> None:
-        self.fleet.host_servers(msg.host, msg.infos)
-
-    @on(BaselineRequest)
-    def _baseline_request(self, msg: BaselineRequest) -> None:
-        self.record_baseline(msg.host, msg.server)
-
-    @on(HostStateChanged)
-    def _host_state(self, msg: HostStateChanged) -> None:
-        self.fleet.host_state(msg.host, msg.state)
+    def _notice(self, host: str, server: str, text: str) -> None:
+        who = host if server == "*" else self.server_label((host, server))
+        if self.store_note and text.startswith("baseline recorded"):
+            text += f"; {self.store_note}"  # where it went (the demo's store is temporary)
+        self.notify(f"{who}: {text}", markup=False)
 
     # --- periodic refresh ---------------------------------------------------------------------
 
@@ -483,7 +423,19 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             down.append(text)
         return "; ".join(down) if down else "connected"
 
+    def _default_focus(self) -> None:
+        """A server's keys (control, baseline, log) live on its panel: the leftmost panel gets
+        the focus once, when it appears (Textual focused the first focusable widget before any
+        panel existed); after that the user moves it (tab)."""
+        if self._panel_focused or len(self.screen_stack) != 1:
+            return
+        first = next(iter(self.query(ServerPanel)), None)
+        if first is not None and first.is_mounted:
+            first.focus()
+            self._panel_focused = True
+
     def _refresh_view(self) -> None:
+        self._default_focus()
         now = self.clock()
         self.refreshes += 1
         host = self.active_host()
@@ -501,8 +453,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                 view.filled = False
                 continue
             rec = recorded.get(panel.server, (None,))[0] if panel.host == host else None
-            panel.refresh_from(state, now, self.window_s, rec)
-            view.set_source(state.log)
+            panel.refresh_from(state, now, self.window_s, rec, self.control_status.get(key))
+            view.set_source(state)
             if not view.filled:
                 view.refill()  # a panel mounted after lines arrived starts with what is kept
             elif pending:
@@ -541,6 +493,9 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         """On screen now: the refresh cost follows the visible panels, not the tailed logs."""
         if not widget.display or widget.parent is None:
             return False
+        shown = self.screen.maximized
+        if shown is not None:  # `l`: only the maximized log is on screen
+            return isinstance(widget, ServerPanel) and shown is widget.log_view
         try:
             container = widget.parent
             box = container.scrollable_content_region if hasattr(
@@ -573,13 +528,24 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         return headline_model(hs, hs.by_role("baseline"), hs.by_role("speculative"),
                               self.shown_watches(host), self.clock(), self.window_s)
 
+    def _baseline_hint(self) -> str:
+        """"b records this run as the baseline", with the key as bound now (the config's
+        remap), where the recording goes; nothing in a replay (read-only)."""
+        if self.check_action("record_baseline", ()) is False:
+            return ""
+        act = next(a for a in ACTIONS if a.id == "baseline.record")
+        key = self._keymap.get("baseline.record", act.key).split(",")[0].strip()
+        where = f" ({self.store_note})" if self.store_note else ""
+        return f"{self.get_key_display(Binding(key, act.action))} records this run as the " \
+               f"baseline{where}"
+
     def _show_headline(self, host: str | None, base: Any, spec: Any, now: float) -> None:
         model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
                                self.window_s)
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
-        self.query_one(SpeedupDigits).show(model)
+        self.query_one(BigFigure).show(model)
         self.query_one(SpeedupBar).show(model, rows)
-        self.query_one(DriftPanel).show(model, rows)
+        self.query_one(DriftPanel).show(model, rows, self._baseline_hint())
 
     # --- baselines and drift (the session model owns them; the UI shows and stores) -----------
 
@@ -591,22 +557,11 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         assert isinstance(store, BaselineStore)
         return store
 
-    def record_baseline(self, host: str, server: str) -> Baseline | None:
-        """Record the server's current run as its baseline, store it, and watch for drift."""
+    def record_baseline(self, host: str, server: str) -> None:
+        """Record the server's current run as its baseline, store it, and watch for drift:
+        the session model's `request_baseline` (its result comes back as a notice)."""
         _ = self.baseline_store  # the default store, unless one was given
-        try:
-            b = self.fleet.record_baseline(host, server, prepare=_redact_baseline)
-        except NotEnoughSamples as exc:
-            self.notify(str(exc), severity="warning", markup=False)
-            return None
-        except (OSError, sqlite3.Error, BaselineExists) as exc:
-            self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
-            return None
-        best = b.stats.best()
-        what = (f"{best.median_thr:.1f} tok/s, n={best.n}, {best.stratum.describe()}"
-                if best and best.median_thr is not None else "")
-        self.notify(f"baseline recorded: {b.name} ({what})", markup=False)
-        return b
+        self.fleet.request_baseline(host, server)
 
     def drift_tick(self) -> None:
         now = self.clock()
@@ -667,24 +622,22 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         return panels[0].log_view if panels else None
 
     def help_keys(self) -> str:
-        """Key groups for the help: readable key names ("?", "/", "esc"), only keys that work
-        here (replay drops the control keys), remaps included."""
-        keys: dict[str, list[str]] = {}
-        # the app's own bindings after the keymap (a focused widget may shadow a key; the help
-        # lists what the app binds)
-        for b in (b for bs in self._bindings.key_to_bindings.values() for b in bs):
-            if self.check_action(b.action, ()) is False:
-                continue
-            keys.setdefault(b.action, [])
-            disp = self.get_key_display(b)
-            if disp not in keys[b.action]:
-                keys[b.action].append(disp)
-        keys.setdefault("focus_next", ["tab"])
-        keys.setdefault("focus_previous", ["shift+tab"])
-        keys.setdefault("command_palette", ["ctrl+p"])
+        """Key groups for the help, from the action table: readable key names ("?", "/",
+        "esc"), the config's remaps, only keys that work here (a replay drops the control
+        keys)."""
         out = []
-        for group, entries in HELP_GROUPS:
-            rows = [(", ".join(keys[a]), what) for a, what in entries if keys.get(a)]
+        for group in GROUPS:
+            rows = []
+            for a in ACTIONS:
+                if a.group != group or a.target not in ("app", "panel", "log", "replay",
+                                                        "builtin"):
+                    continue
+                if self.check_action(a.action, ()) is False:
+                    continue
+                keys = self._keymap.get(a.id, a.key) if a.id is not None else a.key
+                shown = ", ".join(dict.fromkeys(
+                    self.get_key_display(Binding(k.strip(), a.action)) for k in keys.split(",")))
+                rows.append((shown, a.help))
             if not rows:
                 continue
             out.append(f"[b]{group}[/b]")
@@ -696,13 +649,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.push_screen(HelpScreen(self.help_keys()))
 
     def action_toggle_log_full(self) -> None:
-        """The focused server's log alone on the screen (Textual's maximize), and back."""
+        """(The palette's way in; the key lives on the log view and its panel.)"""
         if self.screen.maximized is not None:
             self.screen.minimize()
             return
         view = self._focused_view()
         if view is not None:
-            self.screen.maximize(view, container=False)
+            view.action_toggle_log_full()
 
     def action_toggle_compact(self) -> None:
         self.compact_logs = not self.compact_logs
@@ -725,32 +678,26 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.set_class(panel.expanded, "-gpus-expanded")
         self.refresh_view()
 
+    # the palette's way into the focused log's actions (their keys live on the log view)
     def action_filter(self) -> None:
         view = self._focused_view()
-        if view is None:
-            return
-        box = view.query_one(Input)
-        box.display = True
-        box.focus()
+        if view is not None:
+            view.action_filter()
 
     def action_clear_filter(self) -> None:
         view = self._focused_view()
-        if view is None:
-            return
-        box = view.query_one(Input)
-        box.value = ""
-        box.display = False
-        view.filter_text = ""
+        if view is not None:
+            view.action_clear_filter()
 
     def action_follow(self) -> None:
         view = self._focused_view()
         if view is not None:
-            view.resume()
+            view.action_follow()
 
     def action_pause(self) -> None:
         view = self._focused_view()
         if view is not None:
-            view.pause()
+            view.action_pause()
 
     def action_next_host(self) -> None:
         """Several hosts: show the next host's tab."""
@@ -760,6 +707,10 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         cur = self.active_host()
         nxt = (hosts.index(cur) + 1) % len(hosts) if cur in hosts else 0
         self.query_one("#host-tabs", TabbedContent).active = f"tab-{nxt}"
+        # the server keys act on the focused panel: the shown host's first one
+        first = next(iter(self.query_one(f"#servers-{nxt}").query(ServerPanel)), None)
+        if first is not None:
+            first.focus()
         self.refresh_view()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -774,30 +725,14 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self.refresh_view()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's commands, then every action of the table that has a palette title and
+        can run here (a replay hides the control keys, one host hides "next host")."""
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Help", "What every number means, and the keys", self.action_help)
-        yield SystemCommand("Filter log", "Show only log lines containing a text",
-                            self.action_filter)
-        yield SystemCommand("Follow log", "Resume the sticky tail of the focused log",
-                            self.action_follow)
-        yield SystemCommand("Pause log", "Stop following the focused log", self.action_pause)
-        yield SystemCommand("Cycle window", "Statistics window: 30 s, 60 s, 300 s",
-                            self.action_cycle_window)
-        yield SystemCommand("Record baseline", "Record the focused server's current run as its "
-                            "baseline and watch for drift", self.action_record_baseline)
-        yield SystemCommand("Export snapshot", "Write the session to a snapshot file",
-                            self.action_export_snapshot)
-        yield SystemCommand("Screenshot", "Save an SVG screenshot", self.action_screenshot)
-        for name, desc, fn in (
-            ("Start server", "Start the focused server from its profile", self.action_server_start),
-            ("Stop server", "Stop the focused server (confirmation)", self.action_server_stop),
-            ("Restart server", "Restart the focused server", self.action_server_restart),
-            ("Swap servers", "Stop the focused server, start the other", self.action_server_swap),
-            ("Benchmark", "Run a short end-to-end benchmark on the focused server",
-             self.action_server_bench),
-        ):
-            yield SystemCommand(name, desc, fn)
-
+        for a in ACTIONS:
+            if a.palette and a.target in ("app", "panel", "log") \
+                    and self.check_action(a.action, ()) is not False:
+                yield SystemCommand(a.palette, a.help[:1].upper() + a.help[1:],
+                                    partial(self.run_action, a.action))
 
 
 

@@ -44,6 +44,37 @@ class ChartModel:
     unit: str = ""
     log_time: bool = True  # x is the time SGLang printed (else the time specmon received)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    y_range: tuple[float, float] = (0.0, 1.0)  # from the data (robust) and the references
+    clipped: int = 0  # points beyond y_range, drawn at its edge
+
+
+def _quantile(sorted_vals: Sequence[float], q: float) -> float:
+    i = (len(sorted_vals) - 1) * q
+    lo = math.floor(i)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (i - lo)
+
+
+def y_scale(groups: Sequence[Sequence[float]], refs: Sequence[float]) -> tuple[float, float]:
+    """The y range: each group's points (one server's run, between silences) between Tukey's
+    far-out fences (quartiles -/+ 3 IQR), so a few outliers (a t_cycle interval with a prefill
+    inside, 188 ms beside 11-26 ms) do not flatten the rest while a level shift at a restart
+    (two groups) stays in range; the recorded references always in range; a small margin."""
+    los: list[float] = list(refs)
+    his: list[float] = list(refs)
+    for g in groups:
+        vals = sorted(v for v in g if math.isfinite(v))
+        if not vals:
+            continue
+        q1, q3 = _quantile(vals, 0.25), _quantile(vals, 0.75)
+        iqr = q3 - q1
+        los.append(max(vals[0], q1 - 3 * iqr))
+        his.append(min(vals[-1], q3 + 3 * iqr))
+    if not los:
+        return 0.0, 1.0
+    lo, hi = min(los), max(his)
+    pad = max((hi - lo) * 0.08, abs(hi) * 0.01, 1e-6)
+    return (max(0.0, lo - pad) if lo >= 0 else lo - pad), hi + pad
 
 
 def metric_value(rec: object, metric: str) -> float | None:
@@ -131,9 +162,17 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
     unit = {"tok/s": "decode tok/s", "accept len": "accept len (tokens/round)",
             "t_cycle": "t_cycle ms (accept len × ms/token)"}[metric]
     window = (win_lo if win_lo is not None else hi, hi)
-    return ChartModel(metric, tuple(out), tuple(refs),
-                      tuple(sorted(b for b in boundaries if lo <= b <= hi)), window, (lo, hi), unit,
-                      any_log or not xs)
+    ys = [y for se in out for y in se.ys]
+    bounds = tuple(sorted(b for b in boundaries if lo <= b <= hi))
+    y_lo, y_hi = y_scale([seg_ys for se in out for _, seg_ys in _segments(se, bounds)],
+                         [v for _, _, v in refs])
+    clipped = sum(1 for y in ys if y < y_lo or y > y_hi)
+    notes: list[str] = []
+    if clipped:
+        why = " (intervals with a prefill inside run long)" if metric == "t_cycle" else ""
+        notes.append(f"{clipped} of {len(ys)} points beyond the scale, drawn at its edge{why}")
+    return ChartModel(metric, tuple(out), tuple(refs), bounds, window, (lo, hi), unit,
+                      any_log or not xs, tuple(notes), (y_lo, y_hi), clipped)
 
 
 def _segments(s: Series, boundaries: Sequence[float], gap_s: float = 30.0
@@ -186,42 +225,54 @@ class ThroughputChart(Vertical):
         title: list[Piece] = [(model.unit, "bold"), (" over log time · " if model.log_time else
                                                      " over receive time · ", "$text-muted")]
         for s in model.series:
-            title.append((f"━ {plain(s.name)} ", "$primary" if s.role == "baseline" else "$success"))
+            title.append((f"━ {plain(s.name)} ", SERIES_STYLE.get(s.role or "", "$text-muted")))
         for label, role, _ in model.reference:
-            title.append((f"┄ {plain(label)} ", "$primary" if role == "baseline" else "$success"))
-        title.append(("│ run start  ▒ window · t switches metric", "$text-muted"))
+            title.append((f"┄ {plain(label)} ", REFERENCE_STYLE.get(role or "", "$text-muted")))
+        shaded = self._shaded(model)
+        title.append(("│ run start" + ("  ░ window" if shaded else "  (window: all data shown)")
+                      + " · t switches metric", "$text-muted"))
+        for note in model.notes:
+            title.append((" · " + note, "$warning"))
         self.query_one(".chart-title", Lines).put(title)
-        self._draw(model)
+        self._draw(model, shaded)
 
-    def _draw(self, model: ChartModel) -> None:
+    @staticmethod
+    def _shaded(model: ChartModel) -> tuple[float, float] | None:
+        """The statistics window over the data: nothing when it covers every point shown (a
+        band over the whole plot says nothing)."""
+        lo, hi = model.span
+        x0, x1 = model.window
+        xs = [x for s in model.series for x in s.xs]
+        if not xs or x0 <= min(xs) or x1 <= x0:
+            return None
+        return max(x0, lo), min(x1, max(xs))
+
+    def _draw(self, model: ChartModel, shaded: tuple[float, float] | None) -> None:
         widget = self.query_one(PlotextPlot)
         plt = widget.plt
         tv = self.app.theme_variables
         colours = {"baseline": _rgb(tv.get("primary"), (0, 120, 215)),
                    "speculative": _rgb(tv.get("success"), (78, 191, 113))}
-        warn = _rgb(tv.get("warning"), (254, 166, 43))
+        refs = {"baseline": _rgb(tv.get("warning"), (254, 166, 43)),
+                "speculative": _rgb(tv.get("accent"), (255, 0, 102))}
         muted = _rgb(tv.get("text-muted"), (128, 128, 128))
         shade = _rgb(tv.get("panel"), (60, 60, 60))
         plt.clear_figure()
         lo, hi = model.span
-        x0, x1 = max(model.window[0], lo), model.window[1]
-        ys = [v for s in model.series for v in s.ys] + [v for _, _, v in model.reference]
-        top = max(ys) * 1.1 if ys else 1.0
-        if model.metric == "tok/s" or model.metric == "t_cycle":
-            bottom = 0.0
-        else:
-            bottom = max(0.0, min(ys) * 0.9) if ys else 0.0
-        # the current window, shaded: a filled band drawn first, the lines over it
-        plt.plot([x0, x1], [top, top], fillx=True, color=shade, marker="░")
+        bottom, top = model.y_range
+        # the current window, shaded over the data only: a filled band drawn first
+        if shaded is not None:
+            plt.plot([shaded[0], shaded[1]], [top, top], fillx=True, color=shade, marker="░")
         for b in model.boundaries:
             plt.vline(b, muted)
-        # the recorded baselines under the data: visible wherever a server left its recording
-        for _, role, v in sorted(model.reference, key=lambda r: r[1] == "baseline"):
-            plt.plot([lo, hi], [v, v], color=colours.get(role or "", warn), marker="┄")
-        # points, not lines: a line between two log intervals would draw values never measured
+        # the recorded references: dashed, in their own colours (not the live series')
+        for _, role, v in model.reference:
+            plt.plot([lo, hi], [v, v], color=refs.get(role or "", muted), marker="┄")
+        # one line per server and run: cut at run starts and silences, never drawn across them
         for s in model.series:
             for xs, ys in _segments(s, model.boundaries):
-                plt.scatter(xs, ys, color=colours.get(s.role or "", muted), marker="braille")
+                clipped = [min(max(y, bottom), top) for y in ys]
+                plt.plot(xs, clipped, color=colours.get(s.role or "", muted), marker="braille")
         plt.xlim(lo, hi)
         plt.ylim(bottom, top)
         ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
@@ -231,4 +282,9 @@ class ThroughputChart(Vertical):
         widget.refresh()
 
 
-__all__ = ["METRICS", "ChartModel", "Series", "ThroughputChart", "chart_model", "metric_value"]
+SERIES_STYLE = {"baseline": "$primary", "speculative": "$success"}
+REFERENCE_STYLE = {"baseline": "$warning", "speculative": "$accent"}
+
+
+__all__ = ["METRICS", "ChartModel", "Series", "ThroughputChart", "chart_model", "metric_value",
+           "y_scale"]

@@ -11,17 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y", "answer(True)", "Yes", id="confirm.yes"),
-                Binding("n,escape", "answer(False)", "No", id="confirm.no")]
+    BINDINGS = bindings("confirm")
 
     def __init__(self, question: str) -> None:
         super().__init__()
@@ -43,14 +42,10 @@ class ServerControlMixin:
     """Needs `self.actions: dict[(host, server), Any]`, `self.fleet`, `_focused_server()`,
     `server_label()`, notify."""
 
-    CONTROL_BINDINGS = [
-        Binding("u", "server_start", "Start", id="server.start"),
-        Binding("x", "server_stop", "Stop", id="server.stop"),
-        Binding("r", "server_restart", "Restart", show=False, id="server.restart"),
-        Binding("o", "server_swap", "Swap", show=False, id="server.swap"),
-        Binding("m", "server_bench", "Benchmark", show=False, id="server.bench"),
-    ]
     actions: dict[Key, Any]
+    # what the panel's status line says about the last start/stop/... from the keyboard (UI
+    # text: the session model holds none of it)
+    control_status: dict[Key, str]
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -74,24 +69,23 @@ class ServerControlMixin:
         return key, ctl
 
     def _progress(self, server: Key) -> Any:
-        state = self._ctl_state(server)
-
         def cb(p: Any) -> None:
-            state.control_text = p.describe() if hasattr(p, "describe") else str(p)
+            self.control_status[server] = p.describe() if hasattr(p, "describe") else str(p)
 
         return cb
 
     def _run(self, server: Key, what: str, coro: Any, done: Any = None) -> None:
         app: Any = self
         state = self._ctl_state(server)
-        state.control_text = f"{what}…"
+        self.control_status[server] = f"{what}…"
 
         async def work() -> None:
             try:
                 result = await coro
             except Exception as exc:  # noqa: BLE001 - every control failure is one line
-                state.control_text = f"{what} failed: {exc}"
-                app.notify(f"{self._ctl_name(server)}: {what} failed: {exc}", severity="error",
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                self.control_status[server] = f"{what} failed: {why}"
+                app.notify(f"{self._ctl_name(server)}: {what} failed: {why}", severity="error",
                            markup=False, timeout=10)
                 last = getattr(exc, "last_lines", None)
                 if last:
@@ -100,7 +94,7 @@ class ServerControlMixin:
                 self._offer_swap(server, exc)
                 return
             # superseded: the panel's own state says what follows (loading, ready, stopped)
-            state.control_text = None
+            self.control_status.pop(server, None)
             app.notify(f"{self._ctl_name(server)}: {what} done", markup=False, timeout=4)
             if done is not None:
                 done(result)
@@ -154,6 +148,12 @@ class ServerControlMixin:
             app.notify("swap needs a second server profile", severity="warning")
             return
         other = self.actions[others[0]]
+        if getattr(other, "running", False):
+            # nothing to swap to: stopping this one would only leave it stopped
+            app.notify(f"swap: {self._ctl_name(others[0])} is already running; nothing was "
+                       f"stopped (x stops {self._ctl_name(server)})", severity="warning",
+                       markup=False)
+            return
 
         async def do_swap() -> Any:
             from specmon.control.server import swap
@@ -180,7 +180,7 @@ class ServerControlMixin:
         down = getattr(exc, "down", None) or ()
         for key, ctl in self.actions.items():
             if getattr(ctl, "name", None) in down:
-                self._ctl_state(key).control_text = f"DOWN: {exc}"
+                self.control_status[key] = f"DOWN: {exc}"
                 app.notify(f"{self._ctl_name(key)} IS DOWN: {exc}", severity="error",
                            markup=False, timeout=3600)
 
@@ -240,6 +240,7 @@ class ServerControlMixin:
         app: Any = self
         state = self._ctl_state(server)
         state.last_bench = result
+        state.last_bench_run = state.runs[-1].index if state.runs else None  # shown in that run
         data = result.to_json() if hasattr(result, "to_json") else dict(result)
         data.pop("raw", None)
         app.fleet.host(server[0]).session.benchmarks.append(data)

@@ -13,21 +13,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.session.drift import session_speedup_view
-from specmon.session.speedup import SpeedupView
+from specmon.session.speedup import SpeedupView, format_speedup
 from specmon.session.state import ServerState, Session
 from specmon.session.window import Speedup
 
 
 @dataclass(frozen=True)
 class DriftState:
-    """One server against its recorded baseline."""
+    """One server against its recorded baseline, on its current run's evidence only."""
 
     server: str
-    state: str  # "ok" | "drift" | "improved" | "none" (no baseline recorded)
+    state: str  # "checking" (too few samples of this run) | "ok" | "drift" | "improved" | "none"
     level: str | None  # the alert's level while one is active
-    text: str  # "OK vs recorded 88.8" | "DRIFT -29% vs recorded 88.8" | "no recorded baseline"
+    text: str  # "checking n 3/10 vs recorded 88.8" | "OK vs recorded 88.8" | "DRIFT -29% ..."
     cause: str | None  # the first likely cause of an active alert
     recorded: float | None  # the recorded baseline's median decode tok/s (its best stratum)
+    n: int = 0  # clean samples of the current run the verdict rests on
+    need: int = 0  # the n a verdict needs
+
+
+@dataclass(frozen=True)
+class BigFigure:
+    """The headline's biggest number: the speedup that is true right now, with what it is."""
+
+    text: str  # "1.07x" | "N/A"
+    state: str  # "win" | "lose" | "tie" | "na": from this figure's own 95% interval
+    label: str  # "vs recorded baseline 88.8" | "vs live baseline 62.9 (run 2)" | "speedup"
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,10 @@ class HeadlineModel:
     drift: tuple[DriftState, ...]
     view: SpeedupView | None = None  # the runs work's model (session.speedup): current runs
     engine: str | None = None  # "vllm" when either server is vLLM (its throughput is not decode-only)
+    big: BigFigure = BigFigure("N/A", "na", "speedup")
+    # what makes the live number suspect, one statement each, from the session's speedup text
+    # (drift against the recorded baseline, conditions that differ, an ended run's age)
+    statements: tuple[str, ...] = ()
 
     @property
     def ratio_text(self) -> str:
@@ -60,16 +75,26 @@ def _recorded(watch: Any) -> float | None:
     return best.median_thr if best is not None else None
 
 
-def drift_state(server: str, watches: Mapping[str, Any]) -> DriftState:
-    """What the server's drift watch says, in the headline's words."""
+def drift_state(server: str, watches: Mapping[str, Any], state: ServerState | None = None
+                ) -> DriftState:
+    """What the server's drift watch says, in the headline's words: "checking" until the
+    current run gave the n a verdict needs (a restart starts over), then OK or DRIFT."""
     watch = watches.get(server)
     if watch is None:
         return DriftState(server, "none", None, "no recorded baseline", None, None)
     rec = _recorded(watch)
     rec_txt = f" vs recorded {rec:.1f}" if rec is not None else ""
+    n, need = watch.evidence(state) if state is not None else (0, 0)
     alert = watch.last
-    if alert is None or alert.cleared:
-        return DriftState(server, "ok", None, f"OK{rec_txt}", None, rec)
+    this_run = state is None or (bool(state.runs) and
+                                 watch.run == state.runs[-1].index)
+    active = alert is not None and not alert.cleared and this_run
+    if not active and n < need:
+        return DriftState(server, "checking", None, f"checking n {n}/{need}{rec_txt}", None,
+                          rec, n, need)
+    if alert is None or not active:
+        ok = f"OK{rec_txt}" + (f" (n {n})" if need else "")
+        return DriftState(server, "ok", None, ok, None, rec, n, need)
     est = alert.estimate
     if est is not None:
         what = {"t_cycle": " t_cycle", "accept_len": " accept len"}.get(est.metric, "")
@@ -79,7 +104,7 @@ def drift_state(server: str, watches: Mapping[str, Any]) -> DriftState:
         rel = f"vs recorded{rec_txt}"
     word = "IMPROVED" if alert.level == "info" else "DRIFT"
     return DriftState(server, "improved" if alert.level == "info" else "drift", alert.level,
-                      f"{word} {rel}", alert.causes[0] if alert.causes else None, rec)
+                      f"{word} {rel}", alert.causes[0] if alert.causes else None, rec, n, need)
 
 
 def headline_model(session: Session, base: ServerState | None, spec: ServerState | None,
@@ -87,7 +112,7 @@ def headline_model(session: Session, base: ServerState | None, spec: ServerState
     """The one place the headline reads the analysis: the runs work's `SpeedupView` (current
     runs, the recorded baseline, fingerprint differences) and the drift watches' alerts
     (`watches`: server name -> its Watch, on the shown host)."""
-    states = tuple(drift_state(s.name, watches) for s in (base, spec) if s is not None)
+    states = tuple(drift_state(s.name, watches, s) for s in (base, spec) if s is not None)
     watch = watches.get(base.name) if base is not None else None
     view = session_speedup_view(session, base, spec, watch, window_s, now)
     sp = view.detail if view.value is not None else None
@@ -95,7 +120,22 @@ def headline_model(session: Session, base: ServerState | None, spec: ServerState
     if sp is None:
         return HeadlineModel("na", None, window_s, view.reason, states, view, engine)
     state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
-    return HeadlineModel(state, sp, window_s, None, states, view, engine)
+    parts = format_speedup(view).split(" · ")
+    big = BigFigure(f"{sp.ratio:.2f}x", state,
+                    f"vs live baseline {sp.base.median:.1f} (run {view.base_run})")
+    if view.drift_active and view.vs_recorded is not None and view.vs_recorded_ci95 is not None \
+            and view.recorded_base is not None:
+        # the live baseline drifts: the number true right now is against the recorded one
+        lo, hi = view.vs_recorded_ci95
+        big = BigFigure(f"{view.vs_recorded:.2f}x", interval_state(lo, hi),
+                        f"vs recorded baseline {view.recorded_base:.1f}")
+    return HeadlineModel(state, sp, window_s, None, states, view, engine, big, tuple(parts[1:]))
 
 
-__all__ = ["DriftState", "HeadlineModel", "drift_state", "headline_model"]
+def interval_state(low: float, high: float) -> str:
+    """win: the 95% interval is above 1; lose: below 1; tie: it holds 1."""
+    return "win" if low > 1.0 else ("lose" if high < 1.0 else "tie")
+
+
+__all__ = ["BigFigure", "DriftState", "HeadlineModel", "drift_state", "headline_model",
+           "interval_state"]

@@ -10,14 +10,10 @@ and the SVG screenshot key (s); the live app can mix it in too (it needs `.sessi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.message import Message
 from textual.widgets import Footer, Static
 
 from specmon.export.snapshot import (
@@ -25,13 +21,8 @@ from specmon.export.snapshot import (
 )
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
+from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
-
-
-@dataclass
-class ReplayReset(Message):
-    """Sent by the feed (through the app's queue, so it stays ordered with the lines) on a
-    backward seek: the session starts over from the snapshot's profile."""
 
 
 def _clock_text(t: float) -> str:
@@ -41,18 +32,7 @@ def _clock_text(t: float) -> str:
 
 class ReplayApp(SpecmonApp):
     TITLE = "specmon replay"
-    BINDINGS = [
-        *SpecmonApp.BINDINGS,
-        Binding("space", "toggle_play", "Play/pause", id="replay.toggle"),
-        Binding("comma", "seek(-10)", "−10 s", id="replay.back"),
-        Binding("full_stop", "seek(10)", "+10 s", id="replay.forward"),
-        Binding("less_than_sign", "seek(-60)", "−60 s", show=False, id="replay.back_long"),
-        Binding("greater_than_sign", "seek(60)", "+60 s", show=False, id="replay.forward_long"),
-        Binding("left_square_bracket", "slower", "Slower", id="replay.slower"),
-        Binding("right_square_bracket", "faster", "Faster", id="replay.faster"),
-        Binding("g", "seek_start", "Start", show=False, id="replay.start"),
-        Binding("G", "seek_end", "End", show=False, id="replay.end"),
-    ]
+    BINDINGS = [*SpecmonApp.BINDINGS, *bindings("replay")]  # (specmon/keymap.py)
 
     def __init__(self, snapshot: Snapshot, *, speed: float = 1.0, playing: bool = True,
                  export_dir: str | Path | None = None, source_name: str = "",
@@ -62,6 +42,7 @@ class ReplayApp(SpecmonApp):
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
                          export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
+        self.fleet.read_only = True  # a snapshot's scenario may ask for a baseline: refused
         self.sub_title = plain(f"replay · {snapshot.host}"
                                + (f" · {source_name}" if source_name else ""))
 
@@ -75,19 +56,6 @@ class ReplayApp(SpecmonApp):
             return False  # hidden from the footer and the help, and not run
         return super().check_action(action, parameters)
 
-    def record_baseline(self, host: str, server: str) -> None:
-        """Never in a replay: a snapshot's scenario may ask for one; the store is not touched."""
-        self.notify(f"replay is read-only: no baseline recorded for {server}", markup=False,
-                    timeout=3)
-        return None
-
-    def get_system_commands(self, screen: Any) -> Any:
-        hidden = {"Record baseline", "Start server", "Stop server", "Restart server",
-                  "Swap servers", "Benchmark"}
-        for cmd in super().get_system_commands(screen):
-            if cmd.title not in hidden:
-                yield cmd
-
     def compose(self) -> ComposeResult:
         for widget in super().compose():
             if isinstance(widget, Footer):
@@ -97,16 +65,14 @@ class ReplayApp(SpecmonApp):
     # --- reset on backward seek ---------------------------------------------------------------
 
     def _request_reset(self) -> None:
-        self.post_message(ReplayReset())
-
-    @on(ReplayReset)
-    def _reset(self, _msg: ReplayReset) -> None:
+        """The feed seeks backwards: start the session over now, before the feed pushes the
+        lines up to the new position (its events are applied as they come, not queued)."""
         self.fleet.reset_host(self.replay.host, replay_session(self.snapshot))
         self._pending.clear()
         for panel in self.panels():
             view = panel.log_view
             view.log_widget.clear()
-            view.set_source(self.session.server(panel.server).log)
+            view.set_source(self.session.server(panel.server))
 
     # --- view ---------------------------------------------------------------------------------
 

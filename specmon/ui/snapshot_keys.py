@@ -6,8 +6,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from textual.binding import Binding
-
 from specmon.export.redact import redact_svg
 from specmon.export.snapshot import (
     atomic_write_bytes,
@@ -28,10 +26,6 @@ def _safe(text: str) -> str:
 class SnapshotKeysMixin:
     """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
 
-    SNAPSHOT_BINDINGS = [
-        Binding("e", "export_snapshot", "Export", show=False, id="snapshot.export"),
-        Binding("s", "screenshot", "Screenshot", show=False, id="snapshot.screenshot"),
-    ]
     export_dir: Path
 
     def action_export_snapshot(self) -> None:
