@@ -57,10 +57,10 @@ demo: $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check -e .
 	$(BIN)/specmon demo
 
+# Every benchmark, briefly, then one table of ratios (each against a reference measured in the
+# same run). `make bench AGAINST=9713ef5` (a git rev, or a wheel file) adds parse vs that version.
 bench: sysdeps venv
-	$(BIN)/python bench/parse_speed.py
-	$(BIN)/python bench/tail_throughput.py
-	$(BIN)/python bench/tail_latency.py
+	$(BIN)/python bench/run_all.py $(if $(AGAINST),--against $(AGAINST))
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

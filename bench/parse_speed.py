@@ -1,69 +1,216 @@
-"""Benchmark: `specmon parse` (summary mode) against `grep -c 'gen throughput'` on one file.
+"""Benchmark: `specmon parse` against grep, a previous version and a JSON reference, one run.
 
-    python bench/parse_speed.py [--lines 1000000] [--repeat 3]
+    python bench/parse_speed.py [--lines 1000000] [--repeat 3] [--json-lines 100000]
+                                [--against VERSION_OR_PATH]
 
-Builds a log of real SGLang line formats (decode, prefill, access and start-up lines), checks
-that the summary fast path agrees exactly with the general parser on the whole file, then times
-both commands end to end (process start included) and prints the ratio. The issue's target is
-within 10x of grep.
+Builds a log of real SGLang line formats (bench/loggen.py: decode, prefill, access and start-up
+lines), checks on its first --json-lines lines that the summary fast path agrees exactly with
+the general parser, then times each command end to end (process start included), each run in
+turn, best of --repeat; wall = elapsed, CPU = user + sys of the process and its workers
+(getrusage of the children), spread = slowest / best wall over the repeats:
+
+  * `grep -c 'gen throughput' FILE` (stdout a pipe: GNU grep stops at the first match when it
+    writes to /dev/null), the reference for the summary (issue 25's target: within 10x, wall
+    and CPU);
+  * `specmon parse FILE` of this tree;
+  * with --against, the same command of another version: a wheel file, or a git rev (a commit,
+    a tag, or a version with a `v` tag) built here into a wheel;
+  * `specmon parse --json` on the first --json-lines lines against bench/json_reference.py,
+    which only reads each line and json.dumps a small dict (target: within 1.5x).
+
+The machine's load average is printed before and after: figures from a busy machine say so.
+The last lines are `ratio NAME VALUE` rows for bench/run_all.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 from loggen import write_log  # noqa: E402
 
 
-def best_of(cmd: list[str], repeat: int) -> float:
-    best = float("inf")
+def usable_cpus() -> int:
+    """CPUs this process may run on (taskset), as specmon parse counts them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+Timing = tuple[float, float]  # (wall s, CPU s)
+
+
+# Commands run from a directory without a `specmon` folder, so that PYTHONPATH decides which
+# specmon is imported (Python puts the working directory first).
+NEUTRAL = tempfile.gettempdir()
+
+
+def timed(cmd: Sequence[str], env: dict[str, str] | None, to_pipe: bool) -> Timing:
+    """One run: wall time and the CPU time of the process tree (waited-for children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.PIPE if to_pipe else subprocess.DEVNULL
+    subprocess.run(cmd, check=True, stdout=out, env=env, cwd=NEUTRAL)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+class Case:
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str] | None = None,
+                 to_pipe: bool = True) -> None:
+        self.name, self.cmd, self.env, self.to_pipe = name, cmd, env, to_pipe
+        self.runs: list[Timing] = []
+
+    def run(self) -> None:
+        self.runs.append(timed(self.cmd, self.env, self.to_pipe))
+
+    @property
+    def wall(self) -> float:
+        return min(w for w, _ in self.runs)
+
+    @property
+    def cpu(self) -> float:
+        return min(c for _, c in self.runs)
+
+    @property
+    def spread(self) -> float:
+        return max(w for w, _ in self.runs) / self.wall
+
+
+def interleaved(cases: list[Case], repeat: int) -> None:
+    """Each case once per round, so a load change hits all of them alike."""
     for _ in range(repeat):
-        t = time.perf_counter()
-        # stdout must be a pipe: GNU grep stops at the first match when it writes to /dev/null
-        subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
-        best = min(best, time.perf_counter() - t)
-    return best
+        for c in cases:
+            c.run()
+
+
+def env_with(path: Path) -> dict[str, str]:
+    """An environment whose `import specmon` finds the package under `path` first."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def install_against(spec: str, tmp: Path) -> tuple[Path, str]:
+    """A directory holding another version's `specmon` package, and its label."""
+    wheel = Path(spec)
+    label = wheel.name
+    if not (wheel.is_file() and wheel.suffix == ".whl"):
+        rev = next((r for r in (spec, f"v{spec}") if subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{r}^{{commit}}"],
+            capture_output=True).returncode == 0), None)
+        if rev is None:
+            raise SystemExit(f"--against {spec}: neither a wheel file nor a git rev of this repo")
+        src = tmp / "src"
+        src.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--no-build-isolation", "-w", str(tmp / "dist"), str(src)], check=True)
+        wheel = next((tmp / "dist").glob("*.whl"))
+        label = rev
+    site = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True)
+    found = subprocess.run([sys.executable, "-c", "import specmon; print(specmon.__file__)"],
+                           env=env_with(site), capture_output=True, text=True, check=True,
+                           cwd=NEUTRAL)
+    if not found.stdout.startswith(str(site)):
+        raise SystemExit(f"--against {spec}: the installed wheel is not the one imported")
+    return site, label
+
+
+def check_agreement(path: Path, n_lines: int) -> bool:
+    from specmon.analysis.logfile import summarise, summarise_general
+
+    fast = summarise(str(path))
+    slow = summarise_general(path.read_bytes())
+    ok = fast.comparable() == slow.comparable()
+    print(f"fast path agrees with the general parser on {n_lines:,} lines: {ok}")
+    return ok
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-check", action="store_true", help="skip the fast-path agreement check")
+    ap.add_argument("--json-lines", type=int, default=100_000,
+                    help="lines for the --json timing and the agreement check (0: skip both)")
+    ap.add_argument("--against", metavar="VERSION_OR_PATH",
+                    help="a wheel file or a git rev (commit, tag, version with a v tag)")
     args = ap.parse_args()
     grep = shutil.which("grep")
     if grep is None:
         print("grep not found: no reference to compare against", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "server.log"
-        write_log(path, args.lines)
+    py = sys.executable
+    here = env_with(ROOT)
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        path = write_log(tmp / "server.log", args.lines)
         size = path.stat().st_size
-        if not args.skip_check:
-            from specmon.analysis.logfile import summarise, summarise_general
-
-            fast = summarise(str(path))
-            slow = summarise_general(path.read_bytes())
-            ok = fast.comparable() == slow.comparable()
-            print(f"fast path agrees with the general parser on all {args.lines:,} lines: {ok}")
-            if not ok:
-                return 1
-        specmon = [sys.executable, "-m", "specmon", "parse", str(path)]
-        t_specmon = best_of(specmon, args.repeat)
-        t_grep = best_of([grep, "-c", "gen throughput", str(path)], args.repeat)
-    print(f"file: {args.lines:,} lines, {size / 1e6:.1f} MB; cpus: {os.cpu_count()}; "
-          f"best of {args.repeat}")
-    print(f"grep -c 'gen throughput':   {t_grep:8.3f} s")
-    print(f"specmon parse (summary):    {t_specmon:8.3f} s")
-    print(f"ratio specmon / grep:       {t_specmon / t_grep:8.1f}x  (target: within 10x)")
+        small = write_log(tmp / "small.log", args.json_lines) if args.json_lines else None
+        if small is not None and not check_agreement(small, args.json_lines):
+            return 1
+        cases = [Case("grep -c 'gen throughput'", [grep, "-c", "gen throughput", str(path)]),
+                 Case("specmon parse (this tree)", [py, "-m", "specmon", "parse", str(path)],
+                      here)]
+        if args.against:
+            site, label = install_against(args.against, tmp)
+            cases.append(Case(f"specmon parse ({label})", [py, "-m", "specmon", "parse",
+                                                            str(path)], env_with(site)))
+        interleaved(cases, args.repeat)
+        json_cases: list[Case] = []
+        if small is not None:
+            json_cases = [
+                Case("json_reference.py", [py, str(ROOT / "bench/json_reference.py"), str(small)],
+                     here, to_pipe=False),
+                Case("specmon parse --json", [py, "-m", "specmon", "parse", "--json", str(small)],
+                     here, to_pipe=False)]
+            interleaved(json_cases, args.repeat)
+    load1 = os.getloadavg()
+    grep_c = cases[0]
+    print(f"file: {args.lines:,} lines, {size / 1e6:.1f} MB (bench/loggen.py); cpus: "
+          f"{usable_cpus()}; best of {args.repeat}, runs interleaved; load average (1 min) "
+          f"{load0[0]:.2f} before, {load1[0]:.2f} after")
+    print(f"{'command':34} {'wall s':>8} {'CPU s':>8} {'spread':>7} {'wall/grep':>10} "
+          f"{'CPU/grep':>9}")
+    for c in cases:
+        print(f"{c.name:34} {c.wall:8.3f} {c.cpu:8.3f} {c.spread:6.2f}x {c.wall / grep_c.wall:9.1f}x"
+              f" {c.cpu / grep_c.cpu:8.1f}x")
+    ours = cases[1]
+    ratios = [("parse_wall_vs_grep", ours.wall / grep_c.wall),
+              ("parse_cpu_vs_grep", ours.cpu / grep_c.cpu)]
+    print(f"target: within 10x grep, wall and CPU: "
+          f"{'met' if max(r for _, r in ratios) <= 10 else 'NOT met'}")
+    if len(cases) > 2:
+        old = cases[2]
+        print(f"this tree / {old.name[15:-1]}: wall {ours.wall / old.wall:.2f}x, CPU "
+              f"{ours.cpu / old.cpu:.2f}x (below 1: this tree is faster)")
+        ratios += [("parse_wall_vs_against", ours.wall / old.wall),
+                   ("parse_cpu_vs_against", ours.cpu / old.cpu)]
+    if json_cases:
+        ref, js = json_cases
+        print(f"JSON, {args.json_lines:,} lines to /dev/null: reference {ref.wall:.3f} s wall "
+              f"{ref.cpu:.3f} s CPU; specmon parse --json {js.wall:.3f} s wall {js.cpu:.3f} s CPU;"
+              f" ratio wall {js.wall / ref.wall:.2f}x CPU {js.cpu / ref.cpu:.2f}x (target: "
+              f"within 1.5x: {'met' if js.wall <= 1.5 * ref.wall else 'NOT met'})")
+        ratios += [("json_wall_vs_reference", js.wall / ref.wall),
+                   ("json_cpu_vs_reference", js.cpu / ref.cpu)]
+    for name, value in ratios:
+        print(f"ratio {name} {value:.2f}")
     return 0
 
 

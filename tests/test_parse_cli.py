@@ -152,7 +152,7 @@ def test_parallel_file_summary_equals_general(tmp_path, monkeypatch):
     data = ("\n".join(generate_lines(30_000, seed=11)) + "\n").encode()
     p.write_bytes(data[:-1])  # last line without newline is still a line
     monkeypatch.setattr(pc, "PARALLEL_MIN", 1)
-    monkeypatch.setattr(pc.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(pc, "_usable_cpus", lambda: 3)
     assert summarise(str(p)).comparable() == summarise_general(data[:-1]).comparable()
 
 

@@ -9,6 +9,7 @@ same `summarise_buffer` fast path as a one-run log.
 from __future__ import annotations
 
 import argparse
+import mmap
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -158,6 +159,13 @@ def _may_hold_runs(name: str) -> bool:
     with fh:
         if fh.read(2) == b"\x1f\x8b":
             return True
+        try:  # mapped: no read, no copy (read in 8 MiB blocks: 0.3 s CPU for a 159 MB log)
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                first = mm.find(MARK)
+                return first >= 0 and (mm.find(MARK, first + 1) >= 0
+                                       or mm.find(b" batch", 0, first) >= 0)
+        except (OSError, ValueError):  # empty, or not a regular file
+            pass
         fh.seek(0)
         seen, batch_before, tail = 0, False, b""
         while True:

@@ -528,7 +528,8 @@ def parse_event(text: str) -> EventRecord | None:
     elif "Traceback (most recent call last)" in text:
         ev = EventRecord("traceback")
     else:
-        m = _RE_NCCL_ENV.search(text)
+        # the regex starts with \b (no literal for sre to skip to): only where its literal is
+        m = _RE_NCCL_ENV.search(text) if " set by environment to " in text else None
         if m:
             # NCCL's integer params end with "." ("NCCL_CUMEM_ENABLE set by environment to 0.")
             ev = EventRecord("nccl_env", data={"var": m.group(1), "value": m.group(2).rstrip(".")})
