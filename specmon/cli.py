@@ -7,6 +7,7 @@ the TUI commands so `specmon --help`, `specmon parse` and `specmon record` start
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -102,7 +103,11 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     )
     add_host_args(p)
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
-    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    p.add_argument("--append", action="store_true",
+                   help="append to --out instead of replacing it (a torn last row is cut off "
+                   "first, and said)")
+    p.add_argument("--force", action="store_true",
+                   help="write --out even when it is a symbolic link (refused otherwise)")
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     p.add_argument("--config", metavar="FILE",
                    help="specmon TOML config whose [hosts.NAME] are recorded when no TARGET is "
@@ -433,6 +438,20 @@ def _command_parser(parser: argparse.ArgumentParser,
         p = subs[0].choices[name]
 
 
+# Commands that read files and write results: SIGTERM ends them like Ctrl-C (cleanups run, no
+# temp file is left, exit 143); the live ones (record, connect, demo) handle it in their loop.
+OFFLINE_COMMANDS = {"parse", "export", "report", "check", "baseline", "compare", "advise"}
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the offline command is (between bytecodes: a long redaction or
+    parse is cut short right away, no regex runs for minutes since issue 22)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -442,11 +461,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 0
+    if args.command in OFFLINE_COMMANDS:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return func(args)
     except CliError as exc:
         print(f"specmon {args.command}: {exc}", file=sys.stderr)
         return 2
+    except _Terminated:
+        return 143
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
