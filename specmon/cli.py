@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from specmon import __version__
 from specmon.errors import CliError
+from specmon.textsafe import SafeStream
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -441,6 +442,9 @@ def _command_parser(parser: argparse.ArgumentParser,
 # Commands that read files and write results: SIGTERM ends them like Ctrl-C (cleanups run, no
 # temp file is left, exit 143); the live ones (record, connect, demo) handle it in their loop.
 OFFLINE_COMMANDS = {"parse", "export", "report", "check", "baseline", "compare", "advise"}
+# Textual apps own the terminal; every other command's output goes through the one text-safety
+# function (specmon/textsafe.py), so text from hosts and files never reaches it as escapes.
+FULL_SCREEN = {"connect", "demo", "replay", "sim"}
 
 
 class _Terminated(BaseException):
@@ -461,8 +465,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 0
+    if args.command in FULL_SCREEN:
+        return _run(func, args)
+    old = signal.getsignal(signal.SIGTERM)
     if args.command in OFFLINE_COMMANDS:
         signal.signal(signal.SIGTERM, _terminate)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
+    try:
+        return _run(func, args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+        if args.command in OFFLINE_COMMANDS:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _run(func: Handler, args: argparse.Namespace) -> int:
     try:
         return func(args)
     except CliError as exc:

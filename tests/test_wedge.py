@@ -213,3 +213,65 @@ def test_offline_commands_on_megabyte_lines_stop_on_sigint_and_sigterm(tmp_path,
         assert proc.returncode in (130, 143), (sig, proc.returncode, proc.stderr.read())
         assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
         assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+# --- terminal injection from a log, CR-only line endings -----------------------------------
+
+EVIL = "\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil"
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def _evil_log(path: Path) -> Path:
+    from snapshot_data import decode_line
+
+    args = (f"[2026-02-26 19:16:40] server_args=ServerArgs(model_path='Qwen/{EVIL}', "
+            "tp_size=1, port=30000)")
+    path.write_text("\n".join([args] + [decode_line(80.0 + (i % 7) * 0.5)
+                                        for i in range(200)]) + "\n")
+    return path
+
+
+def test_parse_runs_and_baseline_show_print_no_escape_sequence(tmp_path, capsys, monkeypatch):
+    """Issue 22: `parse --runs` and `baseline show` printed OSC 52 (clipboard write), OSC 0,
+    CSI 2J, C1 and U+202E from server_args / the stored fingerprint raw."""
+    from specmon.cli import main
+
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(tmp_path / "data"))
+    log = _evil_log(tmp_path / f"s{EVIL}.log")
+    outputs = []
+    for argv in (["parse", "--runs", str(log)],
+                 ["baseline", "record", "b1", "--log", str(log), "--note", EVIL],
+                 ["baseline", "show", "b1"], ["baseline", "list"],
+                 ["parse", str(tmp_path / f"missing{EVIL}.log")]):
+        main(argv)
+        cap = capsys.readouterr()
+        outputs.append((argv, cap.out + cap.err))
+    for argv, text in outputs:
+        assert not any(c in text for c in RAW), (argv, text)
+    shown = dict((a[1] if a[0] == "baseline" else " ".join(a[:2]), t) for a, t in outputs)
+    assert "\\x1b]52;c;" in shown["parse --runs"] and "\\u202e" in shown["parse --runs"]
+    assert "\\x1b]0;pwned" in shown["show"]  # shown as text, not sent to the terminal
+
+
+def test_cr_only_line_endings_are_line_breaks_offline_and_live(tmp_path, capsys):
+    """Issue 22: 40 decode lines written with CR-only endings were read as one line."""
+    from specmon.cli import main
+
+    lines = [DECODE.format(s=i) for i in range(40)]
+    log = tmp_path / "cr.log"
+    log.write_bytes(("\r".join(lines) + "\r").encode() + b"tail line\r\n")
+    assert main(["parse", "--json", str(log)]) == 0
+    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["timestamp"][-2:] for r in recs if r["kind"] == "decode"] == \
+        [f"{i:02d}" for i in range(40)]
+    assert main(["parse", str(log)]) == 0
+    assert "n 40" in capsys.readouterr().out.replace(",", "")
+    out = tmp_path / "rec.jsonl"  # live: the tail splits them too, with exact offsets
+    res = subprocess.run(_record(tmp_path, log, out, "--whole-file", "--duration", "2"),
+                         capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    rows = _rows(out)
+    step = len(lines[0]) + 1
+    assert [r["offset"] for r in rows] == [i * step for i in range(41)]
+    assert [r["line"] for r in rows] == lines + ["tail line\r"]
+    assert all(r["record"]["kind"] == "decode" for r in rows[:40])
