@@ -6,13 +6,14 @@ and session model as SSH); the SSH line-rate test is in test_record_rate.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,29 +96,48 @@ def test_append_cuts_a_torn_last_row_first_and_says_so(tmp_path):
                                                for i in range(4)]
 
 
-def _limit_file_size(limit: int):
-    def pre() -> None:  # a full disk, for this process only: writes past `limit` fail
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return pre
+@contextlib.contextmanager
+def small_fs(path: Path, size: str = "256k", *, fill: bool = False) -> Iterator[Path]:
+    """A real, small file system (tmpfs) at `path`; `fill`: then filled up to the last byte.
+    Skipped where the test cannot mount (not root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_up(folder: Path) -> None:
+    """Fill the file system of `folder` to the last byte."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 16, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
 
 
 def test_record_on_a_full_disk_leaves_no_torn_row_and_says_one_line(tmp_path):
     log = _decode_log(tmp_path / "s.log", 3000)
-    out = tmp_path / "rec.jsonl"
-    limit = 100_000  # a row is ~600 bytes: the limit falls inside a row
-    res = subprocess.run(_record(tmp_path, log, out, "--whole-file", "--duration", "20"),
-                         capture_output=True, text=True, timeout=120, env=_env(tmp_path),
-                         preexec_fn=_limit_file_size(limit))
-    assert res.returncode == 2, res.stderr
-    err = [ln for ln in res.stderr.splitlines() if "cannot write" in ln]
-    assert len(err) == 1 and str(out) in err[0] and "last whole row" in err[0], res.stderr
-    assert "Traceback" not in res.stderr
-    data = out.read_bytes()
-    assert 0 < len(data) <= limit and data.endswith(b"\n")
-    rows = _rows(out)
-    assert [r["offset"] for r in rows] == [i * (len(DECODE.format(s=0)) + 1)
-                                           for i in range(len(rows))]
+    with small_fs(tmp_path / "fs", "64k") as fs:
+        out = fs / "rec.jsonl"  # a row is ~600 bytes: the disk fills inside a row
+        res = subprocess.run(_record(tmp_path, log, out, "--whole-file", "--duration", "20"),
+                             capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+        assert res.returncode == 2, res.stderr
+        err = [ln for ln in res.stderr.splitlines() if "cannot write" in ln]
+        assert len(err) == 1 and str(out) in err[0] and "last whole row" in err[0], res.stderr
+        assert "No space left" in err[0] and "Traceback" not in res.stderr
+        data = out.read_bytes()
+        assert len(data) > 0 and data.endswith(b"\n")
+        rows = _rows(out)
+        assert [r["offset"] for r in rows] == [i * (len(DECODE.format(s=0)) + 1)
+                                               for i in range(len(rows))]
 
 
 # --- long lines and signals ----------------------------------------------------------------
@@ -275,3 +295,95 @@ def test_cr_only_line_endings_are_line_breaks_offline_and_live(tmp_path, capsys)
     assert [r["offset"] for r in rows] == [i * step for i in range(41)]
     assert [r["line"] for r in rows] == lines + ["tail line\r"]
     assert all(r["record"]["kind"] == "decode" for r in rows[:40])
+
+
+# --- the baseline store never stops monitoring ----------------------------------------------
+
+def _good_store(data: Path) -> Path:
+    from specmon.session.baselines import DB_NAME, BaselineStore
+
+    data.mkdir(parents=True, exist_ok=True)
+    BaselineStore(data / DB_NAME)
+    return data / DB_NAME
+
+
+def _break_store(kind: str, data: Path) -> Path:
+    from specmon.session.baselines import DB_NAME
+
+    db = data / DB_NAME
+    data.mkdir(parents=True, exist_ok=True)
+    if kind == "garbage":
+        db.write_bytes(b"this is not sqlite\x00" * 300)
+    elif kind == "directory":
+        db.mkdir()
+    elif kind == "truncated":
+        import sqlite3
+
+        _good_store(data)
+        con = sqlite3.connect(db)
+        con.execute("PRAGMA journal_mode=DELETE")
+        con.executemany("INSERT INTO baselines (name, host, server, created_at, schema, data) "
+                        "VALUES (?,?,?,?,?,?)",
+                        [(f"b{i}", "h", "s", 1.0, 1, "x" * 3000) for i in range(50)])
+        con.commit()
+        con.close()
+        with open(db, "r+b") as f:
+            f.truncate(db.stat().st_size // 3)
+    return db
+
+
+@pytest.mark.parametrize("kind", ["garbage", "directory", "truncated"])
+def test_a_broken_baseline_store_is_one_line_and_monitoring_goes_on(tmp_path, kind):
+    db = _break_store(kind, tmp_path / "data")
+    env = _env(tmp_path)
+    for argv in (["baseline", "list"], ["baseline", "show", "x"],
+                 ["baseline", "record", "b", "--log", str(_decode_log(tmp_path / "b.log", 50))]):
+        res = subprocess.run([sys.executable, "-m", "specmon", *argv], capture_output=True,
+                             text=True, timeout=120, env=env)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (argv, res.stderr)
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and str(db) in err[0], (argv, res.stderr)
+        assert ("remove or rename" if kind == "directory" else "move it aside") in err[0]
+    log = _decode_log(tmp_path / "s.log", 5)
+    out = tmp_path / "rec.jsonl"
+    res = subprocess.run(_record(tmp_path, log, out, "--duration", "1"), capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if str(db) in ln]
+    assert len(said) == 1 and "drift watching is off" in said[0], res.stderr
+    assert len(_rows(out)) == 5
+
+
+def test_baseline_store_on_a_full_or_read_only_disk_is_one_line(tmp_path):
+    from snapshot_data import decode_line
+
+    log = tmp_path / "b.log"
+    log.write_text("\n".join(decode_line(80.0 + (i % 7) * 0.5) for i in range(300)) + "\n")
+    env = dict(os.environ, SPECMON_DATA_DIR=str(tmp_path / "fs" / "data"))
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "specmon", *argv], capture_output=True,
+                              text=True, timeout=120, env=env)
+
+    with small_fs(tmp_path / "fs", "1m") as fs:
+        db = _good_store(fs / "data")
+        fill_up(fs)
+        res = cli("baseline", "record", "b", "--log", str(log))
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and str(db) in err[0] and "free space" in err[0], res.stderr
+        (fs / "filler").unlink()
+        assert cli("baseline", "list").stdout.strip() == "no baselines recorded"
+        assert cli("baseline", "record", "b", "--log", str(log)).returncode == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        res = cli("baseline", "record", "c", "--log", str(log))
+        err = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(err) == 1 and str(db) in err[0], res.stderr
+        assert "SPECMON_DATA_DIR" in err[0] and "Traceback" not in res.stderr
+        out = tmp_path / "rec.jsonl"  # record goes on, without drift watching, and says so
+        res = subprocess.run(_record(tmp_path, _decode_log(tmp_path / "s.log", 5), out,
+                                     "--duration", "1"),
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert res.returncode == 0 and len(_rows(out)) == 5, res.stderr
+        said = [ln for ln in res.stderr.splitlines() if str(db) in ln]
+        assert len(said) == 1 and "drift watching is off" in said[0], res.stderr

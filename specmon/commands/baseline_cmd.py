@@ -15,10 +15,17 @@ from specmon.errors import CliError
 from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
-from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except StoreError as exc:  # one line: the file and the fix
+        raise CliError(str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     store = BaselineStore.open_default()
     action = args.baseline_action
     if action == "record":

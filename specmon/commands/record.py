@@ -319,7 +319,7 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
             n = await record_fleet(plans, RecordOut(fd, args.out), listen=listen,
                                    duration=args.duration,
                                    history_lines=None if args.whole_file else args.history,
-                                   stop=stop, baselines=default_baselines())
+                                   stop=stop, baselines=default_baselines(_log))
         finally:
             os.close(fd)
         _log(f"{n} lines from {len(plans)} host(s) in {time.monotonic() - t0:.1f}s -> {args.out}")

@@ -30,7 +30,7 @@ from specmon.export.redact import redact_fingerprint
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu import GpuSample
 from specmon.resources import stylesheet
-from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
 from specmon.session.drift import NotEnoughSamples, alert_lines
 from specmon.session.events import Feed, LineItem, ServerInfo
 from specmon.session.fleet import FleetSession
@@ -232,6 +232,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self._multi = len(self.fleet.hosts) > 1
         self.metrics_server: Any = None  # what the command opened for this app (it closes them)
         self.hosts: list[Any] = []
+        self.startup_warnings: list[str] = []  # toasts on mount (e.g. no drift watching)
         self.lines_received = 0
         self.refreshes = 0
         self.chart_metric = METRICS[0]
@@ -322,6 +323,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             self._feed_worker = self.run_worker(self.feed.run(_Sink(self)), name="feed",
                                                 group="feed", exit_on_error=False)
         self.refresh_view()
+        for note in self.startup_warnings:  # e.g. a broken baseline store: no drift watching
+            self.notify(note, severity="warning", markup=False, timeout=30)
 
     async def stop_feed(self) -> None:
         """Cancel the feed and wait for its cleanup (it stops what it started)."""
@@ -593,13 +596,13 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
 
     def record_baseline(self, host: str, server: str) -> Baseline | None:
         """Record the server's current run as its baseline, store it, and watch for drift."""
-        _ = self.baseline_store  # the default store, unless one was given
         try:
+            _ = self.baseline_store  # the default store, unless one was given
             b = self.fleet.record_baseline(host, server, prepare=_redact_baseline)
         except NotEnoughSamples as exc:
             self.notify(str(exc), severity="warning", markup=False)
             return None
-        except (OSError, sqlite3.Error, BaselineExists) as exc:
+        except (OSError, sqlite3.Error, BaselineExists, StoreError) as exc:
             self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
             return None
         best = b.stats.best()
