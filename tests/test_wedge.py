@@ -387,3 +387,60 @@ def test_baseline_store_on_a_full_or_read_only_disk_is_one_line(tmp_path):
         assert res.returncode == 0 and len(_rows(out)) == 5, res.stderr
         said = [ln for ln in res.stderr.splitlines() if str(db) in ln]
         assert len(said) == 1 and "drift watching is off" in said[0], res.stderr
+
+
+# --- log time that breaks starts a time segment ----------------------------------------------
+
+def _stamped(t: float, gt: float) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return (f"[{stamp}] Decode batch, #running-req: 1, #token: 100, token usage: 0.01, "
+            f"gen throughput (token/s): {gt:.2f}, #queue-req: 0, ")
+
+
+def _stepped_log(path: Path, step_s: float) -> Path:
+    """Issue 22's case: 60 lines at 88 tok/s, the clock steps by `step_s`, 60 at 60 tok/s."""
+    t0 = 1_767_000_000.0
+    lines = [_stamped(t0 + i, 88.0) for i in range(60)]
+    lines += [_stamped(t0 + 60 + step_s + i, 60.0) for i in range(60)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("step_s", [-3600.0, -30.0, 3600.0])
+def test_log_time_that_breaks_starts_a_segment_no_window_spans(tmp_path, capsys, step_s):
+    """The clock stepped back 1 h blended both sides into a median of 74.1 (n 120), a number
+    that was never true; now the window holds only the segment after the break, and the
+    panel's text and `parse --runs` say where log time broke."""
+    from specmon.cli import main
+    from specmon.session.runs import read_runs
+    from specmon.session.window import current_stats, group_rows, run_stats_text
+
+    log = _stepped_log(tmp_path / "s.log", step_s)
+    state = read_runs(log.read_bytes().splitlines())
+    assert len(state.runs) == 1
+    w = current_stats(state, None, 60.0)
+    assert w is not None and (w.median, w.n) == (60.0, 60)
+    assert [r.stats.n for r in group_rows(state, 60.0) if r.stats] == [60]
+    run = state.runs[-1]
+    assert [(sg.index, sg.step_s) for sg in run.segments] == [(1, step_s + 1)]
+    word = "went back" if step_s < 0 else "jumped ahead"
+    assert f"log time {word} {abs(step_s + 1):.0f} s" in run_stats_text(state, w)
+    assert main(["parse", "--runs", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "time segment 2 from" in out and word in out, out
+    assert main(["parse", "--runs", "--json", str(log)]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert [s["step_s"] for s in row["time_segments"]] == [step_s + 1]
+
+
+def test_steady_log_time_has_one_segment(tmp_path):
+    from specmon.session.runs import read_runs
+    from specmon.session.window import current_stats
+
+    t0 = 1_767_000_000.0
+    log = tmp_path / "s.log"
+    log.write_text("\n".join(_stamped(t0 + i * 0.5, 88.0 + i % 3) for i in range(200)) + "\n")
+    state = read_runs(log.read_bytes().splitlines())
+    assert state.runs[-1].segments == [] and state.runs[-1].segment_text() is None
+    w = current_stats(state, None, 60.0)
+    assert w is not None and w.n == 122  # 61 printed seconds (both ends in), two lines each

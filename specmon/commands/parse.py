@@ -72,4 +72,9 @@ def list_runs(files: list[str], as_json: bool) -> int:
             print(f"  run {row['run']}: {row['start'] or '?'} -> {row['end'] or '?'} "
                   f"({row['start_reason']}; {row['end_reason'] or 'last'}), "
                   f"{row['decode_lines']} decode lines{dp}; {row['args']}")
+            for sg in row["time_segments"]:  # log time broke: windows restart there
+                step = sg["step_s"]
+                what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
+                print(f"    time segment {sg['segment']} from {sg['from']}: log time {what} "
+                      f"(after {sg['after']}); no statistic spans it")
     return 0
