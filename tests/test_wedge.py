@@ -444,3 +444,21 @@ def test_steady_log_time_has_one_segment(tmp_path):
     assert state.runs[-1].segments == [] and state.runs[-1].segment_text() is None
     w = current_stats(state, None, 60.0)
     assert w is not None and w.n == 122  # 61 printed seconds (both ends in), two lines each
+
+
+def test_a_long_line_is_cut_live_exactly_as_offline(tmp_path):
+    """Lines are capped live as offline: the first MAX_LINE bytes and the same marker."""
+    from specmon.analysis.logfile import MAX_LINE, capped_lines
+
+    log = tmp_path / "s.log"
+    log.write_bytes(b"x" * (MAX_LINE + MAX_LINE // 2) + b"\n" + DECODE.format(s=1).encode()
+                    + b"\n")
+    with open(log, "rb") as f:
+        offline = [ln.decode().rstrip("\n") for ln in capped_lines(f)]
+    out = tmp_path / "rec.jsonl"
+    res = subprocess.run(_record(tmp_path, log, out, "--whole-file", "--duration", "2"),
+                         capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    live = [r["line"] for r in _rows(out)]
+    assert live == offline
+    assert live[0].endswith(f"[specmon: line cut at {MAX_LINE} of {MAX_LINE * 3 // 2} bytes]")
