@@ -163,6 +163,17 @@ def _wait_rows(out: Path, n: int, proc: subprocess.Popen, limit: float = 120) ->
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen) -> Iterator[None]:
+    """A failing test still ends the process it started (and only that one)."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _stop_within(proc: subprocess.Popen, sig: int, limit: float) -> float:
     """Send `sig`; the seconds until the process ended (a hang detector: main took 39 min)."""
     t = time.monotonic()
@@ -182,8 +193,9 @@ def test_record_of_megabyte_lines_stops_on_a_signal(tmp_path, sig):
     out = tmp_path / "rec.jsonl"
     proc = subprocess.Popen(_record(tmp_path, log, out, "--whole-file"), env=_env(tmp_path),
                             stderr=subprocess.PIPE, text=True)
-    _wait_rows(out, 2, proc)
-    _stop_within(proc, sig, 10)
+    with _reaped(proc):
+        _wait_rows(out, 2, proc)
+        _stop_within(proc, sig, 10)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     rows = _rows(out)
     assert rows and all(r["line"].startswith("a_key") or r["record"] for r in rows)
@@ -227,9 +239,10 @@ def test_offline_commands_on_megabyte_lines_stop_on_sigint_and_sigterm(tmp_path,
     for sig in (signal.SIGINT, signal.SIGTERM):
         proc = subprocess.Popen([sys.executable, "-m", "specmon", *argv], env=_env(tmp_path),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)  # importing, then reading: busy when the signal comes
-        assert proc.poll() is None, "finished before the signal: make the input larger"
-        _stop_within(proc, sig, 10)
+        with _reaped(proc):
+            time.sleep(1.5)  # importing, then reading: busy when the signal comes
+            assert proc.poll() is None, "finished before the signal: make the input larger"
+            _stop_within(proc, sig, 10)
         assert proc.returncode in (130, 143), (sig, proc.returncode, proc.stderr.read())
         assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
         assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
