@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specmon import __version__
 from specmon.errors import CliError
+from specmon.textsafe import SafeStream
+
+Handler = Callable[[argparse.Namespace], int]
 
 # name -> (module under specmon.commands, one-line help for `specmon --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,22 +71,56 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that read files and write results: SIGTERM ends them like Ctrl-C (cleanups run, no
+# temp file is left, exit 143); the live ones (record, connect, demo) handle it in their loop.
+OFFLINE_COMMANDS = {"parse", "export", "report", "check", "baseline", "compare", "advise"}
+# Textual apps own the terminal; every other command's output goes through the one text-safety
+# function (specmon/textsafe.py), so text from hosts and files never reaches it as escapes.
+FULL_SCREEN = {"connect", "demo", "replay", "sim"}
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the offline command is (between bytecodes: a long redaction or
+    parse is cut short right away)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_name(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported with the command's own usage, not the top-level one
         getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
-    func = getattr(args, "func", None)
+    func: Handler | None = getattr(args, "func", None)
     if func is None:
         getattr(args, "parser", parser).print_help()
         return 0
+    if args.command in FULL_SCREEN:
+        return _run(func, args)
+    old = signal.getsignal(signal.SIGTERM)
+    if args.command in OFFLINE_COMMANDS:
+        signal.signal(signal.SIGTERM, _terminate)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
     try:
-        rc: int = func(args)
-        return rc
+        return _run(func, args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+        if args.command in OFFLINE_COMMANDS:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _run(func: Handler, args: argparse.Namespace) -> int:
+    try:
+        return func(args)
     except CliError as exc:
         print(f"specmon {args.command}: {exc}", file=sys.stderr)
         return 2
+    except _Terminated:
+        return 143
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -8,6 +8,7 @@ sent to a terminal, a Markdown viewer or an XML parser (C0 controls are not even
 from __future__ import annotations
 
 import re
+from typing import Any, TextIO
 
 # C0 controls except tab, DEL, C1 controls, the Unicode line/paragraph separators, the bidi
 # overrides (they reorder what a terminal shows) and XML-illegal non-characters.
@@ -30,3 +31,25 @@ def visible(text: str) -> str:
 def visible_lines(text: str) -> str:
     """Like `visible`, but newlines stay line breaks."""
     return "\n".join(visible(part) for part in str(text).split("\n"))
+
+
+def is_plain(text: str) -> bool:
+    """True when `text` has nothing `visible_lines` would change: printable ASCII, tabs and
+    newlines (the fast test for JSON and report lines, which are almost always plain)."""
+    return text.isascii() and text.replace("\n", "").replace("\t", "").isprintable()
+
+
+class SafeStream:
+    """A text stream whose every write goes through `visible_lines`: what an offline command
+    prints (a server_args value, a stored fingerprint, a file name) cannot reach the terminal
+    as an escape sequence (OSC 52 clipboard write, CSI 2J, C1, U+202E)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text if is_plain(text) else visible_lines(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

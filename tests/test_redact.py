@@ -126,3 +126,42 @@ def test_report_of_an_unredacted_snapshot_still_redacts_what_it_prints(tmp_path,
     _assert_clean(text.encode())
     assert "env.HF_TOKEN: " + MASK in text and "throughput fell 12%" in text
     capsys.readouterr()
+
+
+_COST_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # quadratic would take hours: die instead
+from specmon.export.redact import redact_text
+out = {}
+for unit in json.loads(sys.argv[1]):
+    costs = {}
+    for n, times in ((1 << 16, 16), (1 << 20, 1)):  # the same number of bytes in all
+        text = (unit * (n // len(unit) + 1))[:n]
+        best = float("inf")
+        for _ in range(3):
+            t = time.process_time()
+            for _ in range(times):
+                red = redact_text(text)
+            best = min(best, time.process_time() - t)
+        costs[n] = best
+    out[unit] = [costs[1 << 16], costs[1 << 20], red == text]
+print(json.dumps(out))
+"""
+
+
+def test_redaction_is_linear_in_the_line_length():
+    """Issue 22: `'a'*20000` took 25 s (backtracking). One 1 MiB line of name characters (and
+    of other hostile runs) costs about what 16 lines of 64 KiB cost, as a linear pass does
+    (quadratic: 16x more); CPU time in one child process, compared only with itself."""
+    import subprocess
+    import sys
+
+    units = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0"]
+    res = subprocess.run([sys.executable, "-c", _COST_CHILD, json.dumps(units)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    costs = json.loads(res.stdout)
+    for unit, (small, big, _same) in costs.items():
+        assert big < 4 * small, (unit, small, big)
+    assert costs["a"][2] and costs["a."][2]  # names alone are no secret: kept whole
+    assert costs["Aa0"][2] is False  # a MiB of base64 is masked (a key body)

@@ -40,15 +40,30 @@ def cut_marker(kept: int, full: int | None) -> bytes:
     return f" \u2026[specmon: line cut at {kept} {of} bytes]".encode()
 
 
+def cr_lines(line: bytes) -> list[bytes]:
+    """A line that holds lone CRs (a log written with CR-only line endings, or progress bars)
+    as the lines they end, each ending in b"\n"; CRLF is one line end."""
+    body = line[:-1] if line.endswith(b"\n") else line
+    if body.endswith(b"\r"):
+        body = body[:-1]
+    if b"\r" not in body:
+        return [line]
+    return [part + b"\n" for part in body.split(b"\r")]
+
+
 def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
     """Lines of a binary stream, each at most MAX_LINE bytes (a longer one is cut with a marker
-    and the rest of it skipped), so one 100 MB line costs 1 MiB, not 600 MB."""
+    and the rest of it skipped), so one 100 MB line costs 1 MiB, not 600 MB. A lone CR ends a
+    line too (CR-only line endings were read as one line)."""
     while True:
         line = fh.readline(MAX_LINE + 1)
         if not line:
             return
         if len(line) <= MAX_LINE or line.endswith(b"\n"):
-            yield line
+            if b"\r" in line:
+                yield from cr_lines(line)
+            else:
+                yield line
             continue
         full = len(line)
         while True:  # skip to the end of this line
@@ -217,6 +232,7 @@ def _summarise_stream(fh: BinaryIO, name: str, before: LogSummary | None = None)
             total.merge(summarise_buffer(buf[cut:] + b"\n", name))
 
     read = getattr(fh, "read1", fh.read)
+    cr = b""  # a CR that ended the last block: CRLF or a lone CR, the next block says
     while True:
         try:
             block = read(READ)
@@ -227,7 +243,15 @@ def _summarise_stream(fh: BinaryIO, name: str, before: LogSummary | None = None)
             raise PartialRead(f"{name}: read error after {total.lines:,} lines ({_why(exc)})",
                               total) from None
         if not block:
+            if cr:
+                pending.append(b"\n")
             break
+        if cr or b"\r" in block:  # a lone CR ends a line: CR-only logs are not one line
+            block = cr + block
+            cr = b"\r" if block.endswith(b"\r") else b""
+            block = block[:len(block) - len(cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if not block:
+                continue
         if skipping:
             nl = block.find(b"\n")
             if nl < 0:
@@ -293,6 +317,10 @@ def summarise_buffer(buf: bytes, name: str = "log", end: int | None = None) -> L
     """Summary of `buf[:end]`, whole lines each ending in '\\n' (fast path when it is exact).
     `end` spares the caller a copy of its chunk."""
     end = len(buf) if end is None else end
+    if buf.find(b"\r", 0, end) >= 0 and not any(p.search(buf, 0, end) for p in _VLLM_MARKS):
+        # a lone CR ends a line, as in summarise_general (CR-only logs are not one line)
+        buf = buf[:end].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = len(buf)
     s = LogSummary(lines=buf.count(b"\n", 0, end), name=name)
     if any(p.search(buf, 0, end) for p in _VLLM_MARKS):
         return _summarise_vllm(buf if end == len(buf) else buf[:end], s)
@@ -340,8 +368,9 @@ def _count_events(buf: bytes, end: int | None = None) -> int:
 
 def summarise_general(buf: bytes) -> LogSummary:
     """The reference path: every line through `parse_line` (used to test the fast path)."""
-    s = LogSummary(lines=buf.count(b"\n") + (0 if not buf or buf.endswith(b"\n") else 1))
-    for line in buf.splitlines() if b"\r" not in buf else buf.split(b"\n"):
+    lines = buf.splitlines()  # \n, \r\n and a lone \r end a line
+    s = LogSummary(lines=len(lines))
+    for line in lines:
         s.add_record(parse_line(line))
     return s
 

@@ -17,7 +17,7 @@ from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
-from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except StoreError as exc:  # one line: the file and the fix
+        raise CliError(str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     store = BaselineStore.open_default()
     action = args.baseline_action
     if action == "record":

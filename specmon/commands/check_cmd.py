@@ -53,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     if args.running_req is not None and args.running_req < 1:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
     if args.baseline is not None:
-        from specmon.session.baselines import BaselineStore
+        from specmon.session.baselines import BaselineStore, StoreError
 
-        rec = BaselineStore.open_default().get(args.baseline)
+        try:
+            rec = BaselineStore.open_default().get(args.baseline)
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
         if rec is None:
             raise CliError(f"no baseline named {args.baseline!r} (see `specmon baseline list`)")
         stats = rec.stats

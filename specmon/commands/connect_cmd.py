@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,8 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
     from specmon.feeds.host import HostFeed, HostFeeds
     from specmon.session.fleet import FleetSession
 
-    fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines())
+    notes: list[str] = []
+    fleet = FleetSession([p.host.name for p in plans], baselines=default_baselines(notes.append))
     history = None if args.whole_file else args.history
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history, python=p.python,
                                roles=roles.get(p.host.name), all_users=p.all_users)
@@ -128,6 +130,9 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
                      export_dir=Path(args.export_dir) if args.export_dir else None)
     app.metrics_server = server
     app.hosts = [p.host for p in plans]
+    for note in notes:  # a broken baseline store: said on screen, monitoring goes on
+        print(f"specmon connect: {note}", file=sys.stderr)
+        app.startup_warnings.append(note)
     if server is not None:
         app.sub_title += f"  ·  /metrics on {server.host}:{server.port}"
     return app, actions

@@ -8,7 +8,9 @@ what a TARGET, a --log and a config mean.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,14 +123,21 @@ def listen_from_args(args: argparse.Namespace) -> tuple[str, int] | None:
         raise CliError(f"--prometheus: {exc}") from None
 
 
-def default_baselines() -> Any:
-    """Lookup of the newest recorded baseline for (host, server), if a baseline store exists."""
-    from specmon.session.baselines import DB_NAME, BaselineStore, data_dir
+def default_baselines(say: Callable[[str], None] | None = None) -> Any:
+    """Lookup of the newest recorded baseline for (host, server), if a baseline store exists.
+    A store that cannot be opened never stops monitoring: `say` gets one line (the file, the
+    fix, "drift watching off") and there is no lookup."""
+    from specmon.session.baselines import DB_NAME, BaselineStore, StoreError, data_dir
 
     path = data_dir() / DB_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    store = BaselineStore(path)
+    try:
+        store = BaselineStore(path)
+    except StoreError as exc:
+        if say is not None:
+            say(f"{exc}; drift watching is off, monitoring goes on")
+        return None
 
     def lookup(host: str, server: str, role: str | None) -> Any:
         try:

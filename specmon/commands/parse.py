@@ -254,5 +254,10 @@ def list_runs(files: list[str], as_json: bool) -> int:
                 print(f"    #running-req {b['running_req']}: median {b['median_tok_s']:.2f} tok/s, "
                       f"p10-p90 {b['p10']:.2f}-{b['p90']:.2f}, n {b['n']}"
                       + ("" if acc is None else f", accept len {acc:.2f}"))
+            for sg in row["time_segments"]:  # log time broke: windows restart there
+                step = sg["step_s"]
+                what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
+                print(f"    time segment {sg['segment']} from {sg['from']}: log time {what} "
+                      f"(after {sg['after']}); no statistic spans it")
     return 0
 

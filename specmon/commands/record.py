@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import errno
+import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.commands.hostargs import (
     HostPlan,
@@ -34,7 +36,7 @@ from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
 from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
-from specmon.parse.sglang import parse_line
+from specmon.parse.sglang import Record, parse_line
 from specmon.sources.tail import LogLine
 
 if TYPE_CHECKING:
@@ -54,30 +56,37 @@ def parse_record(text: str) -> dict[str, Any] | None:
     return rec.to_json() if rec is not None else None
 
 
-def line_json(ev: LogLine) -> str:
-    """One JSONL row; the line is redacted (a recording is a way out like any export) and the
-    record parsed from the redacted text, so no secret reaches the file by either field."""
+_UNPARSED: Any = object()
+
+
+def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | None = None,
+              host: str | None = None) -> str:
+    """One JSONL row; the line is redacted (a recording is a way out like any export). `record`
+    is what the feed already parsed from the line (each line is parsed once); a line that
+    redaction changed is parsed again from its redacted text, so no secret reaches the file
+    by either field."""
     text = redact_text(ev.text)
-    return dumps(
-        {
-            "server": ev.server,
-            "path": ev.path,
-            "offset": ev.offset,
-            "line": text,
-            "received_at": round(ev.received_at, 6),
-            "record": parse_record(text),
-        },
-        ensure_ascii=False,
-    )
-
-
-def _fleet_line_json(host: str, ev: LogLine, multi: bool) -> str:
-    if not multi:
-        return line_json(ev)
-    obj = json.loads(line_json(ev))
-    obj["server"] = f"{host}/{ev.server}"
-    obj["host"] = host
+    if record is _UNPARSED or text != ev.text:
+        rec = parse_record(text)
+    else:
+        rec = record.to_json() if record is not None else None
+    obj: dict[str, Any] = {
+        "server": ev.server if server is None else server,
+        "path": ev.path,
+        "offset": ev.offset,
+        "line": text,
+        "received_at": round(ev.received_at, 6),
+        "record": rec,
+    }
+    if host is not None:
+        obj["host"] = host
     return dumps(obj, ensure_ascii=False)
+
+
+def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, multi: bool) -> str:
+    if not multi:
+        return line_json(ev, rec)
+    return line_json(ev, rec, server=f"{host}/{ev.server}", host=host)
 
 
 def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
@@ -87,6 +96,104 @@ def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
     if multi:
         obj["host"] = host
     return dumps(obj, ensure_ascii=False)
+
+
+class RecordOut:
+    """The --out file, whole rows only. Rows are buffered and written in batches (a write per
+    row costs more than the row at 20k lines/s; `flush` runs every 0.1 s and at the end); a
+    failed write (disk full) is cut back to the last whole row, so the file never ends in a
+    torn row, and `error` says so in one line (recording then stops)."""
+
+    FLUSH_BYTES = 1 << 18
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+        self.good = os.lseek(fd, 0, os.SEEK_END)  # the size after the last whole row
+        self.buf: list[str] = []
+        self.size = 0
+        self.rows = 0
+        self.error: str | None = None
+        self.failed = asyncio.Event()
+
+    def write(self, row: str) -> None:
+        if self.error is not None:
+            return
+        self.buf.append(row)
+        self.size += len(row) + 1
+        if self.size >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buf or self.error is not None:
+            return
+        data = ("\n".join(self.buf) + "\n").encode("utf-8", "replace")
+        n = len(self.buf)
+        self.buf, self.size = [], 0
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += os.write(self.fd, view[done:])
+        except OSError as exc:
+            kept = data.rfind(b"\n", 0, done) + 1  # the rows of this batch that went whole
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.good + kept)  # no torn row: back to a whole one
+            went = data.count(b"\n", 0, kept)
+            self.rows += went
+            self.error = (f"cannot write {self.path}: {exc.strerror or exc}; stopped, the file "
+                          f"ends at its last whole row ({self.rows} rows written, the last "
+                          f"{n - went} received were not): free space and record again")
+            self.failed.set()
+            return
+        self.good += len(data)
+        self.rows += n
+
+
+def open_out(path: str, *, append: bool, force: bool) -> int:
+    """The --out file's descriptor: never through a symbolic link unless `force` (another user
+    may have planted one where the file goes); with `append`, a torn last row (a writer killed
+    mid-row) is cut off first and said, so new rows do not glue onto it."""
+    flags = (os.O_RDWR if append else os.O_WRONLY) | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    if not force:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise CliError(f"--out {path} is a symbolic link (to {os.readlink(path)}): "
+                               "not writing through it; name the file itself, or --force")
+    try:
+        fd = os.open(path, flags | (0 if append else os.O_TRUNC), 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CliError(f"--out {path} is a symbolic link: not writing through it; name the "
+                           "file itself, or --force") from None
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    if append:
+        try:
+            _repair_torn_tail(fd, path)
+        except OSError as exc:
+            os.close(fd)
+            raise CliError(f"--append: cannot repair the torn last row of {path}: "
+                           f"{exc.strerror}; not appending") from None
+    return fd
+
+
+def _repair_torn_tail(fd: int, path: str) -> None:
+    """Cut a last row that has no newline (written by a writer that was killed or ran out of
+    space) back to the end of the last whole row, and say how many bytes went."""
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    pos, step = size, 1 << 16
+    while pos > 0:  # back to the last newline, a block at a time
+        start = max(0, pos - step)
+        nl = os.pread(fd, pos - start, start).rfind(b"\n")
+        if nl >= 0:
+            pos = start + nl + 1
+            break
+        pos = start
+    os.ftruncate(fd, pos)
+    _log(f"--append: {path} ended in a torn row ({size - pos} bytes after its last whole row, "
+         "from a writer that was stopped mid-row): cut it off before appending")
 
 
 class _LoggingSink:
@@ -118,7 +225,7 @@ class _LoggingSink:
         self.fleet.tail_missing(host, server, path, reason)
 
 
-async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str, int] | None,
+async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[str, int] | None,
                        duration: float | None = None, history_lines: int | None = 2000,
                        stop: asyncio.Event | None = None, baselines: Any = None,
                        gpu_retry_s: float = 10.0) -> int:
@@ -132,16 +239,14 @@ async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str
     fleet = FleetSession([p.host.name for p in plans], baselines=baselines)
     count = 0
 
-    def tap(host: str, ev: LogLine) -> None:
+    def tap(host: str, ev: LogLine, rec: Record | None) -> None:
         nonlocal count
-        out.write(_fleet_line_json(host, ev, multi) + "\n")
-        out.flush()
+        out.write(_fleet_line_json(host, ev, rec, multi))
         count += 1
 
     def gpu_tap(host: str, samples: list[GpuSample]) -> None:
         if samples:
-            out.write(gpu_json(host, samples, multi) + "\n")
-            out.flush()
+            out.write(gpu_json(host, samples, multi))
 
     feed = HostFeeds([HostFeed(p.host, p.specs, history_lines=history_lines, python=p.python,
                                tap=tap, gpu_tap=gpu_tap, gpu_retry_s=gpu_retry_s,
@@ -165,26 +270,35 @@ async def record_fleet(plans: list[HostPlan], out: IO[str], *, listen: tuple[str
     fleet.alert_listeners.append(alert)
     task = asyncio.create_task(feed.run(_LoggingSink(fleet, _log)))
     waiter = asyncio.create_task(stop.wait())
+    failed = asyncio.create_task(out.failed.wait())
 
     async def tick() -> None:
+        n = 0
         while True:
-            fleet.tick()
-            await asyncio.sleep(1.0)
+            out.flush()
+            if n % 10 == 0:
+                fleet.tick()
+            n += 1
+            await asyncio.sleep(0.1)
 
     ticker = asyncio.create_task(tick())
     try:
-        await asyncio.wait({task, waiter}, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():  # every host gave up (refused key or login)
-            failed = [f"{h}: {hv.state.describe()}" for h, hv in fleet.hosts.items()]
-            raise CliError("no host could be watched: " + "; ".join(failed))
+        await asyncio.wait({task, waiter, failed}, timeout=duration,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if task.done() and not failed.done():  # every host gave up (refused key or login)
+            bad = [f"{h}: {hv.state.describe()}" for h, hv in fleet.hosts.items()]
+            raise CliError("no host could be watched: " + "; ".join(bad))
     finally:
-        for t in (task, waiter, ticker):
+        for t in (task, waiter, ticker, failed):
             t.cancel()
-        for t in (task, waiter, ticker):
+        for t in (task, waiter, ticker, failed):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        out.flush()
         if server is not None:
             await server.close()
+    if out.error is not None:
+        raise CliError(out.error)
     return count
 
 
@@ -201,15 +315,15 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
             except HostError as exc:
                 raise CliError(str(exc)) from None
             print_notes(plans[0].host)
-        try:
-            out = open(args.out, "a" if args.append else "w", encoding="utf-8")
-        except OSError as exc:
-            raise CliError(f"cannot write {args.out}: {exc.strerror}") from None
+        fd = open_out(args.out, append=args.append, force=args.force)
         t0 = time.monotonic()
-        with out:
-            n = await record_fleet(plans, out, listen=listen, duration=args.duration,
+        try:
+            n = await record_fleet(plans, RecordOut(fd, args.out), listen=listen,
+                                   duration=args.duration,
                                    history_lines=None if args.whole_file else args.history,
-                                   stop=stop, baselines=default_baselines())
+                                   stop=stop, baselines=default_baselines(_log))
+        finally:
+            os.close(fd)
         _log(f"{n} lines from {len(plans)} host(s) in {time.monotonic() - t0:.1f}s -> {args.out}")
         return 0
     finally:
@@ -226,7 +340,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      '"record"}. Stops on Ctrl-C, SIGTERM or after --duration.')
     add_hosts(p)
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
-    p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    p.add_argument("--append", action="store_true",
+                   help="append to --out instead of replacing it (a torn last row is cut off "
+                   "first, and said)")
+    p.add_argument("--force", action="store_true",
+                   help="write --out even when it is a symbolic link (refused otherwise)")
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
     add_config(p, "its [hosts.NAME] are recorded when no TARGET is given")
 

@@ -23,21 +23,25 @@ _SECRET_WORDS = {
 }
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 
+# Every pattern here runs on untrusted lines up to MAX_LINE long, so each must be linear in the
+# line length: a match may start only where a run of its characters starts (a lookbehind),
+# runs are possessive (`*+`) or atomic, so a failed match never re-reads what it scanned.
+_NC = r"A-Za-z0-9_.\-"  # the characters of a name
 # A name = value pair in env dumps, shell lines, Python reprs, JSON and YAML-ish text.
-_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _RE_PAIR = re.compile(
-    r"""(?P<q1>['"]?)(?P<name>""" + _NAME + r""")(?P=q1)"""
-    r"""(?P<sep>\s*[=:]\s*)"""
-    r"""(?P<val>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;)}\]'"]+)"""
+    r"""(?<![""" + _NC + r"""])(?P<q1>['"]?)(?P<name>[A-Za-z_][""" + _NC + r"""]*+)(?P=q1)"""
+    r"""(?P<sep>\s*+[=:]\s*+)"""
+    r"""(?P<val>'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|[^\s,;)}\]'"]++)"""
 )
 # --api-key VALUE / --api-key=VALUE / -api_key VALUE on a command line.
 _RE_FLAG = re.compile(
-    r"""(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_\-]*))(?P<sep>=|\s+)"""
-    r"""(?P<val>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s'"]+)"""
+    r"""(?<![A-Za-z0-9_\-])(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_\-]*+))(?P<sep>=|\s++)"""
+    r"""(?P<val>'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|[^\s'"]++)"""
 )
 # scheme://user:password@host or scheme://token@host
-_RE_URL_CRED = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s@'\"]+)@")
-# Token shapes worth catching even without a telling name.
+_RE_URL_CRED = re.compile(r"(?P<scheme>(?<![a-zA-Z0-9+.\-])[a-zA-Z][a-zA-Z0-9+.\-]*+://)"
+                          r"(?P<cred>[^/\s@'\"]++)@")
+# Token shapes worth catching even without a telling name (AIza...: Google API keys).
 _RE_TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{8,}"
     r"|sk-[A-Za-z0-9_\-]{8,}"
@@ -45,19 +49,23 @@ _RE_TOKEN_SHAPES = re.compile(
     r"|github_pat_[A-Za-z0-9_]{16,}"
     r"|xox[abposr]-[A-Za-z0-9\-]{8,}"
     r"|AKIA[0-9A-Z]{16}"
+    r"|AIza[0-9A-Za-z_\-]{30,}"
     r"|glpat-[A-Za-z0-9_\-]{16,})"
 )
-_RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
+# the literal starts of the shapes above: one cheap search decides whether the shapes can match
+_RE_SHAPE_HINT = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|AIza|glpat-")
+_RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s++[A-Za-z0-9._~+/=\-]{8,}")
 # Authorization / Proxy-Authorization header values whatever the scheme ("Token abc", "Digest")
 _RE_AUTH_HEADER = re.compile(
-    r"(?i)\b(?P<name>(?:proxy-)?authorization|x-api-key|api-key)(?P<q>['\"]?)(?P<sep>\s*[:=]\s*)"
-    r"(?P<scheme>(?:bearer|basic|token|digest|apikey|key|hmac|negotiate)\s+)?"
-    r"(?P<val>[^\s,;'\"]+)"
+    r"(?i)\b(?P<name>(?:proxy-)?authorization|x-api-key|api-key)(?P<q>['\"]?)(?P<sep>\s*+[:=]\s*+)"
+    r"(?P<scheme>(?:bearer|basic|token|digest|apikey|key|hmac|negotiate)\s++)?"
+    r"(?P<val>[^\s,;'\"]++)"
 )
 # a JSON Web Token anywhere: header.payload.signature, base64url, header starting {"
-_RE_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*")
+_RE_JWT = re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}+\.[A-Za-z0-9_\-]{5,}+\."
+                     r"[A-Za-z0-9_\-]*+")
 # URL query parameters with a secret name (?access_token=..., &api_key=..., &sig=...)
-_RE_QUERY = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=)(?P<val>[^&#\s'\"<>]+)")
+_RE_QUERY = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]*+)=)(?P<val>[^&#\s'\"<>]++)")
 _AUTH_NAMES = {"authorization", "proxy-authorization"}
 _AUTH_SCHEMES = {"bearer", "basic", "token", "digest", "apikey", "key", "hmac", "negotiate"}
 _QUERY_SECRET = {"sig", "signature", "key", "code", "x-amz-signature", "x-amz-credential",
@@ -65,19 +73,59 @@ _QUERY_SECRET = {"sig", "signature", "key", "code", "x-amz-signature", "x-amz-cr
 # "password hunter2", "passwd: x", "token is abc123", "api key is ..." in prose
 _RE_PROSE = re.compile(
     r"(?i)\b(?P<word>password|passwd|passphrase|secret|token|api[ _-]?key)"
-    r"(?P<sep>\s+is\s+|\s+was\s+|\s+(?=[^\s:=]*[0-9!@#$%^&*][^\s]*)|\s*[:=]\s+)"
-    r"(?P<val>[^\s,;'\"]{3,})"
+    r"(?P<sep>\s++is\s++|\s++was\s++|\s++(?=[^\s:=]*[0-9!@#$%^&*])|\s*+[:=]\s++)"
+    r"(?P<val>[^\s,;'\"]{3,}+)"
 )
+# words that must occur (in the lower-cased text) for any name-based rule to mask anything
+_NAME_HINTS = ("token", "secret", "passw", "passphrase", "pwd", "credential", "auth", "cookie",
+               "key", "sig", "code=")
+# SGLang's counts ("#token: 900", "token usage: 0.04", "(token/s)"): no rule masks these, so
+# a line whose only hint word is in them needs no name rule (decode lines, 20k a second)
+_RE_COUNTS = re.compile(r"token(?: usage|/s\)|: [0-9.]++(?![^\s,;)}\]'\"]))")
 # PEM private keys, whole blocks, or a BEGIN with no END in this text (a cut log line)
 _RE_PEM = re.compile(
-    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?"
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]{0,40})PRIVATE KEY-----[\s\S]*?"
     r"(?:-----END (?P=kind)PRIVATE KEY-----|\Z)"
 )
+# a PEM key's body logged a line at a time: a long base64 word of mixed case and digits (not
+# hex, not a path); a key's lines are 64 (PEM) or 70 (OpenSSH) characters of this
+_RE_B64_WORD = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{40,}+={0,2}+(?![A-Za-z0-9+/=])")
+# Slack incoming webhooks: the URL is the credential
+_RE_SLACK_HOOK = re.compile(r"(?P<lead>hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/)"
+                            r"(?P<val>[A-Za-z0-9_/\-]++)")
+# curl -u user:pw, curl --user user:pw, curl -uuser:pw: the part after the first colon
+_RE_CURL_USER = re.compile(r"""(?<![A-Za-z0-9_\-])(?P<lead>(?:-u\s*+|--user(?:=|\s++))['"]?"""
+                           r"""[^\s:'"]++:)(?P<val>[^\s'"]++)""")
+# mysql -pPASSWORD (the password glued to -p); only on lines that name a MySQL client
+_RE_MYSQL_P = re.compile(r"(?<![A-Za-z0-9_\-])(?P<lead>-p)(?P<val>[^\s'\"-][^\s'\"]*+)")
+_MYSQL_WORDS = ("mysql", "mariadb")
+
+
+_RE_UPPER, _RE_LOWER, _RE_DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
+
+
+def _b64_secret(m: re.Match[str]) -> str:
+    """A long base64 word is a key body unless it looks like a hash (hex) or a path."""
+    word = m.group(0)
+    if word.startswith("/") or word.count("/") >= 4:
+        return word
+    if _RE_UPPER.search(word) and _RE_LOWER.search(word) and _RE_DIGIT.search(word):
+        return MASK
+    return word
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like HF_TOKEN, OPENAI_API_KEY, --api-key, db_password, AWS_SECRET_ACCESS_KEY."""
+    # names repeat, so they are cached; a name from a hostile line may be a megabyte: not those
+    return _secret_name_cached(name) if len(name) <= 256 else _secret_name(name)
 
 
 @lru_cache(maxsize=8192)
-def is_secret_name(name: str) -> bool:
-    """True for names like HF_TOKEN, OPENAI_API_KEY, --api-key, db_password, AWS_SECRET_ACCESS_KEY."""
+def _secret_name_cached(name: str) -> bool:
+    return _secret_name(name)
+
+
+def _secret_name(name: str) -> bool:
     low = name.strip().strip("-").lower()
     words = [w for w in _WORD_SPLIT.split(low) if w]
     if not words:
@@ -143,16 +191,38 @@ def redact_text(text: str) -> str:
     out = text
     if "PRIVATE KEY-----" in out:
         out = _RE_PEM.sub(lambda m: f"-----BEGIN {m.group('kind')}PRIVATE KEY----- {MASK}", out)
-    out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
-    out = _RE_AUTH_HEADER.sub(auth, out)
-    out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
-    out = _RE_JWT.sub(MASK, out)
-    out = _RE_TOKEN_SHAPES.sub(MASK, out)
+    # each rule runs only when the cheap test of what it needs passes: a decode line costs a few
+    # substring tests and the name rules, not every pattern
+    if "://" in out and "@" in out:
+        out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
+    if "hooks.slack" in out:
+        out = _RE_SLACK_HOOK.sub(lambda m: f"{m.group('lead')}{MASK}", out)
+    if "-u" in out:
+        out = _RE_CURL_USER.sub(lambda m: f"{m.group('lead')}{MASK}", out)
+    if "-p" in out:
+        low = out.lower()
+        if any(w in low for w in _MYSQL_WORDS):
+            out = _RE_MYSQL_P.sub(lambda m: f"{m.group('lead')}{MASK}", out)
+    if "eyJ" in out:
+        out = _RE_JWT.sub(MASK, out)
+    if _RE_SHAPE_HINT.search(out):
+        out = _RE_TOKEN_SHAPES.sub(MASK, out)
+    if len(out) >= 40:
+        out = _RE_B64_WORD.sub(_b64_secret, out)
+    low = out.lower()
+    bare = _RE_COUNTS.sub("", low) if "token" in low else low
+    if not any(w in bare for w in _NAME_HINTS):
+        return out  # no name-based rule can mask anything
+    if "authorization" in low or "api-key" in low:
+        out = _RE_AUTH_HEADER.sub(auth, out)
+    if "bearer" in low or "basic" in low:
+        out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
     if "=" in out:
         out = _RE_QUERY.sub(query, out)
     out = _RE_PROSE.sub(prose, out)
     out = _RE_PAIR.sub(pair, out)
-    out = _RE_FLAG.sub(flag, out)
+    if "-" in out:
+        out = _RE_FLAG.sub(flag, out)
     return out
 
 
@@ -186,7 +256,8 @@ def redact_obj(obj: Any, *, key: str | None = None) -> Any:
     """A JSON-like tree with every secret masked: values under secret-looking keys, and any
     secret inside any string (keys included)."""
     if isinstance(obj, dict):
-        return {_redact_key(str(k)): redact_obj(v, key=str(k)) for k, v in obj.items()}
+        return {_redact_key(str(k)) if len(str(k)) <= 256 else redact_text(str(k)):
+                redact_obj(v, key=str(k)) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         if key is not None and is_secret_name(key):
             return [MASK if x not in (None, "") else x for x in obj]

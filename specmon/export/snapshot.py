@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import secrets
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -465,7 +466,24 @@ def _write_chunks(f: Any, data: bytes) -> None:
         f.write(data[i:i + _CHUNK])
 
 
-_RE_TMP = re.compile(r"\.(.+\.(?:json|gz|md|html|svg|jsonl|txt))\.tmp-(\d+)\Z")
+_RE_TMP = re.compile(r"\.(.+\.(?:json|gz|md|html|svg|jsonl|txt))\.tmp-(\d+)(?:-[0-9a-f]{8})?\Z")
+# a temp file is always a new file of ours: never an existing name, never through a symlink
+# another user planted under the name we would pick
+_TMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+              | getattr(os, "O_CLOEXEC", 0))
+
+
+def open_temp(folder: Path, name: str) -> tuple[Path, int]:
+    """A new temp file `.NAME.tmp-PID` (or `.NAME.tmp-PID-RANDOM` when that name is taken)
+    in `folder`, created with O_EXCL | O_NOFOLLOW: (its path, an open descriptor)."""
+    base = f".{name}.tmp-{os.getpid()}"
+    for attempt in range(16):
+        tmp = folder / (base if attempt == 0 else f"{base}-{secrets.token_hex(4)}")
+        try:
+            return tmp, os.open(tmp, _TMP_FLAGS, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temp file for {name} in {folder}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -507,9 +525,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     clean_stale_temps(folder)
-    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
+    tmp, fd = open_temp(folder, path.name)
     try:
-        with open(tmp, "wb") as f:
+        with open(fd, "wb") as f:
             _write_chunks(f, data)
             f.flush()
             os.fsync(f.fileno())

@@ -20,6 +20,7 @@ from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
 from specmon.parse.gpu import GpuSample
+from specmon.parse.sglang import Record
 from specmon.session.events import FeedSink, ServerInfo
 from specmon.sources.discovery import ALL_USERS_NOTE, DiscoveredServer, discover
 from specmon.sources.gpu import RemoteAgentSource
@@ -44,7 +45,7 @@ class HostFeed:
     def __init__(self, host: Host, specs: list[TailSpec] | None = None, *,
                  history_lines: int | None = 2000, gpu_interval: float = 1.0,
                  gpu_retry_s: float = 10.0, python: str | None = None,
-                 tap: Callable[[str, LogLine], None] | None = None,
+                 tap: Callable[[str, LogLine, Record | None], None] | None = None,
                  gpu_tap: Callable[[str, list[GpuSample]], None] | None = None,
                  roles: dict[str, str] | None = None,
                  retry_max_s: float = 30.0, all_users: bool = False) -> None:
@@ -171,8 +172,8 @@ class HostFeed:
                 if self.tap is not None:
                     outer = self.tap
 
-                    def tap(ev: LogLine) -> None:
-                        outer(self.name, ev)
+                    def tap(ev: LogLine, rec: Record | None) -> None:
+                        outer(self.name, ev, rec)
 
                 tasks.append(asyncio.create_task(pump_tail(
                     LogTailer(self.host, self.specs, history_lines=self.history_lines), self.name,

@@ -95,8 +95,18 @@ def op_signal(req):
 
 def _write_private(path, data):
     """Atomically write `data` to `path` with mode 0600 (temp file in the same folder + rename)."""
+    # a new file of ours, never an existing one nor a symlink planted under the name we pick
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0))
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for attempt in range(16):
+        try:
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileExistsError:
+            if attempt == 15:
+                raise
+            tmp = "%s.tmp.%d.%s" % (path, os.getpid(), os.urandom(4).hex())
     try:
         os.write(fd, data)
         os.fsync(fd)

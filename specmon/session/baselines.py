@@ -8,6 +8,7 @@ existing name fails unless `replace=True` (then the old row is replaced in the s
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -27,6 +28,40 @@ DB_NAME = "baselines.sqlite3"
 
 class BaselineExists(Exception):
     """A baseline with this name already exists."""
+
+
+class StoreError(Exception):
+    """The baseline store cannot be used: one line naming the file and the fix. Monitoring
+    never depends on it: callers go on without drift watching and say so."""
+
+
+def _disk_full(folder: Path) -> bool:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (64 << 10)
+
+
+def store_error(path: Path, exc: BaseException) -> StoreError:
+    """`exc` (sqlite3, OS, a damaged row) as one line: what is wrong with `path`, and the fix."""
+    text = str(exc) or type(exc).__name__
+    low = text.lower()
+    aside = f"move it aside (mv {path} {path}.bad) and record baselines again"
+    if path.is_dir():
+        why, fix = "is a directory, not a baseline store", "remove or rename it"
+    elif "full" in low or getattr(exc, "errno", None) == errno.ENOSPC or (
+            "i/o error" in low and _disk_full(path.parent)):  # SQLite in WAL mode says I/O
+        why, fix = "disk full, nothing was saved", f"free space in {path.parent}"
+    elif "readonly" in low or "read-only" in low or getattr(exc, "errno", None) in (
+            errno.EROFS, errno.EACCES, errno.EPERM):
+        why, fix = f"cannot be written ({text})", (
+            "make it and its folder writable, or set SPECMON_DATA_DIR to a writable folder")
+    elif "not a database" in low or "malformed" in low or isinstance(exc, ValueError | KeyError):
+        why, fix = f"damaged ({text})", aside
+    else:
+        why, fix = text, f"{aside}, or set SPECMON_DATA_DIR"
+    return StoreError(f"baseline store {path}: {why}: {fix}")
 
 
 def data_dir() -> Path:
@@ -72,9 +107,18 @@ class Baseline:
 
 class BaselineStore:
     def __init__(self, path: Path | str) -> None:
+        """Opens (creating) the store; StoreError (one line: the file and the fix) when it
+        cannot be used: garbage, a directory, a read-only or full file system, a truncated DB."""
         self.path = Path(path)
+        try:
+            self._create()
+        except (sqlite3.Error, OSError) as exc:
+            raise store_error(self.path, exc) from None
+
+    def _create(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
+        db = self._connect()
+        try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS baselines ("
@@ -86,6 +130,9 @@ class BaselineStore:
                 " schema INTEGER NOT NULL,"
                 " data TEXT NOT NULL)")
             db.execute("CREATE INDEX IF NOT EXISTS baselines_host_server ON baselines(host, server)")
+            db.execute("SELECT count(*) FROM baselines").fetchone()  # a truncated DB fails here
+        finally:
+            db.close()
 
     @classmethod
     def open_default(cls) -> BaselineStore:
@@ -111,7 +158,7 @@ class BaselineStore:
         finally:
             db.close()
 
-    def save(self, b: Baseline, replace: bool = False) -> int:
+    def _save(self, b: Baseline, replace: bool = False) -> int:
         with self._write() as db:
             old = db.execute("SELECT id FROM baselines WHERE name = ?", (b.name,)).fetchone()
             if old is not None:
@@ -124,7 +171,7 @@ class BaselineStore:
             b.id = int(cur.lastrowid or 0)
             return b.id
 
-    def get(self, name: str) -> Baseline | None:
+    def _get(self, name: str) -> Baseline | None:
         db = self._connect()
         try:
             row = db.execute("SELECT * FROM baselines WHERE name = ?", (name,)).fetchone()
@@ -132,7 +179,7 @@ class BaselineStore:
             db.close()
         return Baseline.from_row(row) if row is not None else None
 
-    def list(self, host: str | None = None, server: str | None = None) -> list[dict[str, Any]]:
+    def _list(self, host: str | None = None, server: str | None = None) -> list[dict[str, Any]]:
         """Rows without the samples: name, host, server, created_at and a one-line summary."""
         q = "SELECT * FROM baselines"
         where, args = [], []
@@ -161,7 +208,28 @@ class BaselineStore:
                         "stratum": best.stratum.describe() if best else None})
         return out
 
-    def delete(self, name: str) -> bool:
+    def _delete(self, name: str) -> bool:
         with self._write() as db:
             cur = db.execute("DELETE FROM baselines WHERE name = ?", (name,))
             return cur.rowcount > 0
+
+    def _guard(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return fn(*args, **kw)
+        except (sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
+            raise store_error(self.path, exc) from None
+
+    def save(self, b: Baseline, replace: bool = False) -> int:
+        """Store `b` (BaselineExists when the name is taken and not `replace`)."""
+        return int(self._guard(self._save, b, replace))
+
+    def get(self, name: str) -> Baseline | None:
+        got: Baseline | None = self._guard(self._get, name)
+        return got
+
+    def list(self, host: str | None = None, server: str | None = None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self._guard(self._list, host, server)
+        return rows
+
+    def delete(self, name: str) -> bool:
+        return bool(self._guard(self._delete, name))

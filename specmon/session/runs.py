@@ -71,7 +71,10 @@ def run_row(run: Run) -> dict[str, Any]:
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "args": args_summary(run.args), "decode_lines": run.lines_total,
             "dp_groups": len([k for k in run.groups if k is not None]),
-            "untimed_lines": run.untimed, **by_running_req(run)}
+            "untimed_lines": run.untimed,
+            "time_segments": [{"segment": sg.index + 1, "from": stamp(sg.start_t),
+                               "after": stamp(sg.prev_t), "step_s": round(sg.step_s, 3)}
+                              for sg in run.segments], **by_running_req(run)}
 
 
 def run_by_rr(run: Run) -> list[dict[str, Any]]:

@@ -32,6 +32,12 @@ TIER_SECONDS = (10.0, 60.0, 600.0)  # downsampled tiers: medians with n, for the
 TIER_POINTS = 4_096  # per tier: 10 s -> 11 h, 1 min -> 68 h, 10 min -> 28 days
 MAX_RUNS = 32  # runs kept per server (older runs are summarised away)
 MAX_GROUPS = 64  # DP groups kept per run (a hostile log cannot grow it forever)
+# Log time that goes back more than SEGMENT_BACK_S (a clock stepped back, a DST fall-back) or
+# jumps ahead more than SEGMENT_JUMP_S (the default window: an idle gap or a clock step) starts
+# a new time segment inside the run; no window spans two segments.
+SEGMENT_BACK_S = 1.0
+SEGMENT_JUMP_S = 60.0
+MAX_SEGMENTS = 64  # segment boundaries kept per run (the count goes on)
 SILENT_ROUNDS = 3  # a DP group missing from this many consecutive rounds is shown as silent
 RUN_GPU_SAMPLES = 600  # GPU samples kept per run (per GPU: about 10 min at 1 Hz)
 MAX_SPEC_CHANGES = 256  # adaptive step changes kept per run (older ones cover no kept point)
@@ -75,6 +81,27 @@ class DecodePoint:
     t_log: bool = True  # False: the line had no timestamp and `t` is the receive time
     groups: int = 1  # DP groups summed into this point
     after_prefill: bool = False  # a prefill line came since the previous decode line
+    seg: int = 0  # the run's time segment it belongs to (see Run.segment)
+
+
+@dataclass(frozen=True)
+class TimeSegment:
+    """Where log time broke inside a run: the newest time before, the first time after."""
+
+    index: int  # 1-based; segment 0 is the run's start
+    prev_t: float
+    start_t: float
+
+    @property
+    def step_s(self) -> float:
+        return self.start_t - self.prev_t
+
+    def describe(self) -> str:
+        """`log time went back 3600 s at 13:02:11` / `... jumped ahead 300 s ...`."""
+        step = self.step_s
+        what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
+        at = time.strftime("%H:%M:%S", time.localtime(self.start_t))
+        return f"time segment {self.index + 1} from {at}: log time {what}"
 
 
 @dataclass(slots=True)
@@ -265,6 +292,9 @@ class Run:
     spec_changes: deque[SpecChange] = field(
         default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
     prefill_pending: bool = False  # a prefill line since the last decode line
+    segment: int = 0  # the current time segment (0: none broke yet)
+    segments: list[TimeSegment] = field(default_factory=list)  # boundaries, newest last
+    _seg_last_t: float | None = None
     _round: dict[int | None, DecodePoint] = field(default_factory=dict)
 
     @property
@@ -307,12 +337,13 @@ class Run:
         self.lines_total += 1
         if not pt.t_log:
             self.untimed += 1
+        closed = self._check_segment(pt)
         g.points.append(pt)
         g.total += 1
         # One interval holds one line per group: DP attention runs the groups' forwards in
         # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
         # A round closes when every group that still logs is in it, or when one repeats.
-        out: list[DecodePoint] = []
+        out: list[DecodePoint] = [closed] if closed is not None else []
         if key in self._round:
             out.append(self._close_round())
         self._round[key] = pt
@@ -321,12 +352,35 @@ class Run:
             out.append(self._close_round())
         return out
 
+    def _check_segment(self, pt: DecodePoint) -> DecodePoint | None:
+        """A new time segment when log time breaks (see SEGMENT_BACK_S); `pt` is in it.
+        Returns the round the break closed, if one was open (a round never spans a break)."""
+        prev = self._seg_last_t
+        closed = None
+        if prev is not None and (pt.t < prev - SEGMENT_BACK_S or pt.t > prev + SEGMENT_JUMP_S):
+            if self._round:
+                closed = self._close_round()
+            self.segment += 1
+            self.segments.append(TimeSegment(self.segment, prev, pt.t))
+            del self.segments[:-MAX_SEGMENTS]
+        self._seg_last_t = pt.t
+        pt.seg = self.segment
+        return closed
+
+    def segment_text(self) -> str | None:
+        """What the panel and `parse` say when the run's log time broke, else None."""
+        if not self.segments:
+            return None
+        return self.segments[-1].describe() + (
+            f" ({self.segment} breaks in this run)" if self.segment > 1 else "")
+
     def _close_round(self) -> DecodePoint:
         members = [self._round[k] for k in sorted(self._round, key=_rank_order)]
         for k, g in self.groups.items():
             g.missed_rounds = 0 if k in self._round else g.missed_rounds + 1
         self._round = {}
         sp = combine(members)
+        sp.seg = max(p.seg for p in members)
         self.decode.append(sp)
         self.decode_total += 1
         self.last = sp.rec
@@ -343,7 +397,7 @@ class Run:
         """Server-level points with record time >= t0, oldest first, without copying the run."""
         rev: list[DecodePoint] = []
         for p in reversed(self.decode):
-            if p.t < t0:
+            if p.t < t0 or p.seg != self.segment:  # never across a break in log time
                 break
             rev.append(p)
         return reversed(rev)

@@ -109,7 +109,7 @@ def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[G
         last = g.last
         st = None
         if last is not None and last.rec.running_req is not None and end is not None:
-            pts = [p for p in g.points if p.t >= end - window_s]
+            pts = [p for p in g.points if p.t >= end - window_s and p.seg == run.segment]
             st = stats_for(pts, last.rec.running_req, window_s)
         rows.append(GroupRow(k, g.total, st, last.t if last else None, g.silent))
     return rows
@@ -128,6 +128,9 @@ def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
     if silent:  # vLLM prints nothing for an idle engine (0.8.5+): idle, not a stall
         label = ", idle engine " if state.engine == "vllm" else ", silent DP group "
         text += label + ",".join(str(k) for k in silent)
+    seg = run.segment_text()
+    if seg is not None:  # the window starts at the break: it never blends two clocks
+        text += f", {seg}"
     return text
 
 

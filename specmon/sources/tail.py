@@ -1,6 +1,7 @@
 """Resumable log tails over a Host, through the host agent.
 
-Lines are framed on b"\\n" only (a partial last line waits for its end); each file's position
+Lines are framed on b"\\n" (a partial last line waits for its end), and a lone CR inside a
+line ends a line too (CR-only logs, split here with exact offsets); each file's position
 is (inode, byte offset after the last delivered line). After a reconnect a new agent resumes
 every file at exactly that byte, so no line is lost or repeated; truncation (restart at 0) and
 rotation (finish the old inode, then follow the new file) are reported as notices.
@@ -75,6 +76,29 @@ class LogLine:
     history: bool = False  # read as history on first connect, not live
     cut: int | None = None  # original length when the line was cut
     noeol: bool = False  # a rotated file ended without a newline
+    eol: bytes = b"\n"  # the byte that ended it: b"\r" for a piece of a CR-only line
+
+
+def split_cr(ln: LogLine) -> list[LogLine]:
+    """A line holding lone CRs (CR-only line endings, progress bars) as the lines they end,
+    offsets exact (each piece ends after its CR; the last ends where the line did). A CR right
+    before the newline stays (CRLF is one line end); a cut line is left whole."""
+    data = ln.data
+    body = data[:-1] if data.endswith(b"\r") else data
+    if ln.cut is not None or b"\r" not in body:
+        return [ln]
+    parts = body.split(b"\r")
+    if body is not data:
+        parts[-1] += b"\r"
+    out, off = [], ln.offset
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        end = ln.end if last else off + len(part) + 1
+        out.append(LogLine(ln.server, ln.path, ln.inode, off, end, part,
+                           part.decode("utf-8", "replace"), ln.received_at, ln.history, None,
+                           ln.noeol if last else False, ln.eol if last else b"\r"))
+        off = end
+    return out
 
 
 @dataclass(frozen=True)
@@ -282,6 +306,8 @@ class LogTailer:
             # the bytes right before `end` of a cut line were not sent: no check there
             check = b"" if cut is not None else (check + data + (b"" if noeol else b"\n"))[
                 -CHECK_BYTES:]
+        if any(b"\r" in ln.data for ln in out):
+            out = [piece for ln in out for piece in split_cr(ln)]
         ends = [(ln.end, ln) for ln in out]
         checks = self._checks(pos.check, out)
         for (end, ln), chk in zip(ends, checks, strict=True):
@@ -297,7 +323,7 @@ class LogTailer:
             if ln.cut is not None:
                 check = b""
             else:
-                check = (check + ln.data + (b"" if ln.noeol else b"\n"))[-CHECK_BYTES:]
+                check = (check + ln.data + (b"" if ln.noeol else ln.eol))[-CHECK_BYTES:]
             out.append(check)
         return out
 

@@ -33,7 +33,7 @@ from specmon.export.redact import redact_fingerprint
 from specmon.keymap import ACTIONS, GROUPS
 from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
-from specmon.session.baselines import Baseline, BaselineStore
+from specmon.session.baselines import Baseline, BaselineStore, StoreError
 from specmon.session.drift import alert_lines
 from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
@@ -168,6 +168,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self._multi = len(self.fleet.hosts) > 1
         self.metrics_server: Any = None  # what the command opened for this app (it closes them)
         self.hosts: list[Any] = []
+        self.startup_warnings: list[str] = []  # toasts on mount (e.g. no drift watching)
         self.lines_received = 0
         self.sink: FeedSink = cast(FeedSink, _AppSink(self))  # what the feed is given
         self.refreshes = 0
@@ -292,6 +293,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             self._feed_worker = self.run_worker(self.feed.run(self.sink), name="feed",
                                                 group="feed", exit_on_error=False)
         self.refresh_view()
+        for note in self.startup_warnings:  # e.g. a broken baseline store: no drift watching
+            self.notify(note, severity="warning", markup=False, timeout=30)
 
     async def stop_feed(self) -> None:
         """Cancel the feed and wait for its cleanup (it stops what it started)."""
@@ -560,7 +563,11 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     def record_baseline(self, host: str, server: str) -> None:
         """Record the server's current run as its baseline, store it, and watch for drift:
         the session model's `request_baseline` (its result comes back as a notice)."""
-        _ = self.baseline_store  # the default store, unless one was given
+        try:
+            _ = self.baseline_store  # the default store, unless one was given
+        except StoreError as exc:  # a broken store: one line, monitoring goes on
+            self.notify(f"baseline not saved: {exc}", severity="error", markup=False)
+            return
         self.fleet.request_baseline(host, server)
 
     def drift_tick(self) -> None:

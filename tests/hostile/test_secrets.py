@@ -26,7 +26,15 @@ PASSWORD = "Pl4nted!pw"
 ACCESS = "qsPlantedAccess99"
 PEM_BODY = "MIIEowIBAAKCAQEAplantedPEMbody"
 TOLD = "toldPlanted42"
-SECRETS = (HF, JWT, API, URLPW, TOKEN_AUTH, PASSWORD, ACCESS, PEM_BODY, TOLD)
+# issue 22's new shapes: a PEM body logged a line at a time, a Slack webhook, a Google key,
+# curl -u user:pw, mysql -pPW
+PEM_LINE = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7PlantedKeyLine"[:64]
+SLACK = "T0PLANTED/B0PLANTED/plantedSlackHook99xyz"
+GOOGLE = "AIzaSyPlanted0123456789abcdefghijklmno"
+CURLPW = "curlPlanted7"
+MYSQLPW = "MyPlanted9"
+SECRETS = (HF, JWT, API, URLPW, TOKEN_AUTH, PASSWORD, ACCESS, PEM_BODY, TOLD, PEM_LINE, SLACK,
+           GOOGLE, CURLPW, MYSQLPW)
 
 LINES = [
     f"+ HF_TOKEN={HF} python3 -m sglang.launch_server --model-path m --api-key {API}",
@@ -38,6 +46,11 @@ LINES = [
     f"[2026-02-26 19:16:42] login failed for admin with password {PASSWORD}",
     f"[2026-02-26 19:16:42] -----BEGIN RSA PRIVATE KEY----- {PEM_BODY} -----END RSA PRIVATE KEY-----",
     f"[2026-02-26 19:16:42] the token is {TOLD}",
+    PEM_LINE,
+    f"[2026-02-26 19:16:43] alerting to https://hooks.slack.com/services/{SLACK} on failure",
+    f"[2026-02-26 19:16:43] maps client ready ({GOOGLE})",
+    f"+ curl -s -u admin:{CURLPW} https://metrics.example/push",
+    f"+ mysql -h db -u root -p{MYSQLPW} specdb < schema.sql",
 ]
 
 
@@ -132,24 +145,27 @@ def test_svg_screenshot_holds_no_secret(tmp_path: Path) -> None:
 
     from specmon.ui.app import SpecmonApp
 
-    session = populated_session(5)
-    for line in LINES:
-        apply(session, "baseline", line, T0 + 10)
-
-    async def go() -> Path:
-        app = SpecmonApp(session, export_dir=tmp_path / "out", show_clock=False)
+    async def go(lines: list[str], out: Path) -> Path:
+        session = populated_session(5)
+        for line in lines:
+            apply(session, "baseline", line, T0 + 10)
+        app = SpecmonApp(session, export_dir=out, show_clock=False)
         async with app.run_test(size=(200, 60)) as pilot:
             await pilot.pause()
             app.refresh_view()
             await pilot.pause()
             await pilot.press("s")
             for _ in range(100):
-                files = list((tmp_path / "out").glob("*.svg"))
+                files = list(out.glob("*.svg"))
                 if files:
                     return files[0]
                 await asyncio.sleep(0.05)
         raise AssertionError("no screenshot written")
 
-    svg = asyncio.run(go()).read_text()
-    assert "launch_server" in svg.replace("&#160;", " ")  # the log lines are on the screen
-    _assert_clean("SVG screenshot", svg.replace("&#160;", " "))
+    half = len(LINES) // 2  # the log panel shows the newest lines: two screens show them all
+    for part, (lines, last) in enumerate(((LINES[:half], "launch_server"),
+                                          (LINES[half:], "schema.sql"))):
+        svg = asyncio.run(go(lines, tmp_path / f"out{part}")).read_text()
+        shown = svg.replace("&#160;", " ")
+        assert last in shown  # the log lines are on the screen
+        _assert_clean("SVG screenshot", shown)

@@ -1,0 +1,134 @@
+"""Benchmark: `specmon record` over SSH against plain `ssh HOST tail -F` / `ssh HOST cat`.
+
+    python bench/record_rate.py [--lines 200000] [--backlog-lines 2000000] [--repeat 1]
+
+Starts a private sshd on 127.0.0.1 (tests/sshd.py), writes SGLang decode lines to a file and
+measures, in the same run and against the same file:
+  * live rate: `ssh HOST tail -F -n +1 FILE` (lines counted on our side) vs `specmon record
+    HOST --log s=FILE --whole-file` (rows counted in its --out file), N lines each, wall time
+    from process start to the N-th line, so both include connecting;
+  * backlog: `ssh HOST cat FILE | wc -l` vs `specmon record --whole-file` of a 2M-line file.
+Every row must arrive exactly once (count and offsets checked). Issue 22's targets: record
+keeps up with 20k lines/s; the 2M-line backlog within 3x of `cat | wc -l`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from sshd import Sshd  # noqa: E402
+
+LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
+        "0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, gen throughput (token/s): "
+        "612.34, #queue-req: 0, ")
+
+
+def ssh_argv(sshd: Sshd, kh: Path, remote: str) -> list[str]:
+    return ["ssh", "-q", "-p", str(sshd.port), "-i", str(sshd.client_key),
+            "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            f"{sshd.user}@127.0.0.1", remote]
+
+
+def raw_tail(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(ssh_argv(sshd, kh, f"tail -F -n +1 {path}"), stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    count = 0
+    for _ in proc.stdout:
+        count += 1
+        if count == n:
+            break
+    dt = time.perf_counter() - t0
+    proc.terminate()
+    proc.wait()
+    return dt
+
+
+def raw_cat(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
+    t0 = time.perf_counter()
+    out = subprocess.run(" ".join(ssh_argv(sshd, kh, f"cat {path}")) + " | wc -l", shell=True,
+                         check=True, capture_output=True, text=True).stdout
+    dt = time.perf_counter() - t0
+    assert int(out.split()[0]) == n, out
+    return dt
+
+
+def specmon_record(cfg: Path, path: Path, out: Path, n: int) -> float:
+    """Seconds from starting `specmon record` to its n-th row in --out (then SIGTERM)."""
+    argv = [sys.executable, "-m", "specmon", "record", "benchbox", "--ssh-config", str(cfg),
+            "--log", f"s={path}", "--whole-file", "--out", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    rows, seen = 0, 0
+    try:
+        while rows < n:
+            time.sleep(0.05)
+            if proc.poll() is not None:
+                raise SystemExit(f"specmon record exited with {proc.returncode}")
+            if not out.exists():
+                continue
+            with open(out, "rb") as f:
+                f.seek(seen)
+                data = f.read()
+            seen += len(data)
+            rows += data.count(b"\n")
+        dt = time.perf_counter() - t0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    offsets = [json.loads(x)["offset"] for x in out.read_text().splitlines()]
+    step = len(LINE) + 1
+    assert offsets == [i * step for i in range(n)], "rows lost, repeated or out of order"
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=200_000)
+    ap.add_argument("--backlog-lines", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        sshd = Sshd(root).start()
+        try:
+            kh = sshd.write_known_hosts(root / "known_hosts")
+            cfg = sshd.write_client_config(root / "ssh_config", kh, alias="benchbox")
+            for label, n, ref_fn, ref_name in (
+                    ("live", args.lines, raw_tail, "ssh tail -F -n +1"),
+                    ("backlog", args.backlog_lines, raw_cat, "ssh cat | wc -l")):
+                if n <= 0:
+                    continue
+                path = root / f"{label}.log"
+                path.write_text((LINE + "\n") * n)
+                refs, ours = [], []
+                for i in range(args.repeat):
+                    refs.append(ref_fn(sshd, kh, path, n))
+                    out = root / f"{label}-{i}.jsonl"
+                    ours.append(specmon_record(cfg, path, out, n))
+                    out.unlink()
+                r, s = min(refs), min(ours)
+                print(f"{label}: {n} lines, {path.stat().st_size / 1e6:.0f} MB, best of "
+                      f"{args.repeat}, wall time from process start (connecting included), "
+                      f"{os.cpu_count()} CPUs shared with sshd")
+                print(f"  {ref_name:<18}: {r:7.2f} s {n / r:10.0f} lines/s")
+                print(f"  specmon record    : {s:7.2f} s {n / s:10.0f} lines/s")
+                print(f"  ratio             : {s / r:7.2f}x the time")
+                path.unlink()
+        finally:
+            sshd.stop()
+
+
+if __name__ == "__main__":
+    main()
