@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# fixtures several test modules use, from the shared helpers (tests/kit)
+from kit.discovery import fakes  # noqa: F401
+from kit.sim_server import launch  # noqa: F401
+from kit.ssh_faults import second_sshd  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -12,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.demo import fast, group_gone, wait_for
 
-from specmon.control.local import group_members
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.state import Session
 from specmon.session.window import speedup
@@ -23,22 +22,10 @@ from specmon.ui.widgets import ServerPanel
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fast(servers):
-    for s in servers:
-        s.args += ["--startup-s", "0.3"]
-    return servers
 
 
-async def wait_for(pilot, cond, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await pilot.pause(0.1)
 
 
-def group_gone(pgid: int) -> bool:
-    return not group_members(pgid)
 
 
 async def test_demo_both_servers_live_then_one_stopped(tmp_path):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import sshd
+from kit.ssh_faults import session_process
+from kit.ssh_host import make_host
 from tailkit import until
-from test_ssh import make_host
-from test_ssh_resilience import session_process
 
 from specmon.parse.gpu import GpuSample
 from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource

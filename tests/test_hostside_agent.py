@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from kit.fingerprint import _fake_dist
 from tailkit import Collector
-from test_fingerprint import _fake_dist
 
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.local import LocalHost

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import sshd
+from kit.discovery import FAKE_SERVER
+from kit.ssh_host import make_host
 from tailkit import Collector, until
-from test_discovery import FAKE_SERVER
-from test_ssh import make_host
 
 from specmon.hosts.agent_client import AgentClient
 from specmon.sources.discovery import discover

@@ -10,15 +10,14 @@ installed sglang); each alert is notified once.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 
+from kit.phantom_ui import group_free, wait_for
 from uikit import phantom_baseline_app
 
 from specmon.analysis.drift import lag1, neff
 from specmon.analysis.stats import mad, median
-from specmon.feeds.demo import DemoFeed
 from specmon.session.state import Run
 from specmon.sim.dist import PATCHED
 from specmon.ui.widgets import SpeedupBar
@@ -28,15 +27,6 @@ from specmon.ui.widgets import SpeedupBar
 BAR = re.compile(r"(?:speedup|live)\s+(\d+\.\d\d)x vs live baseline (\d+\.\d) \(run (\d+)\)")
 
 
-async def wait_for(pilot, cond, timeout: float, each=None) -> float:
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not cond():
-        assert loop.time() - start < timeout, "condition not reached"
-        await pilot.pause(0.2)
-        if each is not None:
-            each()
-    return loop.time() - start
 
 
 def run_ratio_ci(base: Run, spec: Run, rr: int) -> tuple[float, float, float] | None:
@@ -150,7 +140,3 @@ async def test_phantom_baseline_three_phases_honest_speedup_and_causes(tmp_path)
     assert group_free(feed)
 
 
-def group_free(feed: DemoFeed) -> bool:
-    from specmon.control.local import group_members
-
-    return all(not group_members(s.proc.pid) for s in feed.servers if s.proc is not None)

@@ -16,7 +16,7 @@ import threading
 import time
 
 import sshd
-from test_ssh import make_host, record_cmd
+from kit.ssh_host import make_host, record_cmd
 
 sshd_server = sshd.sshd_server
 

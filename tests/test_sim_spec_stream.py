@@ -9,7 +9,7 @@ import json
 
 import httpx
 import pytest
-from test_sim_server import launch, wait_for  # noqa: F401  (fixture)
+from kit.sim_server import launch, wait_for  # noqa: F401
 
 from specmon.control.bench import BenchConfig, _one_request, run_builtin, spec_from_meta
 from specmon.sim import formats

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_sim_server import alive, children, cmdline, launch, wait_for  # noqa: F401
+from kit.sim_server import alive, children, cmdline, launch, wait_for  # noqa: F401
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # the header regex of shared/vllm-observables.md section 5 (what a parser of real logs uses)

@@ -7,14 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sshd
-from sshd import children, keygen
+from kit.discovery import FakeServers, run_discovery, wait_log
+from kit.ssh_host import make_host, no_connections, record_cmd, ssh_connections
+from sshd import keygen
 from tailkit import Collector, until
-from test_discovery import FakeServers, run_discovery, wait_log
 
 from specmon.hosts.base import HostAuthError, HostKeyChanged, HostKeyUnknown
 from specmon.hosts.ssh import SshHost, parse_target
@@ -29,24 +29,10 @@ def fingerprint(pub: Path) -> str:
     return out.split()[1]
 
 
-def make_host(sshd, tmp_path: Path, *, known: bool = True, alias: str = "testbox",
-              extra: str = "", **kw) -> SshHost:
-    kh = tmp_path / "known_hosts"
-    if known:
-        sshd.write_known_hosts(kh)
-    cfg = sshd.write_client_config(tmp_path / "ssh_config", kh, alias=alias, extra=extra)
-    kw.setdefault("reconnect_base", 0.1)
-    return SshHost(alias, ssh_config=cfg, **kw)
 
 
-def ssh_connections(sshd) -> int:
-    """Connections open on this sshd: the listener forks one session process per connection."""
-    return len(children(sshd.proc.pid))
 
 
-async def no_connections(sshd) -> None:
-    """Earlier tests' sessions (and the readiness probe) end a moment after they close."""
-    await until(lambda: ssh_connections(sshd) == 0, what="sshd sessions to end")
 
 
 def test_parse_target():
@@ -262,9 +248,6 @@ async def test_discovery_over_ssh(sshd_server, tmp_path):
         await host.close()
 
 
-def record_cmd(cfg: Path, out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "specmon", "record", "testbox", "--ssh-config", str(cfg),
-            "--out", str(out), *args]
 
 
 DECODE = (b"[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 100, "

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import sshd
-from test_ssh import make_host
-from test_ssh_resilience import second_sshd  # noqa: F401 - fixture
+from kit.ssh_faults import second_sshd  # noqa: F401
+from kit.ssh_host import make_host
 
 from specmon.hosts.base import HostError, HostKeyChanged, HostKeyError, HostKeyUnknown
 from specmon.hosts.ssh import SshHost

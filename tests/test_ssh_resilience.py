@@ -10,11 +10,11 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
 import sshd
-from sshd import Sshd, descendants
+from kit.ssh_faults import session_process
+from kit.ssh_host import make_host, no_connections, ssh_connections
+from sshd import descendants
 from tailkit import Collector, until
-from test_ssh import make_host, no_connections, ssh_connections
 
 from specmon.hosts.ssh import SshHost
 from specmon.sources.tail import LogTailer, TailSpec
@@ -27,30 +27,10 @@ def append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def ppid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def session_process(server: Sshd, pid: int) -> int:
-    """The sshd child (of our test listener) that serves the connection `pid` runs under."""
-    listener = server.proc.pid if server.proc else -1
-    cur = pid
-    while True:
-        parent = ppid(cur)
-        if parent == listener:
-            return cur
-        if parent <= 1:
-            raise AssertionError(f"pid {pid} does not run under the test sshd {listener}")
-        cur = parent
 
 
-@pytest.fixture(scope="module")
-def second_sshd(tmp_path_factory: pytest.TempPathFactory):
-    """Another sshd instance (own port, own host key): the host behind the jump."""
-    server = Sshd(tmp_path_factory.mktemp("sshd2")).start()
-    yield server
-    server.stop()
 
 
 # -- rotation by copytruncate ------------------------------------------------------------------

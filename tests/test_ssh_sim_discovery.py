@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import sshd
+from kit.ssh_host import make_host
 from tailkit import until
-from test_ssh import make_host
 
 from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient

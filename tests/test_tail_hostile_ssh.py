@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 import sshd
+from kit.ssh_faults import session_process
+from kit.ssh_host import make_host
 from tailkit import Collector, until
-from test_ssh import make_host
-from test_ssh_resilience import session_process
 
 from specmon.hosts.base import ConnectionState
 from specmon.sources.tail import LogTailer, TailSpec
