@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sshd import Sshd
+
+from kit.sshd import Sshd
 
 
 def ppid(pid: int) -> int:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sshd import children
-from tailkit import until
-
+from kit.sshd import children
+from kit.tail import until
 from specmon.hosts.ssh import SshHost
 
 

@@ -1,0 +1,164 @@
+"""`specmon advise` end to end on simulated logs: text, --json shape, exit codes 0/3/2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kit.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import advisor_eval as ev  # noqa: E402
+
+from specmon.sim import formats  # noqa: E402
+from specmon.sim.engine import simulate  # noqa: E402
+
+CASE = ev.Case(5, 0.8, 0.15, 0.03)
+
+
+def write_log(path: Path, cfg, seconds: float) -> Path:
+    s = cfg.spec
+    args = {"model_path": "m", "tp_size": 8, "speculative_algorithm": s.algorithm if s else None,
+            "speculative_num_steps": s.num_steps if s else None,
+            "speculative_eagle_topk": s.eagle_topk if s else None,
+            "speculative_num_draft_tokens": s.num_draft_tokens if s else None}
+    lines = [formats.line("0.5.23", 1.78e9, formats.server_args_message("0.5.23", args))]
+    lines += [sl.text for sl in simulate(cfg, duration_s=seconds, env=ev.TUNED,
+                                         start=1.78e9 + 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("advise")
+    return {
+        "s2": write_log(d / "s2.log", CASE.engine(CASE.spec(2), 1), 150),
+        "s4": write_log(d / "s4.log", CASE.engine(CASE.spec(4), 2), 150),
+        "s3": write_log(d / "s3.log", CASE.engine(CASE.spec(3), 3), 150),
+        "base": write_log(d / "base.log", CASE.engine(None, 4), 150),
+    }
+
+
+def advise(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specmon", "advise", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_json_shape_and_values(logs):
+    r = advise(str(logs["s2"]), str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert list(d) == ["measured", "baseline_run", "baseline_ms_per_token",
+                       "break_even_accept_len", "assumptions", "candidates", "best", "flags",
+                       "conditions_differ", "no_recommendation"]
+    started = logs["base"].read_text()[1:20]  # the log time of its server_args line
+    assert d["baseline_run"] == f"baseline base.log run 1 (started {started})"
+    assert d["conditions_differ"] == [] and d["no_recommendation"] is None
+    assert [m["steps"] for m in d["measured"]] == [2, 4]
+    assert {m["running_req"] for m in d["measured"]} == {1}
+    assert 10.5 < d["baseline_ms_per_token"] < 12.0  # the sim's tuned bs-1 step (~11.3 ms)
+    cur = d["measured"][-1]
+    assert d["break_even_accept_len"] == pytest.approx(cur["t_cycle_ms"]
+                                                       / d["baseline_ms_per_token"], rel=1e-3)
+    assert d["best"] in d["candidates"]
+    best_measured = max(m["tok_s"] for m in d["measured"])
+    # the pick: the best measured setting, or one whose whole band lies at or above it
+    assert d["best"]["band"][0] >= best_measured or (
+        d["best"]["basis"] == "measured"
+        and d["best"]["predicted_tok_s"] == pytest.approx(best_measured, abs=0.006))
+    for c in d["candidates"]:
+        if c["basis"] == "prior":
+            assert c["predicted_tok_s"] is None and c["band"][0] < c["band"][1]
+        else:
+            assert c["band"][0] < c["predicted_tok_s"] < c["band"][1]
+    b = d["best"]
+    assert d["flags"] == (f"--speculative-num-steps {b['steps']} --speculative-eagle-topk 1 "
+                          f"--speculative-num-draft-tokens {b['draft_tokens']}")
+    assert not any("draft cost prior" in a for a in d["assumptions"])  # two step counts measured
+
+
+def test_text_shows_advice_and_predicted_vs_measured_after_restart(logs):
+    r = advise(str(logs["s2"]), str(logs["s4"]), str(logs["s3"]), "--baseline-log",
+               str(logs["base"]))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "measured speedup (s3.log run 1)" in out and "break-even accept len" in out
+    assert "try: --speculative-num-steps" in out or "keep: --speculative-num-steps" in out
+    assert "predicted (from the runs before) vs measured:" in out
+    assert "s3.log run 1: predicted" in out and "inside the band" in out
+    # the draft cost per step is measured (three step counts), the tree-token cost assumed
+    cost = next(x for x in out.splitlines() if x.startswith("cost model: "))
+    assert "ms/step (+-" in cost and "ms/token (not measured)" in cost
+    slope = float(cost.split("steps x ")[1].split()[0])
+    assert 3.5 < slope < 5.0  # the simulator's own per-step cost for this case is ~4.2 ms
+    p1 = float(out.split("P(draft position k accepted) = ")[1].split(",")[0])
+    assert 0.75 < p1 < 0.85  # the simulated draft model accepts 0.8 per token
+
+
+def test_too_little_data_exits_3_and_says_what(logs, tmp_path):
+    r = advise(str(logs["base"]), "--json")
+    assert r.returncode == 3 and "no speculative decode lines" in json.loads(r.stdout)["error"]
+    short = tmp_path / "short.log"
+    short.write_text("\n".join(logs["s2"].read_text().splitlines()[:4]) + "\n")
+    r = advise(str(short))
+    assert r.returncode == 3 and "too little data" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("argv,msg", [
+    ([], "required"),
+    (["nope.log"], "no such file"),
+    (["x", "--running-req", "0"], "--running-req"),
+])
+def test_usage_errors_exit_2(argv, msg):
+    r = advise(*argv)
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_baseline_log_must_be_the_baseline(logs):
+    r = advise(str(logs["s2"]), "--baseline-log", str(logs["s4"]))
+    assert r.returncode == 2 and "non-speculative" in r.stderr
+
+
+def test_real_log_without_its_launch_line_says_so(data_dir):
+    # a real EAGLE-3 bs-1 run (tests/data/sglang-longlogs): decode lines only, no server_args
+    r = advise(str(data_dir / "sglang-longlogs/rtxpro6000-agentic-spec-bs1.log.gz"))
+    assert r.returncode == 3
+    assert "no server_args line with speculative_num_steps" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_phantom_baseline_conditions_differ_blocks_advice_and_names_the_baseline_run(tmp_path):
+    """The phantom-baseline scenario's logs: against the baseline's run 2 (workers without the
+    NCCL variables) the advisor recommends nothing and says why; against run 3 (tuning back)
+    the conditions the logs show match and the advice names the baseline run it used."""
+    from kit.phantom_runs import baseline_lines, spec_lines
+
+    spec = tmp_path / "speculative.log"
+    spec.write_text("\n".join(spec_lines()) + "\n")
+    lines = baseline_lines()
+    starts = [i for i, x in enumerate(lines) if "server_args=" in x]
+    two = tmp_path / "two.log"
+    two.write_text("\n".join(lines[:starts[2]]) + "\n")
+    three = tmp_path / "three.log"
+    three.write_text("\n".join(lines) + "\n")
+    r = advise(str(spec), "--baseline-log", str(two), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    # the session's one rule (the same text compare and the headline give)
+    (nccl,) = d["conditions_differ"]
+    assert nccl.startswith("NCCL env seen by workers: ")
+    for v, x in (("NCCL_ALGO", "Ring"), ("NCCL_P2P_LEVEL", "NVL"), ("NCCL_PROTO", "LL")):
+        assert f"{v} unset vs {x}" in nccl
+    assert d["best"] is None and d["flags"] is None and "NCCL_PROTO" in d["no_recommendation"]
+    assert d["baseline_run"] == f"baseline two.log run 2 (started {lines[starts[1]][1:20]})"
+    text = advise(str(spec), "--baseline-log", str(two)).stdout
+    assert "conditions differ: NCCL env seen by workers: NCCL_ALGO unset vs Ring" in text
+    assert "try:" not in text and "no setting recommended" in text
+    r = advise(str(spec), "--baseline-log", str(three), "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and d["conditions_differ"] == [] and d["best"] is not None
+    assert d["baseline_run"] == f"baseline three.log run 3 (started {lines[starts[2]][1:20]})"

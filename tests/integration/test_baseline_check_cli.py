@@ -1,0 +1,269 @@
+"""Baseline store (SQLite WAL, concurrent writers) and the `baseline` / `check` commands."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.analysis.drift import BaselineStats, Sample, Stratum, build_baseline
+from specmon.cli import main
+from specmon.session.baselines import Baseline, BaselineExists, BaselineStore
+
+# rank 0 of a TP-8 run in real NCCL's line shapes (tests/data/nccl-h200*): the version and the
+# communicator's rank count tell specmon which missing lines prove a variable unset
+NCCL_INIT = ["h:1:1 [0] NCCL INFO NCCL version 2.27.3+cuda12.9",
+             "h:1:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x3ba2b960 rank 0 nranks 8 cudaDev 0 "
+             "nvmlDev 0 busId 60 commId 0x91ef - Init START",
+             "h:1:1 [0] NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."]  # SGLang sets it
+NCCL = [*NCCL_INIT, "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
+        "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring"]
+
+
+def log_lines(n: int, level: float, seed: int, start_s: int = 0, spec: bool = False,
+              nccl: list[str] | None = None) -> list[str]:
+    rng = random.Random(seed)
+    out = ["[2026-05-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=8, port=30000)"]
+    out += nccl or []
+    for i in range(n):
+        thr = level * math.exp(rng.gauss(0, 0.01))
+        s = start_s + 2 * i
+        ts = f"2026-05-01 10:{s // 60 % 60:02d}:{s % 60:02d}"
+        acc = ", accept len: 3.00" if spec else ""
+        out.append(f"[{ts}] Decode batch, #running-req: 1, #token: 1500, token usage: 0.01{acc}, "
+                   f"cuda graph: True, gen throughput (token/s): {thr:.2f}, #queue-req: 0")
+    return out
+
+
+@pytest.fixture()
+def store_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "data"
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(d))
+    return d
+
+
+def write(tmp_path: Path, name: str, lines: list[str]) -> str:
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def _stats() -> BaselineStats:
+    st = Stratum(1, 5, False, True)
+    return build_baseline([Sample(float(i), 88.8 + (i % 3), 1, None, st) for i in range(40)])
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+def test_store_round_trip_conflict_replace_delete(tmp_path):
+    store = BaselineStore(tmp_path / "b.sqlite3")
+    b = Baseline("tuned", _stats(), host="gpu1", server="sglang-30000", role="baseline")
+    store.save(b)
+    with pytest.raises(BaselineExists):
+        store.save(Baseline("tuned", _stats()))
+    got = store.get("tuned")
+    assert got is not None and got.host == "gpu1" and got.stats.strata.keys() == b.stats.strata.keys()
+    assert got.stats.best().mu == pytest.approx(b.stats.best().mu)
+    store.save(Baseline("tuned", _stats(), host="gpu2"), replace=True)
+    assert [r["host"] for r in store.list()] == ["gpu2"]
+    assert store.list(host="gpu1") == []
+    assert store.delete("tuned") and not store.delete("tuned") and store.get("tuned") is None
+    mode = sqlite3.connect(tmp_path / "b.sqlite3").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+WRITER = """
+import sys
+from specmon.analysis.drift import Sample, Stratum, build_baseline
+from specmon.session.baselines import Baseline, BaselineStore
+store = BaselineStore(sys.argv[1])
+st = Stratum(1, 5, False, True)
+stats = build_baseline([Sample(float(i), 88.8, 1, None, st) for i in range(40)])
+print("go", flush=True)
+sys.stdin.readline()
+for i in range(25):
+    store.save(Baseline(f"{sys.argv[2]}-{i}", stats, server=sys.argv[2]))
+    store.save(Baseline("shared", stats, server=sys.argv[2]), replace=True)
+    store.list()
+"""
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    db = tmp_path / "b.sqlite3"
+    BaselineStore(db)
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), name], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name in ("a", "b")]
+    try:
+        for p in procs:  # both ready, then released together
+            assert p.stdout.readline().strip() == b"go"
+        for p in procs:
+            p.stdin.write(b"x\n")
+            p.stdin.flush()
+        for p in procs:
+            assert p.wait(timeout=120) == 0, p.stderr.read().decode()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    store = BaselineStore(db)
+    names = sorted(r["name"] for r in store.list())
+    assert names == sorted([f"a-{i}" for i in range(25)] + [f"b-{i}" for i in range(25)] + ["shared"])
+    ok = sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0]
+    assert ok == "ok"
+
+
+# --- CLI: baseline record / list / show / delete -------------------------------------------------
+
+def test_baseline_commands(tmp_path, store_dir, capsys):
+    log = write(tmp_path, "base.log", log_lines(70, 88.8, 1, nccl=NCCL))
+    info = json.dumps({"version": "0.5.9", "tp_size": 8})
+    assert main(["baseline", "record", "tuned", "--log", log, "--server-info", info, "--server", "s1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("recorded tuned: 88.") and "n=65" in out  # 70 minus 5 warm-up lines
+    assert main(["baseline", "record", "tuned", "--log", log]) == 2
+    assert "exists (use --replace)" in capsys.readouterr().err
+    assert main(["baseline", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["server"], r["n"]) for r in rows] == [("tuned", "s1", 65)]
+    assert main(["baseline", "show", "tuned", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["fingerprint"]["version"] == "0.5.9"
+    assert shown["fingerprint"]["nccl_debug"] == {"rank 0": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring",
+                                                             "NCCL_CUMEM_ENABLE": "0"}}
+    assert shown["excluded"] == {"warmup": 5}
+    assert main(["baseline", "show", "tuned"]) == 0
+    assert "NCCL_DEBUG rank 0: NCCL_ALGO=Ring NCCL_CUMEM_ENABLE=0 NCCL_PROTO=LL" in capsys.readouterr().out
+    assert main(["baseline", "delete", "tuned"]) == 0
+    assert main(["baseline", "show", "tuned"]) == 2
+    assert "no baseline named 'tuned'" in capsys.readouterr().err
+
+
+def test_record_refuses_too_few_samples_and_bad_input(tmp_path, store_dir, capsys):
+    short = write(tmp_path, "short.log", log_lines(20, 88.8, 2))
+    assert main(["baseline", "record", "x", "--log", short]) == 2
+    assert "not enough clean decode samples" in capsys.readouterr().err
+    assert main(["baseline", "record", "x", "--log", str(tmp_path / "nope.log")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    log = write(tmp_path, "ok.log", log_lines(60, 88.8, 3))
+    assert main(["baseline", "record", "x", "--log", log, "--server-info", "{not json"]) == 2
+    assert "--server-info" in capsys.readouterr().err
+
+
+# --- CLI: check ----------------------------------------------------------------------------------
+
+def test_check_exit_codes_and_json_shape(tmp_path, store_dir, capsys):
+    base = write(tmp_path, "base.log", log_lines(70, 88.8, 4, nccl=NCCL))
+    assert main(["baseline", "record", "tuned", "--log", base]) == 0
+    capsys.readouterr()
+    same = write(tmp_path, "same.log", log_lines(60, 88.8, 5, nccl=NCCL))
+    # restarted without the tuning; NCCL_DEBUG=INFO still on: the same version, ranks and SGLang's own
+    version_only = NCCL_INIT
+    slow = write(tmp_path, "slow.log", log_lines(60, 82.2, 6, nccl=version_only))
+    fast = write(tmp_path, "fast.log", log_lines(60, 96.0, 7, nccl=NCCL))
+    tiny = write(tmp_path, "tiny.log", log_lines(8, 88.8, 8))
+
+    assert main(["check", same, "--baseline", "tuned", "--json"]) == 0
+    ok = json.loads(capsys.readouterr().out)
+    assert set(ok) >= {"verdict", "live", "baseline", "delta_pct", "ci_pct", "first_alert_line", "excluded",
+                       "causes"}
+    assert ok["verdict"] == "ok" and ok["first_alert_line"] is None and ok["causes"] == []
+    assert ok["baseline"]["n"] == 65 and ok["excluded"] == 5
+
+    assert main(["check", slow, "--baseline", "tuned", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "drift" and -9 < d["delta_pct"] < -6
+    assert d["ci_pct"][0] < d["delta_pct"] < d["ci_pct"][1]
+    assert isinstance(d["first_alert_line"], int) and d["first_alert_line"] > 1
+    assert d["causes"][0] == "TP workers lack NCCL_ALGO=Ring, NCCL_PROTO=LL that the recorded run had"
+
+    assert main(["check", fast, "--baseline", "tuned", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "improved"
+    assert main(["check", tiny, "--baseline", "tuned", "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["verdict"] == "insufficient"
+
+    assert main(["check", slow, "--baseline-value", "88.8", "--baseline-spread", "1"]) == 1
+    text = capsys.readouterr().out
+    assert text.startswith("verdict: drift\nbaseline 82.") and "first alert at line" in text
+    assert main(["check", slow, "--baseline-value", "82.2", "--running-req", "1"]) == 0
+    capsys.readouterr()
+
+
+def test_check_reads_stdin(tmp_path, store_dir, monkeypatch, capsys):
+    import io
+
+    data = ("\n".join(log_lines(60, 82.2, 9)) + "\n").encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["check", "-", "--baseline-value", "88.8", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["verdict"] == "drift"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--baseline", "nope"], "no baseline named 'nope'"),
+    ([], "a baseline is needed"),
+    (["--baseline", "a", "--baseline-value", "1"], "not both"),
+    (["--baseline-value", "-3"], "positive"),
+    (["--baseline-spread", "2"], "needs --baseline-value"),
+    (["--baseline-value", "80", "--running-req", "0"], "--running-req"),
+])
+def test_check_usage_errors_exit_2(tmp_path, store_dir, capsys, argv, msg):
+    log = write(tmp_path, "x.log", log_lines(5, 88.8, 10))
+    assert main(["check", log, *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_subprocess_exit_code_and_no_textual(tmp_path, store_dir):
+    slow = write(tmp_path, "slow.log", log_lines(60, 62.9, 11))
+    code = ("import sys; from specmon.cli import main; rc = main(sys.argv[1:]); "
+            "assert 'textual' not in sys.modules; sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, "check", slow, "--baseline-value", "88.8"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "-29" in p.stdout or "-28" in p.stdout or "-30" in p.stdout
+
+
+def test_check_judges_runs_each_with_its_own_cause(tmp_path, store_dir, capsys):
+    """Issue 21 on the phantom-baseline scenario's log (tuned ~88.8, no NCCL ~62.9, power cap
+    + patched file ~82.2): the last run is judged and named, `--run N` picks another, and each
+    run's first alert comes with that run's cause (run 2: the NCCL variables)."""
+    from kit.phantom_runs import baseline_lines
+
+    lines = baseline_lines()
+    starts = [i + 1 for i, x in enumerate(lines) if "server_args=" in x]  # 1-based line numbers
+    assert len(starts) == 3
+    tuned = write(tmp_path, "tuned.log", lines[:starts[1] - 1])
+    assert main(["baseline", "record", "tuned", "--log", tuned]) == 0
+    capsys.readouterr()
+    log = write(tmp_path, "base.log", lines)
+    assert main(["check", log, "--baseline", "tuned", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["run"] == 3 and d["runs_total"] == 3 and d["verdict"] == "drift"
+    assert 79 < d["live"]["median"] < 85 and starts[2] < d["first_alert_line"]
+    r1, r2, r3 = d["runs"]
+    assert [r["run"] for r in d["runs"]] == [1, 2, 3] and r3["causes"] == d["causes"]
+    assert r1["verdict"] == "ok" and r1["first_alert_line"] is None and r1["causes"] == []
+    assert r2["verdict"] == "drift" and 60 < r2["live"]["median"] < 66
+    assert starts[1] < r2["first_alert_line"] < starts[2]  # run 2's own alert ...
+    assert r2["causes"][0] == ("TP workers lack NCCL_ALGO=Ring, NCCL_P2P_LEVEL=NVL, NCCL_PROTO=LL "
+                               "that the recorded run had")  # ... with run 2's own cause
+    assert not any("NCCL" in c and "lack" in c for c in r3["causes"])  # run 3 has its tuning back
+    assert [r["start"] for r in d["runs"]] == [x[1:20] for x in (lines[s - 1] for s in starts)]
+
+    assert main(["check", log, "--baseline", "tuned", "--run", "2", "--json"]) == 1
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["run"] == 2 and d2["causes"] == r2["causes"] and d2["first_alert_line"] == r2[
+        "first_alert_line"] and d2["runs"] == d["runs"]
+    assert main(["check", log, "--baseline", "tuned", "--run", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("verdict: ok\n") and "judged: run 1 of 3 (from " in text
+    assert "  run 2 (from " in text and "cause: TP workers lack NCCL_ALGO=Ring" in text
+    assert main(["check", log, "--baseline", "tuned", "--run", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no run 4 (the log holds runs 1..3)") and len(err.splitlines()) == 1

@@ -1,0 +1,167 @@
+"""Redaction: a session whose server env holds HF_TOKEN=hf_... and whose command line holds
+--api-key sk-... exports no trace of either, not in raw log lines, alerts or reports either."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from kit.snapshots import T0, decode_line, reference_session, timed, write_record
+
+from specmon.cli import main
+from specmon.export.redact import MASK, is_secret_name, redact_argv, redact_obj, redact_text
+from specmon.export.snapshot import (
+    export_session,
+    read_snapshot,
+    snapshot_from_session,
+    write_snapshot,
+)
+
+HF = "hf_AbCdEfGhIjKlMnOpQrStUvWx12"
+SK = "sk-proj-9f8e7d6c5b4a3210zz"
+PLAIN_KEY = "letmein-0451"  # no token shape: only its name gives it away
+URL_PW = "hunter2pw"
+
+SECRETS = (HF, SK, PLAIN_KEY, URL_PW)
+
+LOG_LINES = [
+    "[2026-02-26 19:16:40] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, "
+    f"api_key='{SK}', speculative_algorithm='EAGLE3', speculative_num_draft_tokens=3, port=30001)",
+    f"+ HF_TOKEN={HF} python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --api-key {PLAIN_KEY}",
+    f"[2026-02-26 19:16:41] env: {{'HF_TOKEN': '{HF}', 'NCCL_ALGO': 'Ring'}}",
+    f"[2026-02-26 19:16:42] fetching https://bot:{URL_PW}@hf.example/models/qwen",
+    decode_line(93.5, accept=2.4),
+    decode_line(94.0, accept=2.5),
+]
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("OPENAI_API_KEY", True),
+    ("--api-key", True), ("api_key", True), ("DB_PASSWORD", True), ("MYSQLPASSWORD", True),
+    ("AWS_SECRET_ACCESS_KEY", True), ("ssh-private-key", True), ("Authorization", True),
+    ("max_total_num_tokens", False), ("speculative_num_draft_tokens", False),
+    ("token_budget_total", True), ("key", False), ("NCCL_ALGO", False), ("model_path", False),
+])
+def test_secret_names(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_text_redaction_keeps_counts_and_masks_secrets():
+    line = decode_line(88.8).replace("#queue-req: 0", "#new-token: 512, #queue-req: 0")
+    assert redact_text(line) == line  # `#token: 900` is a count, not a credential
+    for raw in LOG_LINES[:4]:
+        out = redact_text(raw)
+        assert MASK in out and not any(s in out for s in SECRETS), out
+    assert redact_text("Authorization: Bearer abcdefghijklmnop123") .count("abcdefghijklmnop") == 0
+    assert redact_argv(["sglang", "--api-key", PLAIN_KEY, "--port", "30000"]) == \
+        ["sglang", "--api-key", MASK, "--port", "30000"]
+    tree = redact_obj({"env": {"HF_TOKEN": HF, "PATH": "/usr/bin"}, "n_tokens": 5,
+                       "argv": ["x", "--api-key", PLAIN_KEY]})
+    assert tree == {"env": {"HF_TOKEN": MASK, "PATH": "/usr/bin"}, "n_tokens": 5,
+                    "argv": ["x", "--api-key", MASK]}
+
+
+def _secret_session():
+    rows = timed({"spec": LOG_LINES}, dt=1.0)
+    s = reference_session(rows, host="gpu-1")
+    st = s.servers["spec"]
+    st.fingerprint = {  # what the process probe will add: worker env, argv, versions
+        "env": {"HF_TOKEN": HF, "NCCL_ALGO": "Ring", "CUDA_VISIBLE_DEVICES": "0"},
+        "argv": ["python3", "-m", "sglang.launch_server", "--api-key", SK, "--tp", "1"],
+        "versions": {"sglang": "0.5.6"},
+    }
+    s.alerts = [{"t": T0 + 3, "server": "spec", "message": "throughput fell 12%",
+                 "cause": f"env changed: HF_TOKEN={HF}"}]
+    return s, rows
+
+
+def _assert_clean(data: bytes, masked: bool = True) -> None:
+    text = data.decode()
+    for secret in SECRETS:
+        assert secret not in text, secret
+    assert (MASK in text) is masked
+
+
+def test_ui_export_of_a_session_with_secrets_has_no_trace_of_them(tmp_path):
+    session, _ = _secret_session()
+    path = export_session(session, tmp_path)
+    _assert_clean(gzip.decompress(path.read_bytes()))
+    snap = read_snapshot(path)
+    spec = snap.servers[0]
+    assert snap.redaction["enabled"] is True
+    assert spec.fingerprint["env"] == {"HF_TOKEN": MASK, "NCCL_ALGO": "Ring",
+                                       "CUDA_VISIBLE_DEVICES": "0"}
+    assert spec.fingerprint["argv"][3:5] == ["--api-key", MASK]
+    assert spec.fingerprint["versions"] == {"sglang": "0.5.6"}
+    assert spec.args["speculative_num_draft_tokens"] == 3 and spec.args["model_path"] == "Qwen/Qwen3-8B"
+    assert [e.record.gen_throughput for e in spec.decode_entries()] == [93.5, 94.0]
+    assert snap.alerts[0]["message"] == "throughput fell 12%"
+
+
+def test_record_export_and_report_have_no_trace_of_secrets(tmp_path, capsys):
+    _, rows = _secret_session()
+    rec = write_record(tmp_path / "r.jsonl", rows)
+    assert HF in rec.read_text()  # the record file itself is raw
+    snap_path = tmp_path / "s.json"
+    assert main(["export", str(rec), "-o", str(snap_path)]) == 0
+    _assert_clean(snap_path.read_bytes())
+    for fmt in ("md", "html"):
+        assert main(["report", str(snap_path), "--format", fmt]) == 0
+        _assert_clean((tmp_path / f"s.report.{fmt}").read_bytes(), masked=False)
+    # and redaction is what removed them: with --no-redact they are there
+    assert main(["export", str(rec), "-o", str(tmp_path / "raw.json"), "--no-redact"]) == 0
+    raw = json.loads((tmp_path / "raw.json").read_text())
+    assert raw["redaction"] == {"enabled": False}
+    assert HF in json.dumps(raw) and SK in json.dumps(raw)
+    capsys.readouterr()
+
+
+def test_report_of_an_unredacted_snapshot_still_redacts_what_it_prints(tmp_path, capsys):
+    session, _ = _secret_session()
+    path = write_snapshot(snapshot_from_session(session), tmp_path / "raw.json", redact=False)
+    assert HF in path.read_text() and SK in path.read_text()
+    assert main(["report", str(path), "-o", str(tmp_path / "raw.md")]) == 0
+    text = (tmp_path / "raw.md").read_text()
+    _assert_clean(text.encode())
+    assert "env.HF_TOKEN: " + MASK in text and "throughput fell 12%" in text
+    capsys.readouterr()
+
+
+_COST_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # quadratic would take hours: die instead
+from specmon.export.redact import redact_text
+out = {}
+for unit in json.loads(sys.argv[1]):
+    costs = {}
+    for n, times in ((1 << 16, 16), (1 << 20, 1)):  # the same number of bytes in all
+        text = (unit * (n // len(unit) + 1))[:n]
+        best = float("inf")
+        for _ in range(3):
+            t = time.process_time()
+            for _ in range(times):
+                red = redact_text(text)
+            best = min(best, time.process_time() - t)
+        costs[n] = best
+    out[unit] = [costs[1 << 16], costs[1 << 20], red == text]
+print(json.dumps(out))
+"""
+
+
+def test_redaction_is_linear_in_the_line_length():
+    """Issue 22: `'a'*20000` took 25 s (backtracking). One 1 MiB line of name characters (and
+    of other hostile runs) costs about what 16 lines of 64 KiB cost, as a linear pass does
+    (quadratic: 16x more); CPU time in one child process, compared only with itself."""
+    import subprocess
+    import sys
+
+    units = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0"]
+    res = subprocess.run([sys.executable, "-c", _COST_CHILD, json.dumps(units)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    costs = json.loads(res.stdout)
+    for unit, (small, big, _same) in costs.items():
+        assert big < 4 * small, (unit, small, big)
+    assert costs["a"][2] and costs["a."][2]  # names alone are no secret: kept whole
+    assert costs["Aa0"][2] is False  # a MiB of base64 is masked (a key body)

@@ -1,0 +1,157 @@
+"""Discovery of the simulated SGLang server (`specmon sim server`) behind the test sshd, its
+output redirected to a file as users run it under nohup (tests/sshd.py has the sshd)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+from kit import sshd
+from kit.paths import ROOT
+from kit.ssh_host import make_host
+from kit.tail import until
+
+from specmon.feeds.host import HostFeed
+from specmon.hosts.agent_client import AgentClient
+from specmon.session.fleet import FleetSession
+from specmon.sources.discovery import discover
+
+sshd_server = sshd.sshd_server
+REPO = ROOT
+
+
+async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp_path):
+    port = sshd.free_port()
+    out = tmp_path / "sim.log"
+    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO)}
+    # the way users run it: output redirected to a file (discovery reads /proc/PID/fd/2)
+    with open(out, "ab") as f:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
+             "--startup-s", "0.5", "--speculative-algorithm", "EAGLE", "--tp-size", "2",
+             "--load-concurrency", "1", "--decode-log-interval", "10"],
+            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=tmp_path,
+        )
+    host = make_host(sshd_server, tmp_path)
+    try:
+        await until(lambda: b"fired up" in out.read_bytes() or sim.poll() is not None,
+                    timeout=60, what="simulated server ready")
+        assert sim.poll() is None, out.read_text()[-2000:]
+        await host.connect()
+        agent = AgentClient(host)
+        await agent.start()
+        try:
+            servers = {s.pid: s for s in await discover(agent)}
+        finally:
+            await agent.close()
+        assert sim.pid in servers, [s.describe() for s in servers.values()]
+        s = servers[sim.pid]
+        assert s.simulated and s.port == port and s.name == f"sglang-{port}"
+        assert (s.kind, s.kind_source, s.tp_size) == ("speculative", "args", 2)
+        assert s.log_path == str(out) and s.log_problem is None
+        assert len(s.workers) == 2, s.workers
+        # `specmon connect` (its feed into the session model, without the UI) finds it too
+        fleet = FleetSession([host.name])
+        items = []
+        fleet.record_listeners.append(lambda h, srv, it: items.append((srv, it)))
+        task = asyncio.create_task(HostFeed(host, []).run(fleet))
+        try:
+            name = f"sglang-{port}"
+            await until(lambda: any(s == name and "fired up" in it.text for s, it in items)
+                        or task.done(), what="connect feed tailing the sim log")
+            st = fleet.server(host.name, name)
+            assert (st.role, st.path) == ("speculative", str(out))
+            # the decode lines it logs are parsed on the way in
+            await until(lambda: st.decode_total > 0 or task.done(), what="a parsed decode record")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await host.close()
+        stop_group(sim)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the group we created (the sim shuts its workers down), then SIGKILL whatever
+    of that group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+
+
+async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_server, tmp_path):
+    """`specmon sim server --engine vllm` behind sshd: found as vllm-PORT with its log (stdout
+    redirected, as `vllm serve > log 2>&1`), its Worker_TP<r> ranks, and their NCCL env."""
+    from specmon.analysis.fingerprint import worker_nccl_env
+    from specmon.feeds.fingerprint import collect
+
+    port = sshd.free_port()
+    out = tmp_path / "vllm.log"
+    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
+           "SPT_NOENV": "1", "NCCL_PROTO": "LL128", "VLLM_LOG_STATS_INTERVAL": "0.5"}
+    spec = '{"method": "eagle3", "model": "d/eagle3", "num_speculative_tokens": 2}'
+    with open(out, "ab") as f:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "sim", "server", "--engine", "vllm", "--port",
+             str(port), "--startup-s", "0.3", "--tensor-parallel-size", "2",
+             "--speculative-config", spec, "--set-env-after-spawn", "NCCL_ALGO=Tree",
+             "--load-concurrency", "1"],
+            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=tmp_path,
+        )
+    host = make_host(sshd_server, tmp_path)
+    try:
+        await until(lambda: b"Application startup complete." in out.read_bytes()
+                    or sim.poll() is not None, timeout=60, what="simulated vLLM server ready")
+        assert sim.poll() is None, out.read_text()[-2000:]
+        await host.connect()
+        agent = AgentClient(host)
+        await agent.start()
+        try:
+            servers = {s.pid: s for s in await discover(agent)}
+            assert sim.pid in servers, [s.describe() for s in servers.values()]
+            s = servers[sim.pid]
+            assert (s.engine, s.name, s.port, s.simulated) == ("vllm", f"vllm-{port}", port, True)
+            assert (s.kind, s.kind_source, s.tp_size) == ("speculative", "args", 2)
+            assert s.log_path == str(out) and s.log_problem is None
+            assert [t for _, t in s.workers] == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+            fp = await collect(agent, launcher_pid=s.pid, argv=s.argv, workers=s.workers)
+        finally:
+            await agent.close()
+        env_by_rank, source = worker_nccl_env(fp)
+        assert source == "worker environ"
+        assert env_by_rank is not None and set(env_by_rank) == {"rank 0", "rank 1"}
+        for rank_env in env_by_rank.values():  # inherited at spawn; the late NCCL_ALGO is not
+            assert rank_env["NCCL_PROTO"] == "LL128" and "NCCL_ALGO" not in rank_env
+        # `specmon connect` finds it and parses its Engine/SpecDecoding lines on the way in
+        fleet = FleetSession([host.name])
+        task = asyncio.create_task(HostFeed(host, []).run(fleet))
+        try:
+            name = f"vllm-{port}"
+            await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
+                        what="connect feed declaring the vLLM server")
+            st = fleet.server(host.name, name)
+            assert (st.role, st.path) == ("speculative", str(out))
+            await until(lambda: any(p.rec.accept_len for p in st.decode) or task.done(),
+                        what="a parsed Engine line with its spec line joined")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await host.close()
+        stop_group(sim)

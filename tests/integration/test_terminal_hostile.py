@@ -1,0 +1,119 @@
+"""What reaches a real terminal: `specmon replay` of a hostile snapshot (host, server names,
+paths, log lines and alerts full of OSC 52/0/8, SGR, BEL, C1 and U+2028) runs on a pty with
+Textual's real Linux driver; the byte stream must hold none of those sequences, only their
+visible `\\x1b` forms."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kit.hostile import CONTROL_TEXT
+from kit.snapshots import BASE_ARGS, T0, decode_line, write_record
+
+from specmon.export.snapshot import snapshot_from_record, write_snapshot
+from specmon.textsafe import visible
+
+OSC52 = "\x1b]52;c;SGVsbG8gd29ybGQ=\x07"
+OSC0 = "\x1b]0;pwned-title\x07"
+OSC8 = "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\"
+SGR = "\x1b[5;7;31m"
+C1 = "\x9b31m\x9d0;c1title\x9c"
+HOSTILE = OSC52 + OSC0 + OSC8 + SGR + C1 + "\u2028[bold red]markup[/]"
+# byte sequences Textual never writes itself; any of them means file text reached the tty
+# (Textual itself writes OSC 22 "\x1b]22;default\x07", the pointer shape, so BEL alone is no
+# sign; the hostile payloads are.)
+FORBIDDEN = [b"\x1b]52", b"\x1b]0;", b"\x1b]8;", b"SGVsbG8gd29ybGQ=\x07", b"\x1b[5;7;31m",
+             b"\xc2\x9b", b"\xc2\x9d", b"\xc2\x9c", b"\xe2\x80\xa8", b"pwned-title\x07"]
+
+
+def _hostile_snapshot(tmp_path: Path, hostile: bool) -> Path:
+    evil = HOSTILE if hostile else "plain"
+    rows = [("base", BASE_ARGS, T0)]
+    rows += [("base", decode_line(88.0 + i % 3), T0 + 1 + i) for i in range(20)]
+    rows += [("base", f"[2026-02-26 19:17:00] worker said {evil} ok", T0 + 22)]
+    rows += [("base", decode_line(89.0) + " " + evil, T0 + 23)]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows), host="host-" + evil)
+    snap.servers[0].name = "base-" + evil[:60]
+    snap.servers[0].path = "/var/log/" + evil
+    snap.servers[0].notices.append("notice " + evil)
+    snap.alerts = [{"t": T0 + 10, "server": snap.servers[0].name, "kind": "drift",
+                    "message": "alert " + evil, "cause": evil}]
+    return write_snapshot(snap, tmp_path / "hostile.json", redact=False)
+
+
+def _run_on_pty(args: list[str], until: bytes, timeout: float = 90.0) -> bytes:
+    """Run specmon on a 200x50 pty (Textual's real driver), read until `until`, press q."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    sent_quit = False
+
+    def drain(wait: float) -> bool:
+        if not select.select([master], [], [], wait)[0]:
+            return False
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            return False
+        out.extend(chunk)
+        return bool(chunk)
+
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            drain(0.2)
+            if until in out:
+                end = time.monotonic() + 1.5  # the last frames (toasts, log) paint
+                while time.monotonic() < end:
+                    drain(0.1)
+                os.write(master, b"q")
+                sent_quit = True
+                break
+        while drain(0.5):
+            pass
+    finally:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # our own child, by its handle
+            proc.wait(10)
+        os.close(master)
+    assert sent_quit, f"never saw {until!r} on the terminal ({len(out)} bytes): {bytes(out[-400:])!r}"
+    return bytes(out)
+
+
+def test_replay_of_a_hostile_snapshot_puts_no_escape_on_the_terminal(tmp_path):
+    clean = _run_on_pty(["replay", str(_hostile_snapshot(tmp_path, False)), "--speed", "128"],
+                        until=b"worker")
+    for seq in FORBIDDEN:  # the check would be meaningless if Textual wrote these itself
+        assert seq not in clean, seq
+    (tmp_path / "h").mkdir()
+    out = _run_on_pty(["replay", str(_hostile_snapshot(tmp_path / "h", True)), "--speed", "128"],
+                      until=b"\\x1b]52")
+    for seq in FORBIDDEN:
+        assert seq not in out, f"{seq!r} reached the terminal"
+    assert b"host-\\x1b]52" in out  # the header's sub-title shows the host as text
+    assert b"worker" in out  # the hostile log line is on screen
+
+
+@settings(max_examples=60, suppress_health_check=list(HealthCheck), deadline=None)
+@given(CONTROL_TEXT, st.text(max_size=20))
+def test_visible_leaves_no_control_character(a: str, b: str) -> None:
+    out = visible(a + b)
+    assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f
+                   or c in "\u2028\u2029" for c in out)

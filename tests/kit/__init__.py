@@ -1,0 +1,1 @@
+"""Shared test helpers: waiting, the test sshd, data paths, real-line builders."""

@@ -1,0 +1,112 @@
+"""The advisor screen (key a), predicted vs measured after a restart, and the live
+"speculation no longer pays" alert, on sessions fed with simulated SGLang logs."""
+
+from __future__ import annotations
+
+import sys
+
+from kit.paths import ROOT
+from kit.ui import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
+
+from specmon.session.pays import PaysWatcher
+from specmon.session.state import Session
+from specmon.sim import formats
+from specmon.sim.engine import simulate
+from specmon.ui.advisor import AdvisorMemory, AdvisorScreen, advisor_report
+from specmon.ui.app import SpecmonApp
+
+sys.path.insert(0, str(ROOT / "bench"))
+import advisor_eval as ev  # noqa: E402
+
+CASE = ev.Case(5, 0.8, 0.15, 0.03)
+
+
+def sim_lines(cfg, seconds: float) -> list[str]:
+    s = cfg.spec
+    args = {"model_path": "m", "tp_size": 8, "speculative_algorithm": s.algorithm if s else None,
+            "speculative_num_steps": s.num_steps if s else None,
+            "speculative_eagle_topk": s.eagle_topk if s else None,
+            "speculative_num_draft_tokens": s.num_draft_tokens if s else None}
+    out = [formats.line("0.5.23", 1.78e9, formats.server_args_message("0.5.23", args))]
+    return out + [x.text for x in simulate(cfg, duration_s=seconds, env=ev.TUNED,
+                                           start=1.78e9 + 1)]
+
+
+def feed(session: Session, server: str, lines: list[str], t0: float) -> float:
+    t = t0
+    for x in lines:
+        apply(session, server, x, t)
+        t += 0.5
+    return t
+
+
+def test_report_advises_then_shows_predicted_vs_measured_after_restart():
+    s = Session(host="sim")
+    s.server("base").role = "baseline"
+    s.server("spec").role = "speculative"
+    feed(s, "base", sim_lines(CASE.engine(None, 4), 150), T0)
+    t = feed(s, "spec", sim_lines(CASE.engine(CASE.spec(2), 1), 150), T0)
+    t = feed(s, "spec", sim_lines(CASE.engine(CASE.spec(4), 2), 150), t)
+    mem = AdvisorMemory()
+    first = advisor_report(s, mem)
+    assert "measured speedup" in first and "break-even accept len" in first
+    assert "try: --speculative-num-steps" in first
+    assert "this run vs the earlier prediction" not in first
+    best = mem.made["spec"][-1][1].best
+    # the user restarts with the suggested flags
+    feed(s, "spec", sim_lines(CASE.engine(CASE.spec(best.steps), 3), 150), t)
+    second = advisor_report(s, mem)
+    assert "this run vs the earlier prediction: predicted" in second
+    assert "inside the band" in second
+    assert "this run vs the earlier prediction" in advisor_report(s, mem)  # stays for the run
+
+
+def test_report_without_speculative_server_is_na():
+    s = Session(host="x")
+    s.server("base").role = "baseline"
+    assert "N/A" in advisor_report(s, AdvisorMemory())
+
+
+async def test_key_a_opens_the_advisor_screen():
+    s = Session(host="sim")
+    s.server("base").role = "baseline"
+    s.server("spec").role = "speculative"
+    feed(s, "base", sim_lines(CASE.engine(None, 4), 60), T0)
+    feed(s, "spec", sim_lines(CASE.engine(CASE.spec(3), 1), 60), T0)
+    app = SpecmonApp(s, clock=lambda: T0 + 31, show_clock=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, AdvisorScreen)
+        assert "try: --speculative-num-steps" in app.screen.text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, AdvisorScreen)
+
+
+def _session(spec_tok: float, accept: float, base_tok: float, n: int = 30, t0: float = T0,
+             s: Session | None = None) -> Session:
+    s = s or Session(host="x")
+    if "baseline" not in s.servers:
+        s.server("baseline").role = "baseline"
+        s.server("speculative").role = "speculative"
+        apply(s, "baseline", ARGS_BASE, t0)
+        apply(s, "speculative", ARGS_SPEC, t0)
+    for i in range(n):
+        apply(s, "baseline", decode_line(i, base_tok + (i % 3) * 0.2), t0 + 1 + i)
+        apply(s, "speculative", decode_line(i, spec_tok + (i % 3) * 0.2, accept), t0 + 1 + i)
+    return s
+
+
+def test_no_longer_pays_alert_raised_once_names_the_side_and_clears():
+    w = PaysWatcher()
+    s = _session(110.0, 2.6, 88.8)
+    assert w.tick(s, T0 + 31, 60.0) == []  # pays: becomes the reference
+    s = _session(80.0, 2.6, 88.8, t0=T0 + 100, s=s)  # same acceptance, slower cycle
+    alerts = w.tick(s, T0 + 131, 25.0)
+    assert len(alerts) == 1 and alerts[0]["kind"] == "speculation_pays"
+    assert alerts[0]["cause"] == "cycle slower" and not alerts[0]["cleared"]
+    assert w.tick(s, T0 + 131, 25.0) == []  # raised once
+    s = _session(112.0, 2.6, 88.8, t0=T0 + 200, s=s)
+    cleared = w.tick(s, T0 + 231, 25.0)
+    assert len(cleared) == 1 and cleared[0]["cleared"]

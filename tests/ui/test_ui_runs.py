@@ -1,0 +1,91 @@
+"""After a restart the live rows show only the current run's values (issue 23).
+
+On the demo's deterministic session: a server restarts (its `server_args` line arrives) and no
+decode line of the new run has come yet. Its panel must not keep the ended run's last interval,
+ms/token, accept length or benchmark; its drift badge must say "checking" (never OK on n 0 or
+on the previous run's evidence), and the headline's figure must not be the old run's.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from kit.ui import DEMO_NOW, _start, demo_decode, demo_fleet
+
+from specmon.parse.sglang import parse_line
+from specmon.session.events import LineItem
+from specmon.ui.headline import drift_state, headline_model
+from specmon.ui.widgets import summary_rows
+
+
+def _feed(fleet, name: str, text: str, t: float) -> None:  # noqa: ANN001
+    fleet.lines("demo", name, [LineItem(text, parse_line(text), t)])
+
+
+def _restart(fleet, name: str, t: float) -> None:  # noqa: ANN001
+    _start(lambda n, x, tt: _feed(fleet, n, x, tt), name, t, spec=name == "speculative", nccl=True)
+
+
+def _rows(state, now: float) -> dict[str, tuple[str, str]]:  # noqa: ANN001
+    return {label: (value, hint) for label, value, hint, _ in summary_rows(state, now, 60.0)}
+
+
+def test_restart_clears_the_ended_runs_values_from_the_live_rows():
+    fleet = demo_fleet(drift=False)
+    s = fleet.host("demo").session
+    spec = s.server("speculative")
+    before = _rows(spec, DEMO_NOW)
+    assert before["last interval"][0] != "N/A" and before["accept len"][0] != "N/A"
+    spec.last_bench = SimpleNamespace(concurrency=1, output_len=64, completed=4, output_tok_s=90.0,
+                                      mean_ttft_ms=20.0, mean_itl_ms=11.0, accept_length=2.4)
+    spec.last_bench_run = spec.run.index
+    from specmon.ui.widgets import startup_pieces as _startup_pieces
+    assert any(t.startswith("bench 90.0 tok/s end-to-end, this run") for t, _ in _startup_pieces(spec))
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    assert drift_state("speculative", watches, spec).state == "ok"
+
+    _restart(fleet, "speculative", DEMO_NOW + 5)  # run 2: start-up lines, no decode line yet
+    fleet.tick(DEMO_NOW + 6)
+    rows = _rows(spec, DEMO_NOW + 6)
+    for label in ("last interval", "ms/token", "accept len", "median 60 s"):
+        assert rows[label][0] == "N/A", (label, rows[label])
+    assert "run 2" in rows["last interval"][1]
+    assert not any("bench" in t for t, _ in _startup_pieces(spec))  # run 1's benchmark
+    ds = drift_state("speculative", watches, spec)
+    assert ds.state == "checking" and ds.n == 0 and ds.text.startswith("checking n 0/")
+    m = headline_model(s, s.server("baseline"), spec, watches, DEMO_NOW + 6, 60.0)
+    assert m.big.text == "N/A"  # no speedup of the new run yet (not the old run's figure)
+
+    # the new run's first decode lines: values of run 2, still "checking" until n is reached
+    for k in range(3):
+        t = DEMO_NOW + 8 + 2 * k
+        _feed(fleet, "speculative", demo_decode(t, k, 93.0, 2.4), t)
+    fleet.tick(DEMO_NOW + 14)
+    rows = _rows(spec, DEMO_NOW + 14)
+    assert rows["last interval"][0] == "93.00" and rows["accept len"][0] != "N/A"
+    ds = drift_state("speculative", watches, spec)
+    assert ds.state == "checking" and ds.n < ds.need  # (the first lines are warm-up)
+
+
+def test_a_drift_of_the_previous_run_is_not_shown_on_the_next():
+    fleet = demo_fleet(drift=True)
+    s = fleet.host("demo").session
+    base = s.server("baseline")
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    assert drift_state("baseline", watches, base).state == "drift"
+    _restart(fleet, "baseline", DEMO_NOW + 5)  # run 3 with the NCCL tuning restored
+    fleet.tick(DEMO_NOW + 6)
+    ds = drift_state("baseline", watches, base)
+    assert ds.state == "checking" and ds.cause is None
+    m = headline_model(s, base, s.server("speculative"), watches, DEMO_NOW + 6, 60.0)
+    assert m.view is not None and not m.view.drift_active
+
+
+def test_an_ended_run_is_labelled_with_its_age():
+    fleet = demo_fleet(drift=False)
+    spec = fleet.host("demo").session.server("speculative")
+    fleet.server_exited("demo", "speculative", -15)
+    last = spec.run.last_received
+    rows = _rows(spec, last + 40)
+    assert rows["last interval"][0] != "N/A"
+    assert rows["last interval"][1].startswith("run 1 ended 40 s ago")

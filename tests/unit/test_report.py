@@ -1,0 +1,180 @@
+"""`specmon report`: the key figures a person pastes into a thread, checked against known data."""
+
+from __future__ import annotations
+
+import re
+
+from kit.snapshots import (
+    BASE_ARGS,
+    SPEC_ARGS,
+    T0,
+    decode_line,
+    reference_session,
+    write_record,
+)
+
+from specmon.cli import main
+from specmon.export.snapshot import snapshot_from_record, write_snapshot
+from specmon.session.window import speedup
+
+BASE_BS1 = [88.0, 89.0, 90.0, 88.5, 89.5]
+SPEC_BS1 = [93.0, 94.0, 95.0, 94.5, 93.5]
+
+
+def _rows():
+    rows = [("base", BASE_ARGS, T0), ("spec", SPEC_ARGS, T0 + 0.5)]
+    rows += [("base", decode_line(v), T0 + 1 + i) for i, v in enumerate(BASE_BS1)]
+    rows += [("base", decode_line(400.0 + i, rr=8), T0 + 10 + i) for i in range(5)]
+    rows += [("spec", decode_line(v, accept=2.4), T0 + 1.5 + i) for i, v in enumerate(SPEC_BS1)]
+    return sorted(rows, key=lambda r: r[2])
+
+
+def _gpus():
+    samples = [(1980, 300.0, 60, 0), (1455, 690.0, 70, 0x4), (1455, 700.0, 75, 0x4)]
+    return [(T0 + 2 * i, [{"index": 0, "name": "NVIDIA H200", "ts": T0 + 2 * i, "clock_sm": c,
+                           "max_clock_sm": 1980, "power_w": p, "power_limit_w": 700.0,
+                           "temp_gpu": t, "clocks_event_reasons": r}])
+            for i, (c, p, t, r) in enumerate(samples)]
+
+
+def _snapshot(tmp_path):
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", _rows(), _gpus()), host="gpu-7")
+    snap.alerts = [{"t": T0 + 12, "server": "spec", "kind": "drift",
+                    "message": "baseline decode throughput 11.2% below its stored baseline",
+                    "cause": "NCCL_ALGO unset (was Ring)"}]
+    return write_snapshot(snap, tmp_path / "s.json")
+
+
+def _row(md: str, first: str) -> list[str]:
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row starting {first!r}")
+
+
+def test_markdown_report_has_the_key_figures(tmp_path, capsys):
+    path = _snapshot(tmp_path)
+    assert main(["report", str(path)]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert md.startswith("# specmon report: gpu-7")
+    # servers and their profiles
+    assert "| base | baseline | ready | /var/log/base.log | Qwen/Qwen3-8B | 1 | N/A |" in md
+    assert "| spec | speculative | ready | /var/log/spec.log | Qwen/Qwen3-8B | 1 | EAGLE3 steps 2 " \
+           "topk 1 draft 3 |" in md
+    # throughput per batch size, with spread and n, never mixed across sizes
+    base_sec = md.split("### base (baseline)")[1].split("###")[0]
+    assert _row(base_sec, "1")[:5] == ["1", "5", "89.00", "88.20", "89.80"]
+    assert _row(base_sec, "8")[:5] == ["8", "5", "402.00", "400.40", "403.60"]
+    spec_sec = md.split("### spec (speculative)")[1].split("##")[0]
+    assert _row(spec_sec, "1")[:5] == ["1", "5", "94.00", "93.20", "94.80"]
+    assert _row(spec_sec, "1")[6] == "2.40"
+    # speedup: the same numbers as the live speedup bar would compute over the whole session
+    ref = reference_session(_rows())
+    sp = speedup(ref.servers["base"], ref.servers["spec"], now=T0 + 20, window_s=1e6)
+    assert sp is not None and sp.running_req == 1
+    assert f"**Speedup {sp.ratio:.3f}×** (95% {sp.low:.3f}–{sp.high:.3f}) at bs 1" in md
+    assert f"{94 / 89:.3f}×" == f"{sp.ratio:.3f}×"
+    assert "| 8 |" not in md.split("## Speedup")[1].split("##")[0]  # bs 8 only on one side
+    # accept length and the recomputed rate: (2.4 - 1) / (3 - 1)
+    assert "median 2.40, p10 2.40, p90 2.40, n 5" in md and "draft tokens 3) 0.70." in md
+    # GPU clocks and power
+    assert _row(md, "0") == ["0", "NVIDIA H200", "3", "1455", "1455–1980", "1980", "690", "700",
+                             "700", "75", "SwPowerCap 67%"]
+    # alerts with causes
+    assert "| baseline decode throughput 11.2% below its stored baseline | NCCL_ALGO unset " \
+           "(was Ring) |" in md
+    # charts: SVG files made by pygal, linked from the report, one series per server and bs
+    assert "![decode throughput over log time, per run](s.report-throughput.svg)" in md
+    svg = (tmp_path / "s.report-throughput.svg").read_text()
+    assert "pygal" in svg and "base (baseline) run 1 bs 1" in svg
+    assert "spec (speculative) run 1 bs 1" in svg and "base (baseline) run 1 bs 8" in svg
+    assert not re.search(r"<script[^>]+src=", svg)  # no external JavaScript
+    # GPU charts per server (tp 1 at GPU 0: base's by its arguments)
+    gpu_svg = (tmp_path / "s.report-gpu-clock-0-base.svg").read_text()
+    assert "base (1 GPU) median" in gpu_svg and "SM clock MHz" in gpu_svg
+    power_svg = (tmp_path / "s.report-gpu-power-0-base.svg").read_text()
+    assert "power W" in power_svg
+    capsys.readouterr()
+
+
+def test_html_report_is_one_self_contained_file(tmp_path, capsys):
+    path = _snapshot(tmp_path)
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "--format", "html", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.count("<svg") == 3
+    assert "<td>89.00</td>" in html and "<b>Speedup 1.056×</b>" in html
+    assert "NCCL_ALGO unset (was Ring)" in html
+    assert not list(tmp_path.glob("r-*.svg"))
+    capsys.readouterr()
+
+
+def test_report_says_na_rather_than_inventing(tmp_path, capsys):
+    rows = [("solo", decode_line(50.0 + i), T0 + i) for i in range(4)]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows))
+    path = write_snapshot(snap, tmp_path / "solo.json.gz")
+    assert main(["report", str(path), "-o", "-"]) == 0
+    md = capsys.readouterr().out
+    assert "Speedup: N/A (needs one baseline and one speculative server)." in md
+    assert "N/A: no GPU samples in this snapshot." in md
+    assert "N/A: no decode line carries an accept length." in md
+    assert "None recorded in this snapshot, and none raised when its lines were played" in md
+    assert "role source: inferred: decode lines carry no accept len" in md
+
+
+def test_json_report_is_the_same_document_with_runs_and_the_speedup(tmp_path, capsys):
+    import json
+
+    path = _snapshot(tmp_path)
+    assert main(["report", str(path), "--format", "json", "-o", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    sp = doc["speedup"]
+    assert {k: sp[k] for k in ("running_req", "base_run", "spec_run", "n_base", "n_spec")} == \
+        {"running_req": 1, "base_run": 1, "spec_run": 1, "n_base": 5, "n_spec": 5}
+    assert sp["value"] == round(94 / 89, 4) and sp["ci95"][0] < sp["value"] < sp["ci95"][1]
+    assert sp["conditions_differ"] == []
+    servers = {s["name"]: s for s in doc["servers"]}
+    assert [s["role"] for s in doc["servers"]] == ["baseline", "speculative"]
+    [run] = servers["base"]["runs"]
+    assert [(w["running_req"], w["n"], w["median_tok_s"]) for w in run["by_running_req"]] == \
+        [(1, 5, 89.0), (8, 5, 402.0)]
+    assert servers["spec"]["speculative"] == "EAGLE3 steps 2 topk 1 draft 3"
+    assert any(line.startswith("SGLang N/A, model Qwen/Qwen3-8B, tp 1")
+               for line in servers["base"]["fingerprint"])  # readable lines, not a dict dump
+    # the Markdown says the same numbers
+    assert main(["report", str(path), "-o", "-"]) == 0
+    md = capsys.readouterr().out
+    assert f"**Speedup {sp['value']:.3f}×** (95% {sp['ci95'][0]:.3f}–{sp['ci95'][1]:.3f}) at bs 1: " \
+           "spec run 1 94.00 / base run 1 89.00" in md
+
+
+def test_history_read_at_connect_is_charted_on_log_time_per_run(tmp_path):
+    from snapshot_data import write_record
+
+    from specmon.export.report import report_model, throughput_series
+    from specmon.export.snapshot import snapshot_from_record
+
+    # 20 lines printed one a minute across a restart, all received at the same instant (the
+    # history a connect reads): the chart spreads them over the 19 minutes SGLang printed
+    lines = [BASE_ARGS] + [decode_line(88.0 + i % 3) for i in range(10)] + \
+        [BASE_ARGS.replace("2026-02-26 19:16:40", "2026-02-26 19:27:00")] + \
+        [decode_line(62.0 + i % 3) for i in range(10)]
+    minute = 0
+
+    def stamped(text: str) -> str:
+        nonlocal minute
+        if "server_args" in text:
+            return text
+        minute += 1
+        return text.replace("19:16:45", f"{19 + (16 + minute) // 60}:{(16 + minute) % 60:02d}:45")
+
+    rows = [("base", stamped(x), T0) for x in lines]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows))
+    series = dict(throughput_series(report_model(snap)))
+    assert sorted(series) == ["base (baseline) run 1 bs 1", "base (baseline) run 2 bs 1"]
+    xs1 = [x for x, _ in series["base (baseline) run 1 bs 1"]]
+    xs2 = [x for x, _ in series["base (baseline) run 2 bs 1"]]
+    assert xs1 == [float(i) for i in range(10)]  # one a minute from the first line, not all 0
+    assert xs2[0] == 10.0 and xs2[-1] == 19.0
+    assert {y for _, y in series["base (baseline) run 2 bs 1"]} == {62.0, 63.0, 64.0}
