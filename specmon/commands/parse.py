@@ -109,7 +109,7 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
     """Per-run summaries of a log's lines, each yielded when the next run starts (memory: one
     run's summary, whatever the number of runs). A `server_args` line starts a new run unless
     the current one has printed no batch line and no server_args yet (ServerState's
-    `_run_boundary` rule; tests/test_parse_cli.py holds the two to the same runs). On a read
+    `_run_boundary` rule; tests/integration/test_parse_cli.py holds the two to the same runs). On a read
     error the run read so far is yielded, then the error raised."""
     cur = RunPart(1)
     pending: list[bytes] = []

@@ -5,7 +5,7 @@
 counting, with Python work only per distinct value. Each regex starts with a literal, so the
 engine jumps from one occurrence of it to the next instead of trying a match at every byte (a
 lookbehind or a class first makes it try every byte: 14x slower, issue 25);
-tests/test_parse_budget.py counts that.
+tests/unit/test_parse_budget.py counts that.
 
 The scan is exact or declines: it returns None whenever the buffer holds anything it might read
 differently from the general parser (`parse_line`), which then reads the buffer line by line.

@@ -255,7 +255,7 @@ RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
 
 def _evil_log(path: Path) -> Path:
-    from snapshot_data import decode_line
+    from kit.snapshots import decode_line
 
     args = (f"[2026-02-26 19:16:40] server_args=ServerArgs(model_path='Qwen/{EVIL}', "
             "tp_size=1, port=30000)")
@@ -368,7 +368,7 @@ def test_a_broken_baseline_store_is_one_line_and_monitoring_goes_on(tmp_path, ki
 
 
 def test_baseline_store_on_a_full_or_read_only_disk_is_one_line(tmp_path):
-    from snapshot_data import decode_line
+    from kit.snapshots import decode_line
 
     log = tmp_path / "b.log"
     log.write_text("\n".join(decode_line(80.0 + (i % 7) * 0.5) for i in range(300)) + "\n")

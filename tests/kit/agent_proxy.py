@@ -1,5 +1,5 @@
 """A python3 stand-in that runs the real agent but corrupts its output, like a broken or
-hostile host would (tests/hostile/test_agent_messages.py).
+hostile host would (tests/integration/test_agent_messages.py).
 
 Used as the host's interpreter: `agent_proxy.py -u -c BOOTSTRAP`. It starts the real Python
 with the same arguments, passes stdin through, and rewrites stdout: the Nth "lines" message

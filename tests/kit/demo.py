@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules (moved here from tests/test_demo.py)."""
+"""Helpers that several test modules share (they began in test_demo.py)."""
 
 from __future__ import annotations
 

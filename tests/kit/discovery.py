@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules (moved here from tests/test_discovery.py)."""
+"""Helpers that several test modules share (they began in test_discovery.py)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def fakes():
 
 
 async def wait_log(path: Path, text: bytes) -> None:
-    from tailkit import until
+    from kit.tail import until
 
     await until(lambda: path.exists() and text in path.read_bytes(), what=f"{text!r} in log")
 

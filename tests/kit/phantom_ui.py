@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules (moved here from tests/test_phantom_baseline.py)."""
+"""Helpers that several test modules share (they began in test_phantom_baseline.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by several test modules (moved here from tests/test_sim_server.py)."""
+"""Helpers that several test modules share (they began in test_sim_server.py)."""
 
 import os
 import signal

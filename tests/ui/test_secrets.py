@@ -116,7 +116,7 @@ def test_record_export_report_baseline_paths_hold_no_secret(tmp_path: Path) -> N
 
 
 def test_server_start_env_audit_prints_no_secret(tmp_path: Path) -> None:
-    from controlkit import cleanup_pidfiles, host_profile, sim_profile
+    from kit.control import cleanup_pidfiles, host_profile, sim_profile
 
     hp = host_profile(tmp_path)
     prof = sim_profile(tmp_path, "base", [0, 1])
@@ -141,7 +141,7 @@ def test_server_start_env_audit_prints_no_secret(tmp_path: Path) -> None:
 
 
 def test_svg_screenshot_holds_no_secret(tmp_path: Path) -> None:
-    from uikit import apply, populated_session
+    from kit.ui import apply, populated_session
 
     from specmon.ui.app import SpecmonApp
 

@@ -196,7 +196,7 @@ async def test_reconnecting_host_keeps_values_marked_stale():
 
 
 async def test_several_hosts_show_one_summary_row_each():
-    from uikit import apply
+    from kit.ui import apply
 
     from specmon.hosts.base import ConnectionState
     from specmon.session.fleet import FleetSession
@@ -217,7 +217,7 @@ async def test_several_hosts_show_one_summary_row_each():
 
 
 async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
-    from uikit import apply
+    from kit.ui import apply
 
     from specmon.hosts.base import ConnectionState
     from specmon.parse.gpu import GpuSample

@@ -119,7 +119,7 @@ async def test_headline_follows_the_phantom_baseline_scenario(tmp_path):
 
 
 def test_headline_model_of_the_demo_states():
-    from uikit import DEMO_NOW, demo_app
+    from kit.ui import DEMO_NOW, demo_app
 
     steady = demo_app(drift=False).headline()
     assert steady.state == "win" and steady.vs_recorded is None

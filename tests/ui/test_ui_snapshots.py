@@ -1,6 +1,6 @@
 """SVG snapshots of the app at fixed sizes on deterministic sessions (pytest-textual-snapshot).
 
-Regenerate after an intended visual change with `pytest tests/test_ui_snapshots.py
+Regenerate after an intended visual change with `pytest tests/ui/test_ui_snapshots.py
 --snapshot-update` and review the SVGs in tests/__snapshots__ before committing (convert one
 to PNG, e.g. `python -c "import cairosvg; cairosvg.svg2png(url='x.svg', write_to='x.png')"`).
 

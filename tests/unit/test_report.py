@@ -150,7 +150,7 @@ def test_json_report_is_the_same_document_with_runs_and_the_speedup(tmp_path, ca
 
 
 def test_history_read_at_connect_is_charted_on_log_time_per_run(tmp_path):
-    from snapshot_data import write_record
+    from kit.snapshots import write_record
 
     from specmon.export.report import report_model, throughput_series
     from specmon.export.snapshot import snapshot_from_record
