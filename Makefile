@@ -39,10 +39,13 @@ sysdeps:
 	fi
 
 # ruff, the layer contracts ([tool.importlinter] in pyproject.toml), mypy ([tool.mypy])
+# vulture: dead code (names only frameworks or tests reach are in vulture_whitelist.py)
+VULTURE_IGNORE := on_*,action_*,watch_*,compose,do_GET,do_POST,do_HEAD,log_message,can_replace,render_line,get_system_commands,check_action
 lint: venv
 	$(BIN)/ruff check specmon tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/vulture specmon vulture_whitelist.py --min-confidence 60 --ignore-names '$(VULTURE_IGNORE)'
 
 # The fast loop while working: lint, layers, types and the unit tests (tests/unit).
 check: venv lint

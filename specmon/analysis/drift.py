@@ -671,9 +671,6 @@ class DriftMonitor:
         self.raised: set[str] = set()  # levels ever raised
         self.alert: Alert | None = None
         self._active_key: str | None = None
-        self._seen_decode = 0
-        self._seen_prefill = 0
-        self._seen_run: int | None = None
         self._causes: tuple[str, ...] = ()
         self._causes_for: tuple[str, str] | None = None
         self._causes_at: float | None = None
@@ -817,70 +814,10 @@ class DriftMonitor:
                     "flat: acceptance changed (prompts, draft model, temperature), not the machine")
         return None
 
-    # -- the app's 1 Hz call -----------------------------------------------------------------
-    def skip_to(self, server: Any) -> None:
-        """Start watching a `ServerState` from now: what it already holds is not live data."""
-        run = server.run
-        self._seen_run = run.index
-        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
-
-    def add(self, rec: Record | None, run: Any = None, t: float | None = None) -> None:
-        """Feed one record of `run` (a `specmon.session.state.Run`, or its index).
-
-        Server-level decode records (a DP server's groups summed), prefill lines and events, in
-        the order they entered the session. A record of another run than the last one is a
-        restart: fresh warm-up, empty live windows.
-        """
-        idx = getattr(run, "index", run)
-        if idx is not None and idx != self._seen_run:
-            if self._seen_run is not None:
-                self.restart()
-            self._seen_run = idx
-        if isinstance(rec, EventRecord) and rec.kind == "server_args":
-            return  # the run change above is the restart
-        self.observe(rec, t)
-
-    def sync(self, server: Any) -> None:
-        """Pull server-level decode points the current run of a `ServerState` received since
-        the last call (O(new points), no copy of the history).
-
-        A run keeps only the time of its latest prefill, so with several lines per call the
-        prefill rule is approximate: the first new point at/after that prefill is dirty, and
-        with more than one prefill since the last call the first new point is dirty too.
-        """
-        run = server.run
-        if run.index != self._seen_run:
-            if self._seen_run is not None:
-                self.restart()
-            self._seen_run = run.index
-            self._seen_decode = self._seen_prefill = 0
-        new = run.decode_total - self._seen_decode
-        prefills = run.prefill_total - self._seen_prefill
-        self._seen_decode, self._seen_prefill = run.decode_total, run.prefill_total
-        pts = list(islice(reversed(run.decode), min(max(new, 0), len(run.decode))))[::-1]
-        last_pf = run.last_prefill_t
-        dirty: set[int] = set()
-        if prefills > 0:
-            after = [i for i, pt in enumerate(pts) if last_pf is not None and pt.t >= last_pf]
-            if after:
-                dirty.add(after[0])
-            if prefills > 1 or not after:
-                dirty.add(0)
-        for i, pt in enumerate(pts):
-            if i in dirty:
-                self.filter.prefill()
-            self.observe(pt.rec, pt.t)
-        if prefills > 0 and not pts:
-            self.filter.prefill()
-
-    def update(self, server: Any, gpus: Sequence[Any] = (), now: float | None = None) -> Alert | None:
-        """Consume new points of `server` (a ServerState), refresh causes; the current alert.
-
-        `server=None`: the records were fed with `observe` as they arrived (the live session
-        does that), so only the causes are refreshed.
-        """
-        if server is not None:
-            self.sync(server)
+    # -- the session's 1 Hz call -------------------------------------------------------------
+    def update(self, gpus: Sequence[Any] = (), now: float | None = None) -> Alert | None:
+        """Refresh the current alert's causes; the current alert. Records come in one way:
+        `observe`, as they enter the session (which restarts the monitor at a run boundary)."""
         a = self.alert
         if a is None:
             return None

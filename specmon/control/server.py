@@ -284,7 +284,7 @@ class ServerController:
             await self._agent.start()
         return self._agent
 
-    async def hostops(self, req: dict[str, Any], timeout: float = 60.0) -> Any:
+    async def agent_op(self, req: dict[str, Any], timeout: float = 60.0) -> Any:
         """One control op (owners, inspect, signal, write, remove, launch) in the host's agent."""
         args = dict(req)
         op = args.pop("op")
@@ -320,7 +320,7 @@ class ServerController:
         problem = record_problem(rec)
         if problem is not None:  # never even asked about on the host: it proves nothing
             return {"ours": False, "reason": problem, "leader": None, "members": []}
-        return await self.hostops({"op": "inspect", **_ident(rec)})
+        return await self.agent_op({"op": "inspect", **_ident(rec)})
 
     async def health(self, timeout: float = 2.0) -> bool:
         try:
@@ -359,7 +359,7 @@ class ServerController:
 
     async def owners(self, holders: GpuPids) -> list[GpuOwner]:
         flat = sorted({p for ps in holders.values() for p in ps})
-        info = await self.hostops({"op": "owners", "pids": flat, "run_dir": await self.run_dir()})
+        info = await self.agent_op({"op": "owners", "pids": flat, "run_dir": await self.run_dir()})
         by_pid = {int(i["pid"]): i for i in info}
         out = []
         for g, ps in sorted(holders.items()):
@@ -400,7 +400,7 @@ class ServerController:
             ins = await self._inspect(rec)
             if ins["ours"] and ins["members"]:
                 raise AlreadyRunning(f"{self.name} is already running (pid {rec['pid']})")
-            await self.hostops({"op": "remove", "path": await self.pidfile()})
+            await self.agent_op({"op": "remove", "path": await self.pidfile()})
         gpu_note = None
         if check_gpus and self.profile.gpus:
             emit(StartProgress("gpu_check", "checking GPUs", 0.0))
@@ -414,7 +414,7 @@ class ServerController:
         log = await self.log_path()
         workdir = await self._expand(self.profile.workdir) if self.profile.workdir else None
         argv = self.profile.launch_argv(self.python)
-        out = await self.hostops({
+        out = await self.agent_op({
             "op": "launch", "name": self.name, "argv": argv, "env": self.profile.launch_env(),
             "run_dir": await self.run_dir(), "pidfile": await self.pidfile(), "log": log,
             "workdir": workdir, "port": self.profile.port, "gpus": self.profile.gpus,
@@ -430,7 +430,7 @@ class ServerController:
         ins = await self._inspect(rec)
         if ins.get("leader"):
             rec["cmdline"] = ins["leader"]["argv"]
-            await self.hostops({"op": "write", "path": await self.pidfile(),
+            await self.agent_op({"op": "write", "path": await self.pidfile(),
                                 "text": json.dumps(rec) + "\n"})
         emit(StartProgress("audit", "reading the workers' environment", 0.98,
                            elapsed_s=time.monotonic() - t0))
@@ -575,7 +575,7 @@ class ServerController:
         if problem is not None:
             raise NotOurs(f"{self.name}: not stopping pid {rec['pid']}: {problem}")
         ident = _ident(rec)
-        res = await self.hostops({"op": "signal", "signal": "SIGTERM", **ident})
+        res = await self.agent_op({"op": "signal", "signal": "SIGTERM", **ident})
         if res.get("refused"):
             raise NotOurs(f"{self.name}: not stopping pid {rec['pid']}: {res['refused']}")
         out = StopResult(self.name, bool(res["members"]))
@@ -583,7 +583,7 @@ class ServerController:
             out.signals.append("SIGTERM")
             members = await self._wait_group_gone(rec, grace)
             if members:
-                res = await self.hostops({"op": "signal", "signal": "SIGKILL", **ident})
+                res = await self.agent_op({"op": "signal", "signal": "SIGKILL", **ident})
                 if res.get("refused"):
                     raise NotOurs(f"{self.name}: not killing pid {rec['pid']}: {res['refused']}")
                 if res["signalled"]:
@@ -591,7 +591,7 @@ class ServerController:
                 members = await self._wait_group_gone(rec, 10.0)
             out.remaining = [m["pid"] for m in members]
         if not out.remaining:
-            await self.hostops({"op": "remove", "path": await self.pidfile()})
+            await self.agent_op({"op": "remove", "path": await self.pidfile()})
             out.gpus_free, out.gpu_holders = await self.wait_gpus_free(gpu_timeout)
         return out
 

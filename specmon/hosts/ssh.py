@@ -212,10 +212,6 @@ class SshHost(Host):
     def python(self) -> str:
         return self._python
 
-    @property
-    def connection(self) -> asyncssh.SSHClientConnection | None:
-        return self._conn
-
     # -- connecting --------------------------------------------------------------------------
     def _base_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(

@@ -30,7 +30,7 @@ class Agent:
         # sshd has not noticed yet must not leave the agent running for hours.
         self.idle_timeout = 120.0
         self.inbuf = b""
-        self.ops = {  # type: dict
+        self.ops = {
             "ping": lambda req: {"time": time.time()},
             "procs": op_procs, "proc_info": op_proc_info, "read": op_read, "stat": op_stat,
             "inspect": op_inspect, "signal": op_signal, "write": op_write,
@@ -38,7 +38,7 @@ class Agent:
             "config": self.op_config, "tail_start": self.op_tail_start,
             "tail_stop": self.op_tail_stop, "tail_credit": self.op_tail_credit,
             "nvml_start": self.op_nvml_start, "nvml_stop": self.op_nvml_stop,
-        }
+        }  # type: dict
 
     # -- ops with state ---------------------------------------------------------------------
     def op_config(self, req):

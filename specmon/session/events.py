@@ -66,10 +66,6 @@ class ServerInfo:
             worker_pids=tuple(pid for pid, _ in d.workers),
         )
 
-    @property
-    def gpus_per_node(self) -> int:
-        return max(1, (self.tp_size * self.pp_size) // max(1, self.nnodes))
-
     def gpu_indices(self, samples: Sequence[GpuSample]) -> list[int]:
         """GPUs this server uses on its host, by the one ownership rule
         (specmon.session.ownership: its processes, else its arguments)."""

@@ -414,7 +414,7 @@ class FleetSession:
         for (h, name), w in self.watches.items():
             session = self.host(h).session
             state = session.server(name)
-            alert = w.monitor.update(None, server_gpus(session, state), now)
+            alert = w.monitor.update(server_gpus(session, state), now)
             if alert is None:
                 continue
             if alert.cleared:

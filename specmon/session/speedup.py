@@ -44,12 +44,6 @@ class SpeedupView:
     detail: Speedup | None = None  # medians, spreads, derived per-token times
 
 
-def recorded_median(stats: BaselineStats | None, running_req: int) -> float | None:
-    """The recorded baseline's median tok/s at this batch size (its largest stratum there)."""
-    best = recorded_stratum(stats, running_req)
-    return best.median_thr if best is not None else None
-
-
 def recorded_stratum(stats: BaselineStats | None, running_req: int) -> StratumBaseline | None:
     """The recorded baseline's largest non-speculative stratum at this batch size."""
     if stats is None:

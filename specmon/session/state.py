@@ -301,10 +301,6 @@ class Run:
     def ended(self) -> bool:
         return self.end_reason is not None
 
-    @property
-    def first_decode_t(self) -> float | None:
-        return self.decode[0].t if self.decode else None
-
     def since_text(self) -> str:
         """`run 3 since 14:02:11` (the record time of the run's first line)."""
         if self.start_t is None:
@@ -526,15 +522,11 @@ class ServerState:
         """The feed saw (or made) the server's process start: a new run begins."""
         return self._run_boundary("process_start", None, t)
 
-    def restart_marker(self, t: float) -> Run:
-        """An appended log says the server restarted (e.g. a truncation or a start banner)."""
-        return self._run_boundary("restart", None, t)
-
     def apply(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
         """One received log line (`t`: receive time) and its parsed record (None if unused).
 
         Returns the server-level decode points the line completed: what a drift monitor is
-        fed (`DriftMonitor.add(point.rec, state.run, point.t)`), together with the prefill and
+        fed (`DriftMonitor.observe(point.rec, point.t)`), together with the prefill and
         event records as they come; a DP group's own decode line is never fed on its own.
         """
         self.lines_total += 1

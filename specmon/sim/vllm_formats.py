@@ -10,7 +10,6 @@ simulator's choice (a parser must never key on them).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -269,14 +268,6 @@ def version_message(version: str, model: str) -> str:
     if ge(version, "0.18.0"):
         return f"vLLM server version {version}, serving model {model}"
     return f"vLLM API server version {version}"
-
-
-def speculative_config_json(method: str, draft: str | None, k: int) -> str:
-    """What `--speculative-config` takes: a JSON object."""
-    cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
-    if draft is not None:
-        cfg["model"] = draft
-    return json.dumps(cfg)
 
 
 def access_message(client: str, method: str, path: str, status: int, reason: str) -> str:

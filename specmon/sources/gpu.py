@@ -5,7 +5,6 @@
   `NvidiaSmiSource` when there is no pynvml (or NVML fails in Python).
 - `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
   `specmon.parse.gpu`.
-- `LocalNvmlSource`: NVML in-process on one worker thread (`specmon connect local`).
 - `SimGpuSource`: reads the simulated host's GPU model (demo, tests).
 
 Failures end the iteration with `GpuSourceError`, whose message is one line fit for the UI
@@ -23,7 +22,6 @@ import json
 import signal
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, shielded
@@ -348,70 +346,6 @@ class RemoteAgentSource:
                 self.status = str(exc)
 
 
-class LocalNvmlSource:
-    """NVML in this process, on one dedicated thread (NVML calls block; the UI loop must not)."""
-
-    kind = "nvml-local"
-
-    def __init__(
-        self,
-        interval: float = 1.0,
-        nvml: Any = None,
-        slow_interval: float = 30.0,
-        proc_interval: float = 5.0,
-    ) -> None:
-        self.interval = interval
-        self.nvml = nvml
-        self.slow_interval = slow_interval
-        self.proc_interval = proc_interval
-        self.hello: AgentHello | None = None
-
-    def __aiter__(self) -> AsyncGenerator[list[GpuSample], None]:
-        return self._run()
-
-    def _open(self) -> Any:
-        from specmon.hostside.nvml import NvmlCollector
-
-        nvml = self.nvml
-        if nvml is None:
-            try:
-                import pynvml
-            except Exception as exc:
-                raise GpuSourceError(
-                    f"pynvml not importable ({exc}); install nvidia-ml-py"
-                ) from None
-            nvml = pynvml
-        try:
-            return NvmlCollector(nvml, self.slow_interval, self.proc_interval)
-        except Exception as exc:
-            raise GpuSourceError(f"{NVML_UNAVAILABLE}: {exc}") from None
-
-    async def _run(self) -> AsyncGenerator[list[GpuSample], None]:
-        loop = asyncio.get_running_loop()
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specmon-nvml")
-        col = None
-        try:
-            col = await loop.run_in_executor(pool, self._open)
-            hello = parse_agent_line(_json_line(col.hello()))
-            self.hello = hello if isinstance(hello, AgentHello) else None
-            if not col.devices:
-                raise GpuSourceError("no GPUs")
-            next_t = loop.time()
-            while True:
-                rec = await loop.run_in_executor(pool, col.sample)
-                yield [GpuSample.from_agent_json(g, ts=rec["ts"]) for g in rec["gpus"]]
-                next_t += self.interval
-                delay = next_t - loop.time()
-                if delay < 0:
-                    next_t, delay = loop.time(), 0.0
-                await asyncio.sleep(delay)
-        finally:
-            if col is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(loop.run_in_executor(pool, col.close))
-            pool.shutdown(wait=False)
-
-
 class SimGpuSource:
     """Samples the simulated host's GPU model (a `specmon.sim.gpu_model.SimGpuHost`)."""
 
@@ -446,10 +380,4 @@ class SimGpuSource:
             await asyncio.sleep(self.interval)
 
 
-def _json_line(rec: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(rec, default=str)
-
-
-GpuSource = RemoteAgentSource | NvidiaSmiSource | LocalNvmlSource | SimGpuSource
+GpuSource = RemoteAgentSource | NvidiaSmiSource | SimGpuSource

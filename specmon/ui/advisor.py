@@ -21,11 +21,10 @@ from specmon.analysis.advisor import (
     CannotAdvise,
     advise,
     check_prediction,
-    measure,
 )
 from specmon.numfmt import num
 from specmon.session.advice import segments
-from specmon.session.state import ServerState, Session
+from specmon.session.state import Session
 from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
@@ -134,11 +133,3 @@ class AdvisorKeysMixin:
         app: Any = self
         mem = app.__dict__.setdefault("_advisor_memory", AdvisorMemory())
         app.push_screen(AdvisorScreen(advisor_report(app.session, mem)))
-
-
-def measured_for(state: ServerState) -> Any:
-    """The current run's measurement at its latest batch size (for other panels)."""
-    segs = segments(state, plain(state.name))
-    if not segs or state.last_decode is None or state.last_decode.running_req is None:
-        return None
-    return measure(segs[-1], state.last_decode.running_req)

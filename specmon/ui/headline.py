@@ -58,10 +58,6 @@ class HeadlineModel:
     statements: tuple[str, ...] = ()
 
     @property
-    def ratio_text(self) -> str:
-        return "N/A" if self.speedup is None else f"{self.speedup.ratio:.2f}x"
-
-    @property
     def vs_recorded(self) -> tuple[float, float] | None:
         """(spec ÷ recorded baseline, recorded) while the baseline's drift alert is active."""
         v = self.view

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-
 from specmon.textsafe import visible, visible_lines
 
 
@@ -15,8 +13,3 @@ def plain(line: str) -> str:
 def plain_lines(text: str) -> str:
     """Like `plain`, but newlines stay line breaks (notifications of several lines)."""
     return visible_lines(text)
-
-
-def plain_text(line: str, style: str = "") -> Text:
-    """A Rich Text that never interprets markup: `[bold red]x[/]` stays those characters."""
-    return Text(plain(line), style=style, no_wrap=True, end="")

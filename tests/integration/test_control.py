@@ -130,7 +130,7 @@ async def test_start_with_env_audit_benchmark_stop_spares_decoy(hp, tmp_path):
 
                 # a pidfile pointing at the decoy (pid reuse): refused, nothing signalled
                 fake = {**rec, "pid": decoy.pid, "pgid": decoy.pid, "sid": decoy.pid}
-                await c.hostops({"op": "write", "path": pidfile, "text": json.dumps(fake)})
+                await c.agent_op({"op": "write", "path": pidfile, "text": json.dumps(fake)})
                 with pytest.raises(NotOurs, match="start time differs"):
                     await c.stop(grace=1)
                 assert (await c.status()).state == "stale"
@@ -151,7 +151,7 @@ async def test_pidfile_with_matching_start_time_but_other_command_is_refused(hp,
             chain = ["setsid", "env", "--", *prof.launch_argv(sys.executable)]
             rec = {"pid": sleeper.pid, "pgid": sleeper.pid, "sid": sleeper.pid,
                    "starttime": starttime(sleeper.pid), "chain": chain, "cmdline": None}
-            await c.hostops({"op": "write", "path": await c.pidfile(), "text": json.dumps(rec)})
+            await c.agent_op({"op": "write", "path": await c.pidfile(), "text": json.dumps(rec)})
             with pytest.raises(NotOurs, match="not the command specmon started"):
                 await c.stop(grace=1)
             assert alive(sleeper.pid)

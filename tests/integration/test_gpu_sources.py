@@ -20,7 +20,6 @@ from specmon.parse.gpu import GpuSample
 from specmon.sources.gpu import (
     NVML_UNAVAILABLE,
     GpuSourceError,
-    LocalNvmlSource,
     NvidiaSmiSource,
     RemoteAgentSource,
     SimGpuSource,
@@ -278,30 +277,7 @@ async def test_stream_host_kills_what_it_started_on_close(tmp_path: Path):
     assert await _wait_gone(pid)
 
 
-# -- in-process NVML and the simulator -------------------------------------------------------------
-
-
-async def test_local_nvml_source_with_fake():
-    src = LocalNvmlSource(interval=0.01, nvml=FakeNvml(n_gpus=3, state="load"))
-    it = src.__aiter__()
-    try:
-        batch = await it.__anext__()
-    finally:
-        await it.aclose()
-    assert [s.index for s in batch] == [0, 1, 2]
-    assert all(s.reasons == ("SwPowerCap",) and s.source == "nvml" for s in batch)
-    assert src.hello is not None and src.hello.gpu_count == 3
-
-
-@pytest.mark.parametrize(
-    ("fake", "expected"),
-    [
-        (FakeNvml(init_error=12), f"{NVML_UNAVAILABLE}: NVML Shared Library Not Found"),
-        (FakeNvml(n_gpus=0), "no GPUs"),
-    ],
-)
-async def test_local_nvml_source_errors(fake: FakeNvml, expected: str):
-    assert await _first_error(LocalNvmlSource(interval=0.01, nvml=fake)) == expected
+# -- the simulator -------------------------------------------------------------
 
 
 class TinySimHost:

@@ -49,12 +49,12 @@ def _sleeper(**kw) -> subprocess.Popen:
 
 
 async def _write(c: ServerController, rec: dict) -> None:
-    await c.hostops({"op": "write", "path": await c.pidfile(), "text": json.dumps(rec)})
+    await c.agent_op({"op": "write", "path": await c.pidfile(), "text": json.dumps(rec)})
 
 
 async def _unlink(c: ServerController) -> None:
     """Forged pidfiles go before any cleanup reads them (cleanup kills recorded groups)."""
-    await c.hostops({"op": "remove", "path": await c.pidfile()})
+    await c.agent_op({"op": "remove", "path": await c.pidfile()})
 
 
 async def test_forged_null_starttime_with_chain_ending_in_a_sleepers_argv(hp, tmp_path):
@@ -70,7 +70,7 @@ async def test_forged_null_starttime_with_chain_ending_in_a_sleepers_argv(hp, tm
             st = await c.status()
             assert st.state == "stale" and "no start time" in st.detail
             # the host-side check refuses it on its own too (a client that skipped its check)
-            res = await c.hostops({"op": "signal", "signal": "SIGTERM",
+            res = await c.agent_op({"op": "signal", "signal": "SIGTERM",
                                    **{k: forged[k] for k in ("pid", "pgid", "sid", "starttime",
                                                               "cmdline", "chain")}})
             assert res["signalled"] is False and "no start time" in res["refused"]
@@ -91,7 +91,7 @@ async def test_pid_1_identity_is_refused(hp, tmp_path, pgid):
         try:
             with pytest.raises(NotOurs, match="<= 1"):
                 await c.stop(grace=1)
-            res = await c.hostops({"op": "signal", "signal": "SIGTERM", **forged})
+            res = await c.agent_op({"op": "signal", "signal": "SIGTERM", **forged})
             assert res["signalled"] is False and "<= 1" in res["refused"]
         finally:
             await _unlink(c)

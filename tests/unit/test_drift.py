@@ -20,7 +20,6 @@ from specmon.analysis.drift import (
     stratum_of,
 )
 from specmon.parse.sglang import BatchRecord, EventRecord, parse_line
-from specmon.session.state import ServerState
 
 P = DriftParams()
 
@@ -298,7 +297,7 @@ def test_real_logs_quiet_unchanged_and_caught_when_slowed(data_dir, name):
 
 # --- the app-facing call ----------------------------------------------------------------------
 
-def test_update_pulls_from_server_state_and_attaches_causes():
+def test_update_attaches_causes_to_the_observed_alert():
     base = base_of(noisy(60, 88.8, seed=25))
     calls = []
 
@@ -307,19 +306,18 @@ def test_update_pulls_from_server_state_and_attaches_causes():
         return ["TP workers lack NCCL_PROTO=LL that the recorded run had"]
 
     m = DriftMonitor(base, P, explain=explain)
-    s = ServerState("sglang-30000")
     t = 0.0
     got = None
     for i, r in enumerate(noisy(50, 82.2, seed=26)):
         t += 1.35
         if i == 30:
-            s.apply("Prefill batch", BatchRecord("prefill", running_req=1), t - 0.1)
-        s.apply("Decode batch", r, t)
-        got = m.update(s, [], now=t)
+            m.observe(BatchRecord("prefill", running_req=1), t - 0.1)
+        m.observe(r, t)
+        got = m.update([], now=t)
     assert got is not None and got.level == "warning"
     assert got.causes == ("TP workers lack NCCL_PROTO=LL that the recorded run had",)
     assert m.excluded["prefill"] == 1
-    assert m.update(s, [], now=t + 1) is got  # nothing new: same alert, no re-explain
+    assert m.update([], now=t + 1) is got  # nothing new: same alert, no re-explain
     assert len(calls) >= 1
 
 
@@ -368,32 +366,3 @@ def test_verdict_says_only_what_the_interval_supports():
             assert m.alert.estimate is None or m.alert.estimate.supported(P.min_effect)
 
 
-def test_add_feeds_one_record_of_a_run_and_a_new_run_ends_the_alert():
-    """`monitor.add(record, run)`: what the session model's hook calls per record."""
-    base = base_of(noisy(60, 88.8, seed=31))
-    m = DriftMonitor(base, P)
-    s = ServerState("b", role="baseline")
-
-    def line(i: int, thr: float) -> str:
-        return (f"[2026-05-01 10:{i // 60 % 60:02d}:{i % 60:02d}] Decode batch, #running-req: 1, "
-                f"#token: 1200, token usage: 0.01, cuda graph: True, gen throughput (token/s): "
-                f"{thr:.2f}, #queue-req: 0")
-
-    def apply(text: str, t: float) -> None:
-        rec = parse_line(text)
-        pts = s.apply(text, rec, t)
-        if not (isinstance(rec, BatchRecord) and rec.kind == "decode"):
-            m.add(rec, s.run, t)
-        for p in pts:
-            m.add(p.rec, s.run, p.t)
-
-    for i, r in enumerate(noisy(40, 62.9, seed=32)):
-        apply(line(i, r.gen_throughput), float(i))
-    assert m.alert is not None and not m.alert.cleared and m.alert.level == "critical"
-    apply("[2026-05-01 10:01:00] server_args=ServerArgs(model_path='m', tp_size=8)", 60.0)
-    assert s.run.index == 2
-    apply(line(61, 88.8), 61.0)  # the first record of run 2: the run-1 alert ended with its run
-    assert m.alert.cleared and m.alert.text.endswith("run ended (restart)")
-    for i, r in enumerate(noisy(40, 88.8, seed=33), 62):
-        apply(line(i, r.gen_throughput), float(i))
-    assert m.alert.cleared  # run 2 is at the recorded level: no alert carried over
