@@ -1,4 +1,4 @@
-"""Session snapshots: one versioned JSON document ("specmon.snapshot/1", optionally gzip).
+"""HostState snapshots: one versioned JSON document ("specmon.snapshot/1", optionally gzip).
 
 A snapshot holds what a person needs to look at a tuning session again later: hosts, server
 profiles and fingerprints, every parsed decode/prefill record with its receive time, the last N
@@ -38,7 +38,7 @@ from specmon.jsonout import dumps
 from specmon.parse.gpu import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
-from specmon.session.state import MAX_LOG_LINES, ServerState, Session
+from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
 
 SCHEMA_NAME = "specmon.snapshot"
 SCHEMA_VERSION = 1
@@ -734,7 +734,7 @@ def _received(p: Any) -> float:
     return p.received if p.received is not None else p.t
 
 
-def snapshot_from_session(session: Session, *, log_lines: int = MAX_LOG_LINES,
+def snapshot_from_session(session: HostState, *, log_lines: int = MAX_LOG_LINES,
                           gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU,
                           source: Mapping[str, Any] | None = None) -> Snapshot:
     """What the live session holds now (bounded by its ring buffers) as a snapshot."""
@@ -779,7 +779,7 @@ def snapshot_path(host: str, folder: str | Path, *, compress: bool = True,
     return d / (f"specmon-{_safe_name(host)}-{stamp}.json" + (".gz" if compress else ""))
 
 
-def export_session(session: Session, folder: str | Path, *, compress: bool = True,
+def export_session(session: HostState, folder: str | Path, *, compress: bool = True,
                    now: float | None = None) -> Path:
     """The UI's export key: snapshot of `session` into `folder`, named by host and local time.
 
@@ -920,7 +920,7 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
                 continue
             seen.add(key)
         per_server.setdefault(item.server, []).append(item)
-    session = Session(host=host or "unknown")
+    session = HostState(host=host or "unknown")
     servers = []
     for name, items in per_server.items():
         state = session.server(name)

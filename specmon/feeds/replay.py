@@ -19,7 +19,7 @@ from typing import Any
 from specmon.export.snapshot import Snapshot
 from specmon.hosts.base import ConnectionState
 from specmon.session.events import FeedSink, LineItem
-from specmon.session.state import ServerState, Session
+from specmon.session.state import HostState, ServerState
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 NOT_KEPT = "[line text not kept in snapshot]"
@@ -71,10 +71,10 @@ def _timeline(snap: Snapshot) -> list[_Event]:
     return events
 
 
-def replay_session(snap: Snapshot) -> Session:
+def replay_session(snap: Snapshot) -> HostState:
     """The session a replay starts from: servers declared with their profile, no data yet."""
     start = snap.time_range[0] if snap.time_range else snap.created_at
-    session = Session(host=snap.host, started_at=start)
+    session = HostState(host=snap.host, started_at=start)
     for s in snap.servers:
         st = session.servers[s.name] = ServerState(s.name, role=s.role, path=s.path)
         st.args = dict(s.args)

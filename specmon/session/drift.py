@@ -18,14 +18,14 @@ from specmon.parse.gpu import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
-from specmon.session.state import Run, ServerState, Session
+from specmon.session.state import HostState, Run, ServerState
 
 
 class NotEnoughSamples(Exception):
     """The window holds too few clean samples for a baseline someone could trust."""
 
 
-def server_gpus(session: Session, state: ServerState) -> list[GpuSample]:
+def server_gpus(session: HostState, state: ServerState) -> list[GpuSample]:
     """The latest samples of the server's own GPUs (specmon.session.ownership: its processes,
     else its arguments; none when unknown, never every GPU of the host)."""
     gpus = [g for g in session.gpus if isinstance(g, GpuSample)]
@@ -33,12 +33,12 @@ def server_gpus(session: Session, state: ServerState) -> list[GpuSample]:
     return [g for g in gpus if g.index in own]
 
 
-def server_gpu_history(session: Session, state: ServerState) -> list[GpuSample]:
+def server_gpu_history(session: HostState, state: ServerState) -> list[GpuSample]:
     idx = {g.index for g in server_gpus(session, state)}
     return [s for i, hist in session.gpu_history.items() if i in idx for s in hist]
 
 
-def run_fingerprint(session: Session, state: ServerState, run: Run | None = None,
+def run_fingerprint(session: HostState, state: ServerState, run: Run | None = None,
                     history: bool = False, now: float | None = None) -> Fingerprint:
     """A run's fingerprint: its server args, NCCL_DEBUG lines, host probe (SGLang version and
     files modified against the wheel's RECORD), and its GPUs (now, or over the run)."""
@@ -58,12 +58,12 @@ def run_fingerprint(session: Session, state: ServerState, run: Run | None = None
                             collected_at=now if now is not None else time.time())
 
 
-def live_fingerprint(session: Session, state: ServerState) -> Fingerprint:
+def live_fingerprint(session: HostState, state: ServerState) -> Fingerprint:
     """What the session knows now about the server's current run."""
     return run_fingerprint(session, state)
 
 
-def record_baseline(session: Session, state: ServerState, name: str | None = None,
+def record_baseline(session: HostState, state: ServerState, name: str | None = None,
                     params: DriftParams | None = None, now: float | None = None) -> Baseline:
     """A baseline from the server's current run (since its last start), with its fingerprint."""
     p = params or DriftParams()
@@ -91,7 +91,7 @@ def alert_lines(server: str, alert: Alert, causes: Sequence[str] | None = None) 
     return lines
 
 
-def session_speedup_view(session: Session, base: ServerState | None, spec: ServerState | None,
+def session_speedup_view(session: HostState, base: ServerState | None, spec: ServerState | None,
                          watch: Any, window_s: float, now: float) -> SpeedupView:
     """The speedup bar's model: current runs, the baseline's recorded value and its drift
     alert (`watch`: the baseline server's `Watch` in the session model, when it is watched),

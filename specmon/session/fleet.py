@@ -1,6 +1,6 @@
 """The session model: 1..N hosts (a single host is a fleet of one), what each has sent, drift.
 
-Each host keeps its own `Session` (servers by their local name, GPUs) and its connection state;
+Each host keeps its own `HostState` (servers by their local name, GPUs) and its connection state;
 a host that is not connected keeps its last values, marked stale. `FleetSession` implements the
 feed events (`specmon.session.events.FeedSink`): the feeds call it headless, the TUI's message
 handlers call the same methods, replay calls them too. It owns the drift monitors: each watched
@@ -29,7 +29,7 @@ from specmon.session.drift import live_fingerprint, record_baseline, server_gpus
 from specmon.session.events import LineItem, ServerInfo
 from specmon.session.pays import KIND as PAYS_KIND
 from specmon.session.pays import PaysWatcher
-from specmon.session.state import ServerState, Session
+from specmon.session.state import HostState, ServerState
 from specmon.session.window import DEFAULT_WINDOW_S, current_stats
 
 __all__ = ["ALERT_LEVELS", "FleetSession", "HostView", "LogicalServer", "ServerInfo"]
@@ -81,10 +81,10 @@ class Watch:
 
 @dataclass
 class HostView:
-    """One host of the fleet: its own Session, connection state and discovered servers."""
+    """One host of the fleet: its own HostState, connection state and discovered servers."""
 
     name: str
-    session: Session
+    session: HostState
     state: ConnectionState = field(default_factory=lambda: ConnectionState("connecting"))
     infos: dict[str, ServerInfo] = field(default_factory=dict)
     last_update: float | None = None  # wall clock of the last line or GPU sample received
@@ -182,8 +182,8 @@ class FleetSession:
             self.host(h)
 
     @classmethod
-    def of(cls, session: Session, **kw: Any) -> FleetSession:
-        """A fleet of one around an existing Session (tests, replay): shown as connected."""
+    def of(cls, session: HostState, **kw: Any) -> FleetSession:
+        """A fleet of one around an existing HostState (tests, replay): shown as connected."""
         fleet = cls(**kw)
         fleet.hosts[session.host] = HostView(session.host, session, ConnectionState("connected"))
         return fleet
@@ -191,7 +191,7 @@ class FleetSession:
     def host(self, name: str) -> HostView:
         hv = self.hosts.get(name)
         if hv is None:
-            hv = self.hosts[name] = HostView(name, Session(host=name))
+            hv = self.hosts[name] = HostView(name, HostState(host=name))
         return hv
 
     def server(self, host: str, server: str) -> ServerState:
@@ -294,9 +294,9 @@ class FleetSession:
                 if best is not None and best.median_thr is not None else "")
         self.notice(host, server, f"baseline recorded: {b.name}{what}")
 
-    def reset_host(self, host: str, fresh: Session) -> None:
+    def reset_host(self, host: str, fresh: HostState) -> None:
         """Start the host over from `fresh` (a replay seeking backwards): its servers, GPUs and
-        drift state; the Session object is kept (the UI holds it)."""
+        drift state; the HostState object is kept (the UI holds it)."""
         session = self.host(host).session
         session.servers.clear()
         session.servers.update(fresh.servers)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmon.analysis.advisor import PaysState, pays_state, speculation_no_longer_pays
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.session.window import speedup
 
 KIND = "speculation_pays"
@@ -26,7 +26,7 @@ class PaysWatcher:
     ref: dict[str, PaysState] = field(default_factory=dict)  # when speculation last paid
     active: dict[str, str] = field(default_factory=dict)  # server -> the active alert's text
 
-    def tick(self, session: Session, now: float, window_s: float) -> list[dict[str, Any]]:
+    def tick(self, session: HostState, now: float, window_s: float) -> list[dict[str, Any]]:
         """The alerts raised or cleared by this tick, as session alert dicts (none if no change)."""
         spec, base = session.by_role("speculative"), session.by_role("baseline")
         if spec is None or base is None:

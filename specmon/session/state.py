@@ -722,7 +722,10 @@ class ServerState:
 
 
 @dataclass
-class Session:
+class HostState:
+    """One host's part of the session model: its servers (by local name), GPUs, alerts. The
+    whole model, every host, is `specmon.session.fleet.FleetSession`."""
+
     host: str = "local"
     servers: dict[str, ServerState] = field(default_factory=dict)
     gpus: list[Any] = field(default_factory=list)  # latest GpuSample per GPU

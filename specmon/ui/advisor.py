@@ -24,7 +24,7 @@ from specmon.analysis.advisor import (
 )
 from specmon.numfmt import num
 from specmon.session.advice import segments
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
 
@@ -52,7 +52,7 @@ class AdvisorMemory:
 _n = num  # specmon.numfmt: the one N/A formatter
 
 
-def advisor_report(session: Session, memory: AdvisorMemory) -> str:
+def advisor_report(session: HostState, memory: AdvisorMemory) -> str:
     """The screen's text: measured speedup, break-even, best settings and flags, and predicted
     vs measured for a run started with settings predicted earlier."""
     spec = session.by_role("speculative")

@@ -37,7 +37,7 @@ from specmon.session.baselines import Baseline, BaselineStore, StoreError
 from specmon.session.drift import alert_lines
 from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.session.window import DEFAULT_WINDOW_S
 from specmon.ui.advisor import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
@@ -131,7 +131,7 @@ def _redact_baseline(b: Baseline) -> None:
 
 class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
     """The one app of every path (connect 1..N hosts, demo, replay): built on the session
-    model (`FleetSession`; a plain `Session` is a fleet of one), fed by one `Feed`."""
+    model (`FleetSession`; a plain `HostState` is a fleet of one), fed by one `Feed`."""
 
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
@@ -139,7 +139,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
     # window sizes at which parts appear (issue 15): the chart from 160x48, logs from 28 rows
     CHART_MIN = (160, 48)
 
-    def __init__(self, session: FleetSession | Session, feed: Feed | None = None, *,
+    def __init__(self, session: FleetSession | HostState, feed: Feed | None = None, *,
                  window_s: float = DEFAULT_WINDOW_S, refresh_hz: float = 4.0,
                  keymap: dict[str, str] | None = None, clock: Callable[[], float] = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
@@ -214,8 +214,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         line.put([(fit(text, line.avail) or text[:line.avail], style)])
 
     @property
-    def session(self) -> Session:
-        """The shown host's Session (the only one with a single host): export, control."""
+    def session(self) -> HostState:
+        """The shown host's HostState (the only one with a single host): export, control."""
         host = self.active_host()
         if host is None:
             host = next(iter(self.fleet.hosts), "local")
@@ -508,8 +508,8 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             return False
         return r.area > 0 and box.overlaps(r)
 
-    def _host_session(self, host: str | None) -> Session:
-        return self.fleet.host(host).session if host is not None else Session()
+    def _host_session(self, host: str | None) -> HostState:
+        return self.fleet.host(host).session if host is not None else HostState()
 
     def shown_watches(self, host: str | None) -> dict[str, Any]:
         """The shown host's drift watches, by server name."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from specmon.session.drift import session_speedup_view
 from specmon.session.speedup import SpeedupView, format_speedup
-from specmon.session.state import ServerState, Session
+from specmon.session.state import HostState, ServerState
 from specmon.session.window import Speedup
 
 
@@ -103,7 +103,7 @@ def drift_state(server: str, watches: Mapping[str, Any], state: ServerState | No
                       f"{word} {rel}", alert.causes[0] if alert.causes else None, rec, n, need)
 
 
-def headline_model(session: Session, base: ServerState | None, spec: ServerState | None,
+def headline_model(session: HostState, base: ServerState | None, spec: ServerState | None,
                    watches: Mapping[str, Any], now: float, window_s: float) -> HeadlineModel:
     """The one place the headline reads the analysis: the runs work's `SpeedupView` (current
     runs, the recorded baseline, fingerprint differences) and the drift watches' alerts

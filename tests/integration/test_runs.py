@@ -169,9 +169,9 @@ def test_unreadable_timestamps_fall_back_to_receive_time():
 
 def test_a_run_owns_the_gpu_samples_taken_while_it_ran():
     from specmon.parse.gpu import GpuSample
-    from specmon.session.state import Session
+    from specmon.session.state import HostState
 
-    sess = Session()
+    sess = HostState()
     s = sess.server("base")
     for ln in [restart_line("2026-05-25 18:00:00"), *lines(RUN1)[:5]]:
         s.apply(ln, parse_line(ln), 1.0)

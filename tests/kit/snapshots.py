@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from specmon.parse.sglang import parse_line
-from specmon.session.state import Session
+from specmon.session.state import HostState
 
 T0 = 1_772_000_000.0
 BASE_LOG = "sglang-longlogs/cli991-qwen25-3b-bs1.log.gz"  # baseline, bs 1
@@ -65,9 +65,9 @@ def write_record(path: Path, rows: list[tuple[str, str, float]],
 
 
 def reference_session(rows: list[tuple[str, str, float]], until: float | None = None,
-                      host: str = "unknown") -> Session:
+                      host: str = "unknown") -> HostState:
     """What the live pipeline would hold: every line applied at its receive time."""
-    s = Session(host=host)
+    s = HostState(host=host)
     for server, line, t in rows:
         if until is not None and t > until:
             continue

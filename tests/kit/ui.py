@@ -10,7 +10,7 @@ from specmon.hosts.base import ConnectionState
 from specmon.parse.sglang import parse_line
 from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession
-from specmon.session.state import Session
+from specmon.session.state import HostState
 
 T0 = 1_700_000_000.0
 
@@ -29,14 +29,14 @@ def decode_line(i: int, gt: float, accept: float | None = None) -> str:
     return DECODE.format(m=(i // 60) % 60, s=i % 60, tok=1000 + i * 40, acc=acc, gt=gt)
 
 
-def apply(session: Session, server: str, text: str, t: float) -> None:
+def apply(session: HostState, server: str, text: str, t: float) -> None:
     session.server(server).apply(text, parse_line(text), t)
 
 
-def populated_session(n: int = 30, seed: int = 3) -> Session:
+def populated_session(n: int = 30, seed: int = 3) -> HostState:
     """Baseline ~88.8 and EAGLE-3 ~94 tok/s at bs 1, n lines each, one per second from T0."""
     rnd = random.Random(seed)
-    s = Session(host="test-host")
+    s = HostState(host="test-host")
     s.server("baseline").role = "baseline"
     s.server("speculative").role = "speculative"
     for name, args in (("baseline", ARGS_BASE), ("speculative", ARGS_SPEC)):
@@ -206,5 +206,5 @@ def phantom_baseline_app(tmp_path):  # noqa: ANN001, ANN201 - a SpecmonApp over 
         s.args += ["--startup-s", "0.5"]
     feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
                     phase_lines=50)
-    return SpecmonApp(Session(host="demo"), feed, show_clock=False,
+    return SpecmonApp(HostState(host="demo"), feed, show_clock=False,
                       baseline_store=BaselineStore(tmp_path / "b.sqlite3"))

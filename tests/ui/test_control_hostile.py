@@ -166,14 +166,14 @@ async def test_swap_checks_every_precondition_before_stopping(hp, tmp_path):
 async def test_restart_key_asks_first(tmp_path):
     from specmon.control.local import group_members
     from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
-    from specmon.session.state import Session
+    from specmon.session.state import HostState
     from specmon.ui.app import SpecmonApp
     from specmon.ui.control_keys import ConfirmScreen
 
     servers = default_servers()[:1]
     servers[0].args += ["--startup-s", "0.3"]
     feed = DemoFeed(servers, workdir=tmp_path)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False, actions=demo_actions(feed))
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False, actions=demo_actions(feed))
     async with app.run_test(size=(160, 50)) as pilot:
         st = app.session.server("baseline")
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from kit.demo import fast, group_gone, wait_for
 from kit.paths import ROOT
 
 from specmon.feeds.demo import DemoFeed, default_servers
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.session.window import speedup
 from specmon.ui.app import SpecmonApp
 from specmon.ui.widgets import ServerPanel
@@ -23,7 +23,7 @@ from specmon.ui.widgets import ServerPanel
 
 async def test_demo_both_servers_live_then_one_stopped(tmp_path):
     feed = DemoFeed(fast(default_servers()), workdir=tmp_path)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False)
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False)
     async with app.run_test(size=(160, 50)) as pilot:
         base = app.session.server("baseline")
         spec = app.session.server("speculative")
@@ -53,7 +53,7 @@ async def test_demo_crash_shows_traceback(tmp_path):
     servers = fast(default_servers())[:1]
     servers[0].args += ["--crash-after", "1"]
     feed = DemoFeed(servers, workdir=tmp_path)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False)
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False)
     async with app.run_test(size=(160, 50)) as pilot:
         st = app.session.server("baseline")
         # the exit and the last log lines come by different ways (process wait, log tail)

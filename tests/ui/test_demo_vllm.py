@@ -7,7 +7,7 @@ import time
 from kit.demo import fast, group_gone, wait_for
 
 from specmon.feeds.demo import DemoFeed, default_servers
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.session.window import speedup
 from specmon.ui.app import SpecmonApp
 
@@ -15,7 +15,7 @@ from specmon.ui.app import SpecmonApp
 async def test_vllm_demo_both_servers_live_speedup_and_clean_stop(tmp_path):
     feed = DemoFeed(fast(default_servers(engine="vllm")), workdir=tmp_path)
     assert feed.engine == "vllm"
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False)
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False)
     async with app.run_test(size=(160, 50)) as pilot:
         base = app.session.server("baseline")
         spec = app.session.server("speculative")

@@ -8,10 +8,10 @@ from prometheus_client import generate_latest
 
 from specmon.export.prometheus import registry_for
 from specmon.session.fleet import FleetSession
-from specmon.session.state import Session
+from specmon.session.state import HostState
 
 
-def _feed(s: Session, spec_tok: float, base_tok: float, t0: float, n: int = 30) -> None:
+def _feed(s: HostState, spec_tok: float, base_tok: float, t0: float, n: int = 30) -> None:
     for i in range(n):
         apply(s, "baseline", decode_line(int(t0 - T0) + i, base_tok + (i % 3) * 0.2), t0 + i)
         apply(s, "speculative", decode_line(int(t0 - T0) + i, spec_tok + (i % 3) * 0.2, 2.6),
@@ -26,7 +26,7 @@ def _metric(text: str, name: str, **labels: str) -> float | None:
 
 
 def test_session_raises_no_longer_pays_for_every_front_end_and_a_scrape_changes_nothing():
-    s = Session(host="h")
+    s = HostState(host="h")
     s.server("baseline").role = "baseline"
     s.server("speculative").role = "speculative"
     apply(s, "baseline", ARGS_BASE, T0)
@@ -86,7 +86,7 @@ def test_gpu_ownership_one_rule_pids_then_args_then_unknown_never_all():
     assert (own.indices, own.rule) == ((), "unknown")
 
     # every front end uses it: the session (drift causes), the panel, the report
-    s = Session(host="h")
+    s = HostState(host="h")
     base, spec = s.server("base"), s.server("spec")
     base.args = {"tp_size": 8, "base_gpu_id": 0}
     spec.args = {"tp_size": 8, "base_gpu_id": 8}
@@ -163,7 +163,7 @@ def test_batch_size_limits_count_only_above_the_smaller_limit():
 def test_snapshots_carry_the_server_pids_the_ownership_rule_needs(tmp_path):
     from specmon.export.snapshot import read_snapshot, snapshot_from_session, write_snapshot
 
-    s = Session(host="h")
+    s = HostState(host="h")
     s.server("base").pids = {4242, 4243}
     s.set_gpus([_gpu(0, (4243,)), _gpu(1, ())])
     snap = read_snapshot(write_snapshot(snapshot_from_session(s), tmp_path / "s.json"))

@@ -12,7 +12,7 @@ from kit.phantom_ui import group_free, wait_for
 
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.baselines import BaselineStore
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.ui.app import SpecmonApp
 
 
@@ -22,7 +22,7 @@ async def test_phantom_baseline_on_vllm(tmp_path):
         s.args += ["--startup-s", "0.5"]
     feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
                     phase_lines=50)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False,
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False,
                      baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
     async with app.run_test(size=(180, 50)) as pilot:
         state = app.session.server("baseline")

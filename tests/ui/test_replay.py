@@ -32,7 +32,7 @@ from specmon.export.snapshot import (
 )
 from specmon.feeds.replay import NOT_KEPT, ReplayFeed
 from specmon.parse.gpu import GpuSample
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.session.window import current_stats, speedup
 from specmon.ui.replay import ReplayApp
 from specmon.ui.widgets import SpeedupBar
@@ -45,7 +45,7 @@ def _rows(data_dir):
     return sorted(base + spec, key=lambda r: r[2])
 
 
-def _numbers(session: Session, now: float, window_s: float = 60.0) -> dict:
+def _numbers(session: HostState, now: float, window_s: float = 60.0) -> dict:
     """Everything the panels and the speedup bar show, as plain values."""
     out = {}
     for name, s in sorted(session.servers.items()):

@@ -7,7 +7,7 @@ import asyncio
 from kit.ui import T0, ScriptFeed, decode_line, populated_session
 from textual.widgets import Input
 
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.ui.app import HelpScreen, SpecmonApp
 from specmon.ui.widgets import LogView, ServerPanel, SpeedupBar, StickyLog
 
@@ -58,7 +58,7 @@ async def test_panels_show_labelled_numbers_and_matched_speedup():
 
 
 async def test_speedup_na_when_no_common_batch_size():
-    session = Session()
+    session = HostState()
     session.server("b").role = "baseline"
     session.server("s").role = "speculative"
     app = SpecmonApp(session, clock=lambda: T0 + 5, show_clock=False)
@@ -70,7 +70,7 @@ async def test_speedup_na_when_no_common_batch_size():
 async def test_remote_text_is_shown_literally():
     evil = ["[bold red]x[/] \x1b[31mred\x1b[0m \x07bell", "[link=http://evil]click[/link]"]
     feed = ScriptFeed([("base", evil)])
-    app = SpecmonApp(Session(), feed, show_clock=False)
+    app = SpecmonApp(HostState(), feed, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.lines_received == 2)
         await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 2)
@@ -85,7 +85,7 @@ async def test_remote_text_is_shown_literally():
 async def test_sticky_tail_pauses_counts_and_resumes():
     lines = [decode_line(i, 88.0) for i in range(200)]
     feed = ScriptFeed([("base", lines[:100])])
-    app = SpecmonApp(Session(), feed, show_clock=False)
+    app = SpecmonApp(HostState(), feed, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 100)
         log = app.query_one(StickyLog)
@@ -111,7 +111,7 @@ async def test_sticky_tail_pauses_counts_and_resumes():
 async def test_live_filter_shows_only_matching_lines():
     lines = [decode_line(i, 88.0) for i in range(5)] + ["WARNING KV cache pool is full", "other"]
     feed = ScriptFeed([("base", lines)])
-    app = SpecmonApp(Session(), feed, show_clock=False)
+    app = SpecmonApp(HostState(), feed, show_clock=False)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.query(StickyLog) and app.query_one(StickyLog).line_count == 7)
         app.query_one(ServerPanel).focus()
@@ -155,7 +155,7 @@ async def test_thousand_lines_per_second_per_server_is_batched():
         batches.append(("b", [decode_line(k * 100 + i, 88.0) for i in range(100)]))
         batches.append(("s", [decode_line(k * 100 + i, 94.0, 2.4) for i in range(100)]))
     feed = ScriptFeed(batches, delay=0.05)
-    app = SpecmonApp(Session(), feed, show_clock=False, refresh_hz=4)
+    app = SpecmonApp(HostState(), feed, show_clock=False, refresh_hz=4)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.lines_received == 2 * n)
         await pilot.pause(0.5)

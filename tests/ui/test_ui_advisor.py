@@ -9,7 +9,7 @@ from kit.paths import ROOT
 from kit.ui import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
 
 from specmon.session.pays import PaysWatcher
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.sim import formats
 from specmon.sim.engine import simulate
 from specmon.ui.advisor import AdvisorMemory, AdvisorScreen, advisor_report
@@ -32,7 +32,7 @@ def sim_lines(cfg, seconds: float) -> list[str]:
                                            start=1.78e9 + 1)]
 
 
-def feed(session: Session, server: str, lines: list[str], t0: float) -> float:
+def feed(session: HostState, server: str, lines: list[str], t0: float) -> float:
     t = t0
     for x in lines:
         apply(session, server, x, t)
@@ -41,7 +41,7 @@ def feed(session: Session, server: str, lines: list[str], t0: float) -> float:
 
 
 def test_report_advises_then_shows_predicted_vs_measured_after_restart():
-    s = Session(host="sim")
+    s = HostState(host="sim")
     s.server("base").role = "baseline"
     s.server("spec").role = "speculative"
     feed(s, "base", sim_lines(CASE.engine(None, 4), 150), T0)
@@ -62,13 +62,13 @@ def test_report_advises_then_shows_predicted_vs_measured_after_restart():
 
 
 def test_report_without_speculative_server_is_na():
-    s = Session(host="x")
+    s = HostState(host="x")
     s.server("base").role = "baseline"
     assert "N/A" in advisor_report(s, AdvisorMemory())
 
 
 async def test_key_a_opens_the_advisor_screen():
-    s = Session(host="sim")
+    s = HostState(host="sim")
     s.server("base").role = "baseline"
     s.server("spec").role = "speculative"
     feed(s, "base", sim_lines(CASE.engine(None, 4), 60), T0)
@@ -85,8 +85,8 @@ async def test_key_a_opens_the_advisor_screen():
 
 
 def _session(spec_tok: float, accept: float, base_tok: float, n: int = 30, t0: float = T0,
-             s: Session | None = None) -> Session:
-    s = s or Session(host="x")
+             s: HostState | None = None) -> HostState:
+    s = s or HostState(host="x")
     if "baseline" not in s.servers:
         s.server("baseline").role = "baseline"
         s.server("speculative").role = "speculative"

@@ -6,7 +6,7 @@ import asyncio
 
 from specmon.control.local import group_members
 from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.ui.app import SpecmonApp
 from specmon.ui.control_keys import ConfirmScreen
 
@@ -23,7 +23,7 @@ async def test_stop_confirm_start_and_benchmark_from_the_keyboard(tmp_path):
     servers = default_servers()[:1]
     servers[0].args += ["--startup-s", "0.3"]
     feed = DemoFeed(servers, workdir=tmp_path)
-    app = SpecmonApp(Session(host="demo"), feed, show_clock=False, actions=demo_actions(feed))
+    app = SpecmonApp(HostState(host="demo"), feed, show_clock=False, actions=demo_actions(feed))
     async with app.run_test(size=(160, 50)) as pilot:
         st = app.session.server("baseline")
         await wait_for(pilot, lambda: len(st.decode) >= 2)

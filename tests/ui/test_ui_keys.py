@@ -9,7 +9,7 @@ from kit.ui import T0, decode_line, populated_session
 
 from specmon.parse.sglang import parse_line
 from specmon.session.events import LineItem
-from specmon.session.state import Session
+from specmon.session.state import HostState
 from specmon.ui.app import SpecmonApp
 from specmon.ui.widgets import LogView, ServerPanel, StickyLog
 
@@ -44,7 +44,7 @@ async def wait_for(pilot, cond, timeout: float = 10.0) -> None:  # noqa: ANN001
 
 async def test_pause_key_shows_no_line_twice():
     feed = ManualFeed()
-    app = SpecmonApp(Session(), feed, show_clock=False)
+    app = SpecmonApp(HostState(), feed, show_clock=False)
     lines = [decode_line(i, 88.0 + i % 7) for i in range(160)]
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: feed.ready.is_set())
@@ -69,7 +69,7 @@ async def test_pause_key_shows_no_line_twice():
 
 async def test_l_shows_the_focused_log_full_screen_and_it_keeps_following():
     feed = ManualFeed()
-    app = SpecmonApp(Session(), feed, show_clock=False)
+    app = SpecmonApp(HostState(), feed, show_clock=False)
     lines = [decode_line(i, 88.0) for i in range(60)]
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: feed.ready.is_set())
