@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specmon.parse.gpu import SMI_DEFAULT_FIELDS  # noqa: E402
+from specmon.parse.gpu_sample import SMI_DEFAULT_FIELDS  # noqa: E402
 
 AGENT = ROOT / "specmon" / "hostside" / "agent.py"
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specmon.hostside.nvml import NvmlCollector  # noqa: E402
-from specmon.parse.gpu import SMI_DEFAULT_FIELDS, choose_smi_fields  # noqa: E402
+from specmon.parse.gpu_sample import SMI_DEFAULT_FIELDS, choose_smi_fields  # noqa: E402
 
 AGENT = ROOT / "specmon" / "hostside" / "agent.py"
 

@@ -28,7 +28,7 @@ from typing import Any
 from specmon.analysis.stats import median
 from specmon.numfmt import num
 from specmon.parse.argv import flag_values
-from specmon.parse.gpu import GpuSample, decode_reasons, reasons_explanation
+from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")

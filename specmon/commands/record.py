@@ -35,7 +35,7 @@ from specmon.export.redact import redact_text
 from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
 from specmon.jsonout import dumps
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
 from specmon.sources.tail import LogLine
 

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.speed < float("inf"):  # NaN fails this too
         raise CliError(f"--speed must be a positive number, got {args.speed}")
     from specmon.commands.hostargs import config_from_args
-    from specmon.ui.replay import ReplayApp  # Textual only here
+    from specmon.ui.replay_app import ReplayApp  # Textual only here
 
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,

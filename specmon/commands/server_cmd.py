@@ -100,7 +100,7 @@ def _print_audit(audit: Any) -> None:
 
 
 async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> int:
-    from specmon.control.bench import BenchConfig
+    from specmon.control.benchmark import BenchConfig
     from specmon.control.server import (
         ControlError,
         GpuBusy,

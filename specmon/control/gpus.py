@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from specmon.hosts.base import Host, HostError
 
 if TYPE_CHECKING:
-    from specmon.parse.gpu import GpuSample
+    from specmon.parse.gpu_sample import GpuSample
 
 GpuPids = dict[int, list[int]]
 
@@ -34,7 +34,7 @@ class NvmlGpuProbe:
         self.problem: str | None = None
 
     async def compute_pids(self) -> GpuPids | None:
-        from specmon.sources.gpu import GpuSourceError, RemoteAgentSource
+        from specmon.sources.gpu_poll import GpuSourceError, RemoteAgentSource
 
         src = RemoteAgentSource(self.host, interval=0.5, python=self.python, fallback_smi=False,
                                 startup_timeout=self.timeout, proc_interval=0.0, count=1)

@@ -29,7 +29,7 @@ from typing import Any, Literal, NoReturn, Protocol
 import httpx
 
 from specmon.config import HostProfile, ServerProfile
-from specmon.control.bench import (
+from specmon.control.benchmark import (
     BenchConfig,
     BenchResult,
     has_bench_serving,

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from specmon.parse.gpu import REASON_BITS, decode_reasons
+from specmon.parse.gpu_sample import REASON_BITS, decode_reasons
 from specmon.parse.vllm import throughput_label
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
 from specmon.session.window import speedup, stats_for, window_points

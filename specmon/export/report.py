@@ -24,7 +24,7 @@ from specmon.export.redact import redact_obj, redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.hosts.base import ConnectionState
 from specmon.numfmt import NA, num, spec_config_text
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession

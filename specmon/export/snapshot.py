@@ -35,7 +35,7 @@ from typing import Any
 from specmon import __version__
 from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState

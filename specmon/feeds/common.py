@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
 from specmon.session.events import FeedSink, LineItem
 from specmon.sources.tail import LogLine, LogTailer, TailNotice

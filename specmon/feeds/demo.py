@@ -26,13 +26,13 @@ from specmon.control.local import (
     stop_child_group,
 )
 from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
-from specmon.feeds.fingerprint import run_probe
+from specmon.feeds.probe import run_probe
 from specmon.hosts.base import ConnectionState
 from specmon.hosts.local import LocalHost
 from specmon.session.events import FeedSink, LineItem
 from specmon.sim import dist as sim_dist
 from specmon.sim.gpu_model import SimGpuHost
-from specmon.sources.gpu import SimGpuSource
+from specmon.sources.gpu_poll import SimGpuSource
 from specmon.sources.tail import LogTailer, TailSpec
 
 NCCL_TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
@@ -362,7 +362,7 @@ class DemoActions:
         await self.feed.restart_server(self.srv, self.feed._sink)
 
     async def benchmark(self) -> object:
-        from specmon.control.bench import BenchConfig, run_builtin
+        from specmon.control.benchmark import BenchConfig, run_builtin
 
         port = self.srv.args[self.srv.args.index("--port") + 1]
         return await run_builtin(f"http://127.0.0.1:{port}", self.srv.name,

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record
 from specmon.session.events import FeedSink, ServerInfo
 from specmon.sources.discovery import ALL_USERS_NOTE, DiscoveredServer, discover
-from specmon.sources.gpu import RemoteAgentSource
+from specmon.sources.gpu_poll import RemoteAgentSource
 from specmon.sources.tail import LogLine, LogTailer, TailSpec
 
 

@@ -218,7 +218,7 @@ class Host(abc.ABC):
 
         `stdin` is written first and stdin then stays OPEN (agents exit when it closes);
         leaving the iterator closes stdin and ends the command. This is the `StreamHost`
-        protocol of specmon.sources.gpu, so a Host can feed the GPU sources too. A program
+        protocol of specmon.sources.gpu_poll, so a Host can feed the GPU sources too. A program
         that does not exist raises FileNotFoundError, locally and over SSH (exit 127), so
         callers can say "nvidia-smi not found" instead of "it printed nothing".
         """

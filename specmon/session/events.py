@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from specmon.hosts.base import ConnectionState
 from specmon.parse.argv import flag_values
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record
 from specmon.sources.discovery import DiscoveredServer
 

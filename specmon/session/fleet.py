@@ -23,9 +23,9 @@ from typing import Any, Protocol
 from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, Estimate, stratum_of
 from specmon.analysis.fingerprint import make_explainer
 from specmon.hosts.base import ConnectionState
-from specmon.parse.gpu import GpuSample, decode_reasons
+from specmon.parse.gpu_sample import GpuSample, decode_reasons
 from specmon.session.baselines import Baseline
-from specmon.session.drift import live_fingerprint, record_baseline, server_gpus
+from specmon.session.drift_watch import live_fingerprint, record_baseline, server_gpus
 from specmon.session.events import LineItem, ServerInfo
 from specmon.session.pays import KIND as PAYS_KIND
 from specmon.session.pays import PaysWatcher

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession
 

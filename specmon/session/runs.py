@@ -18,7 +18,7 @@ from specmon.analysis.conditions import conditions_differ
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
 from specmon.numfmt import NA, num, spec_config_text
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.session.state import Run, ServerState

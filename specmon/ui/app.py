@@ -34,12 +34,12 @@ from specmon.keymap import ACTIONS, GROUPS
 from specmon.parse.sglang import Record
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineStore, StoreError
-from specmon.session.drift import alert_lines
+from specmon.session.drift_watch import alert_lines
 from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.state import HostState
 from specmon.session.window import DEFAULT_WINDOW_S
-from specmon.ui.advisor import AdvisorKeysMixin
+from specmon.ui.advisor_screen import AdvisorKeysMixin
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
 from specmon.ui.control_keys import ServerControlMixin
 from specmon.ui.headline import HeadlineModel, headline_model

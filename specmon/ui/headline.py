@@ -2,7 +2,7 @@
 
 One adapter (`headline_model`) turns the session's analysis into plain values the widgets render.
 It reads the typed `SpeedupView` (specmon.session.speedup, through
-`session.drift.session_speedup_view`) and the session model's drift watches of the shown host.
+`session.drift_watch.session_speedup_view`) and the session model's drift watches of the shown host.
 Pure: no Textual import.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specmon.session.drift import session_speedup_view
+from specmon.session.drift_watch import session_speedup_view
 from specmon.session.speedup import SpeedupView, format_speedup
 from specmon.session.state import HostState, ServerState
 from specmon.session.window import Speedup

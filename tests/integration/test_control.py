@@ -27,7 +27,7 @@ from kit.control import (
     starttime,
 )
 
-from specmon.control.bench import BenchConfig
+from specmon.control.benchmark import BenchConfig
 from specmon.control.server import (
     GpuBusy,
     NotOurs,

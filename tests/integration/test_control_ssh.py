@@ -18,7 +18,7 @@ from kit.control import (
     start_decoy,
 )
 
-from specmon.control.bench import BenchConfig
+from specmon.control.benchmark import BenchConfig
 from specmon.control.server import GpuBusy, ServerController
 from specmon.hosts.ssh import SshHost
 

@@ -11,7 +11,7 @@ import pytest
 from kit.control import cleanup_pidfiles, group_alive, host_profile, kill_group, sim_profile
 
 from specmon.config import SpeculativeArgs, parse_config
-from specmon.control.bench import BenchConfig
+from specmon.control.benchmark import BenchConfig
 from specmon.control.server import NotOurs, ServerController
 from specmon.hosts.local import LocalHost
 

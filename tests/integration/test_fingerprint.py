@@ -26,8 +26,8 @@ from specmon.analysis.fingerprint import (
     nccl_debug_env,
     worker_nccl_env,
 )
-from specmon.feeds import fingerprint as fpc
-from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
+from specmon.feeds import probe as fpc
+from specmon.parse.gpu_sample import GpuProcess, GpuSample, encode_reasons
 
 TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
 

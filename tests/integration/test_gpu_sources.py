@@ -16,8 +16,8 @@ from nvml_shim.fake_nvml import FakeNvml
 
 from specmon.hosts.local import LocalHost
 from specmon.hostside.nvml import NvmlCollector
-from specmon.parse.gpu import GpuSample
-from specmon.sources.gpu import (
+from specmon.parse.gpu_sample import GpuSample
+from specmon.sources.gpu_poll import (
     NVML_UNAVAILABLE,
     GpuSourceError,
     NvidiaSmiSource,

@@ -15,8 +15,8 @@ from kit.ssh_faults import session_process
 from kit.ssh_host import make_host
 from kit.tail import until
 
-from specmon.parse.gpu import GpuSample
-from specmon.sources.gpu import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
+from specmon.parse.gpu_sample import GpuSample
+from specmon.sources.gpu_poll import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource
 
 sshd_server = sshd.sshd_server
 SHIM = TESTS / "nvml_shim"

@@ -16,7 +16,7 @@ from kit.tail import Collector
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.local import LocalHost
 from specmon.sources.fp_probe import probe
-from specmon.sources.gpu import RemoteAgentSource
+from specmon.sources.gpu_poll import RemoteAgentSource
 from specmon.sources.tail import LogTailer, TailSpec
 
 SHIM = TESTS / "nvml_shim"

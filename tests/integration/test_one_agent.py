@@ -19,7 +19,7 @@ from kit.tail import Collector, until
 
 from specmon.hosts.agent_client import AgentClient
 from specmon.sources.discovery import discover
-from specmon.sources.gpu import RemoteAgentSource
+from specmon.sources.gpu_poll import RemoteAgentSource
 from specmon.sources.tail import LogTailer, TailSpec
 
 sshd_server = sshd.sshd_server

@@ -168,7 +168,7 @@ def test_unreadable_timestamps_fall_back_to_receive_time():
 
 
 def test_a_run_owns_the_gpu_samples_taken_while_it_ran():
-    from specmon.parse.gpu import GpuSample
+    from specmon.parse.gpu_sample import GpuSample
     from specmon.session.state import HostState
 
     sess = HostState()

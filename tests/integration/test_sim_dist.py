@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specmon.feeds.fingerprint import run_probe
+from specmon.feeds.probe import run_probe
 from specmon.hosts.local import LocalHost
 from specmon.sim import dist
 

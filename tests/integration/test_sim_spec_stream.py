@@ -11,7 +11,7 @@ import httpx
 import pytest
 from kit.sim_server import launch, wait_for  # noqa: F401
 
-from specmon.control.bench import BenchConfig, _one_request, run_builtin, spec_from_meta
+from specmon.control.benchmark import BenchConfig, _one_request, run_builtin, spec_from_meta
 from specmon.sim import formats
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
@@ -151,7 +151,7 @@ def test_no_metrics_endpoint_means_none(launch):  # noqa: F811
 
 
 def test_server_info_preferred_then_get_server_info(launch):  # noqa: F811
-    from specmon.control.bench import server_info
+    from specmon.control.benchmark import server_info
 
     async def fetch(base):
         async with httpx.AsyncClient(base_url=base) as c:
@@ -172,7 +172,7 @@ def test_server_info_preferred_then_get_server_info(launch):  # noqa: F811
 
 
 def test_info_numbers_under_dp_skip_null_ranks_and_junk():
-    from specmon.control.bench import info_log_interval, info_numbers
+    from specmon.control.benchmark import info_log_interval, info_numbers
 
     info = {"decode_log_interval": 40, "internal_states": [
         {"avg_spec_accept_length": None, "last_gen_throughput": float("nan")},

@@ -41,7 +41,7 @@ from specmon.export.snapshot import (
     snapshot_from_session,
     write_snapshot,
 )
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, parse_line
 
 

@@ -96,7 +96,7 @@ async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_se
     """`specmon sim server --engine vllm` behind sshd: found as vllm-PORT with its log (stdout
     redirected, as `vllm serve > log 2>&1`), its Worker_TP<r> ranks, and their NCCL env."""
     from specmon.analysis.fingerprint import worker_nccl_env
-    from specmon.feeds.fingerprint import collect
+    from specmon.feeds.probe import collect
 
     port = sshd.free_port()
     out = tmp_path / "vllm.log"

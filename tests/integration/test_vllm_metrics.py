@@ -86,7 +86,7 @@ def test_bench_scrape_over_http() -> None:
 
     import httpx
 
-    from specmon.control.bench import vllm_scrape
+    from specmon.control.benchmark import vllm_scrape
 
     texts = [scrape({"0": (1000, 3000, 1800, 5000, [800, 600, 400])}),
              scrape({"0": (1600, 4800, 2700, 8000, [1280, 900, 520])})]

@@ -117,7 +117,7 @@ def _start(feed, name: str, t: float, spec: bool, nccl: bool) -> None:  # noqa: 
 
 def demo_gpus(t: float, capped: bool = False) -> list:
     """16 simulated H200s: baseline on 0-7, speculative on 8-15 (their pids own them)."""
-    from specmon.parse.gpu import GpuProcess, GpuSample
+    from specmon.parse.gpu_sample import GpuProcess, GpuSample
 
     out = []
     for i in range(16):

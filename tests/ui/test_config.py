@@ -224,10 +224,10 @@ def test_binding_table_matches_the_ui_bindings():
     from textual.binding import Binding
 
     from specmon.keymap import BINDING_IDS
-    from specmon.ui.advisor import AdvisorScreen
+    from specmon.ui.advisor_screen import AdvisorScreen
     from specmon.ui.app import HelpScreen, SpecmonApp
     from specmon.ui.control_keys import ConfirmScreen
-    from specmon.ui.replay import ReplayApp
+    from specmon.ui.replay_app import ReplayApp
     from specmon.ui.widgets import LogView, ServerPanel
 
     ids = {b.id for cls in (SpecmonApp, ReplayApp, HelpScreen, ConfirmScreen, AdvisorScreen,

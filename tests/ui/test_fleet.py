@@ -25,7 +25,7 @@ from specmon.export.prometheus import METRIC_NAMES, parse_listen, registry_for, 
 from specmon.feeds.host import HostFeed, HostFeeds
 from specmon.hosts.base import ConnectionState
 from specmon.hosts.ssh import SshHost
-from specmon.parse.gpu import GpuProcess, GpuSample, encode_reasons
+from specmon.parse.gpu_sample import GpuProcess, GpuSample, encode_reasons
 from specmon.parse.sglang import parse_line
 from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession, ServerInfo

@@ -58,7 +58,7 @@ def test_session_raises_no_longer_pays_for_every_front_end_and_a_scrape_changes_
 
 
 def _gpu(i: int, pids: tuple[int, ...] | None = None):  # noqa: ANN202
-    from specmon.parse.gpu import GpuProcess, GpuSample
+    from specmon.parse.gpu_sample import GpuProcess, GpuSample
 
     procs = None if pids is None else tuple(GpuProcess(p) for p in pids)
     return GpuSample(ts=T0, index=i, clock_sm=1980, max_clock_sm=1980, processes=procs)
@@ -67,7 +67,7 @@ def _gpu(i: int, pids: tuple[int, ...] | None = None):  # noqa: ANN202
 def test_gpu_ownership_one_rule_pids_then_args_then_unknown_never_all():
     from specmon.export.report import gpu_groups as report_groups
     from specmon.export.snapshot import ServerSnap, Snapshot
-    from specmon.session.drift import server_gpus
+    from specmon.session.drift_watch import server_gpus
     from specmon.session.ownership import owned_gpus
     from specmon.ui.widgets import gpu_groups as panel_groups
 

@@ -115,7 +115,7 @@ def test_phantom_baseline_same_medians_speedup_and_alerts_everywhere(phantom, ca
 
 
 async def test_phantom_baseline_app_session_model_has_the_same_runs_and_speedup(phantom, capsys):
-    from specmon.ui.replay import ReplayApp
+    from specmon.ui.replay_app import ReplayApp
 
     d, sc, _, rec = phantom
     snap_path = d / "snap-app.json"

@@ -31,10 +31,10 @@ from specmon.export.snapshot import (
     snapshot_from_session,
 )
 from specmon.feeds.replay import NOT_KEPT, ReplayFeed
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.session.state import HostState
 from specmon.session.window import current_stats, speedup
-from specmon.ui.replay import ReplayApp
+from specmon.ui.replay_app import ReplayApp
 from specmon.ui.widgets import SpeedupBar
 
 

@@ -220,7 +220,7 @@ async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
     from kit.ui import apply
 
     from specmon.hosts.base import ConnectionState
-    from specmon.parse.gpu import GpuSample
+    from specmon.parse.gpu_sample import GpuSample
     from specmon.session.fleet import FleetSession
 
     fleet = FleetSession(["box-a", "box-b"], clock=lambda: T0 + 31)
@@ -256,7 +256,7 @@ async def test_several_hosts_get_one_tab_each_with_their_own_speedup_and_gpus():
 async def test_replay_shows_only_replay_keys_and_never_records_a_baseline(tmp_path):
     from specmon.export.snapshot import snapshot_from_session
     from specmon.session.baselines import BaselineStore
-    from specmon.ui.replay import ReplayApp
+    from specmon.ui.replay_app import ReplayApp
 
     snap = snapshot_from_session(populated_session(30))
     store_path = tmp_path / "baselines.sqlite3"

@@ -12,7 +12,7 @@ from specmon.session.pays import PaysWatcher
 from specmon.session.state import HostState
 from specmon.sim import formats
 from specmon.sim.engine import simulate
-from specmon.ui.advisor import AdvisorMemory, AdvisorScreen, advisor_report
+from specmon.ui.advisor_screen import AdvisorMemory, AdvisorScreen, advisor_report
 from specmon.ui.app import SpecmonApp
 
 sys.path.insert(0, str(ROOT / "bench"))

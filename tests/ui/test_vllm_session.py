@@ -305,7 +305,7 @@ async def test_ui_replay_of_vllm_servers_shows_speedup_and_labels(tmp_path: Path
     import asyncio
 
     from specmon.export.snapshot import snapshot_from_record
-    from specmon.ui.replay import ReplayApp
+    from specmon.ui.replay_app import ReplayApp
     from specmon.ui.widgets import SpeedupBar
 
     rows = []

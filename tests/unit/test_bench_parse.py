@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specmon.parse.bench import parse_bench_serving, parse_one_batch_server
+from specmon.parse.bench_output import parse_bench_serving, parse_one_batch_server
 
 
 def _bench_items(data_dir):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kit.paths import TESTS
 
-from specmon.parse.gpu import AgentHello, GpuSample, decode_reasons, parse_agent_line
+from specmon.parse.gpu_sample import AgentHello, GpuSample, decode_reasons, parse_agent_line
 
 FIXTURE = TESTS / "fixtures" / "gpu_agent_h200_1hz_idle_load.jsonl"
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kit.paths import TESTS
 
-from specmon.parse.gpu import (
+from specmon.parse.gpu_sample import (
     SMI_DEFAULT_FIELDS,
     AgentError,
     AgentHello,

@@ -8,7 +8,7 @@ from typing import Any
 from kit.paths import TESTS
 
 from specmon.control.gpus import pids_of
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 
 DATA = TESTS / "data" / "gpu_agent_h200.jsonl"
 

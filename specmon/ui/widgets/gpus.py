@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from specmon.analysis.stats import median
-from specmon.parse.gpu import SEVERE_REASONS, GpuSample, is_clock_limited
+from specmon.parse.gpu_sample import SEVERE_REASONS, GpuSample, is_clock_limited
 from specmon.session.ownership import owned_gpus
 from specmon.session.state import ServerState
 from specmon.ui.safe import plain

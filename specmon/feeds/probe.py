@@ -21,7 +21,7 @@ from specmon.analysis.fingerprint import (
     gpu_states,
     parse_conf,
 )
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 
 
 async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,

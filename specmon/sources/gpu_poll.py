@@ -4,7 +4,7 @@
   nvml_start), pynvml found in the agent's interpreter or the server's; falls back to
   `NvidiaSmiSource` when there is no pynvml (or NVML fails in Python).
 - `NvidiaSmiSource`: one long-lived `nvidia-smi --query-gpu=... -lms N`, parsed by
-  `specmon.parse.gpu`.
+  `specmon.parse.gpu_sample`.
 - `SimGpuSource`: reads the simulated host's GPU model (demo, tests).
 
 Failures end the iteration with `GpuSourceError`, whose message is one line fit for the UI
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, shielded
 from specmon.hosts.base import Host, HostError
-from specmon.parse.gpu import (
+from specmon.parse.gpu_sample import (
     AgentHello,
     GpuSample,
     SmiBatcher,

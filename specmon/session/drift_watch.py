@@ -14,7 +14,7 @@ from typing import Any
 
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
-from specmon.parse.gpu import GpuSample
+from specmon.parse.gpu_sample import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.ownership import owned_gpus
 from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view

@@ -30,7 +30,7 @@ import httpx
 
 from specmon.hosts.base import Host
 from specmon.numfmt import num
-from specmon.parse.bench import parse_bench_serving
+from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
 
