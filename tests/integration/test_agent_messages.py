@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit.paths import TESTS
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.agent_protocol import ProtocolError, decode
 from specmon.hosts.local import LocalHost

@@ -13,7 +13,7 @@ from kit import sshd
 from kit.paths import TESTS
 from kit.ssh_faults import session_process
 from kit.ssh_host import make_host
-from kit.tail import until
+from kit.wait import until
 
 from specmon.parse.gpu_sample import GpuSample
 from specmon.sources.gpu_poll import NVML_UNAVAILABLE, GpuSourceError, RemoteAgentSource

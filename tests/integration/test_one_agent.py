@@ -15,7 +15,8 @@ from kit import sshd
 from kit.discovery import FAKE_SERVER
 from kit.paths import TESTS
 from kit.ssh_host import make_host
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.agent_client import AgentClient
 from specmon.sources.discovery import discover

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit.sim_server import alive, children, cmdline, wait_for
+from kit.sim_server import alive, children, cmdline
+from kit.wait import wait_until
 
 from specmon.sim.gpu_model import SimGpuHost
 
@@ -26,8 +27,8 @@ def test_server_tree_env_trap_http_and_clean_sigterm(launch, tmp_path):
         except httpx.TransportError:
             return None
 
-    assert wait_for(health, what="HTTP up") == 503  # bound early, not ready yet
-    wait_for(lambda: health() == 200, what="ready")
+    assert wait_until(health, what="HTTP up") == 503  # bound early, not ready yet
+    wait_until(lambda: health() == 200, what="ready")
     text = log.read_text()
     assert "The server is fired up and ready to roll!" in text
     assert "server_args={'model_path':" in text  # 0.5.23 dict repr
@@ -88,7 +89,7 @@ def test_server_tree_env_trap_http_and_clean_sigterm(launch, tmp_path):
     p.send_signal(signal.SIGTERM)
     assert p.wait(20) == 0
     for pid in [p.pid, *all_kids]:
-        wait_for(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
+        wait_until(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
     assert not (tmp_path / "host/servers" / f"sim-{port}.json").exists()
     assert "Finished server process" in log.read_text()
 
@@ -101,7 +102,7 @@ def test_spt_noenv_keeps_environ_and_crash_writes_traceback(launch, tmp_path):
         "--load-concurrency", "1",
         env_extra={"SPT_NOENV": "1", "NCCL_PROTO": "LL"},
     )  # fmt: skip
-    workers = wait_for(
+    workers = wait_until(
         lambda: [k for k in children(p.pid) if cmdline(k).startswith("sglang::scheduler_TP")]
         if len(children(p.pid)) >= 3 else None, what="workers")  # fmt: skip
     environ = Path(f"/proc/{workers[0]}/environ").read_bytes().split(b"\0")
@@ -112,7 +113,7 @@ def test_spt_noenv_keeps_environ_and_crash_writes_traceback(launch, tmp_path):
     assert "RuntimeError: CUDA error: an illegal memory access was encountered" in text
     assert "Received sigquit from a child process." in text
     for pid in workers:
-        wait_for(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
+        wait_until(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
     assert not (tmp_path / "host/servers" / f"sim-{port}.json").exists()
 
 

@@ -9,7 +9,8 @@ import json
 
 import httpx
 import pytest
-from kit.sim_server import launch, wait_for  # noqa: F401
+from kit.sim_server import launch  # noqa: F401
+from kit.wait import wait_until
 
 from specmon.control.benchmark import BenchConfig, _one_request, run_builtin, spec_from_meta
 from specmon.sim import formats
@@ -28,7 +29,7 @@ def up(launch, *args):  # noqa: F811
         except httpx.TransportError:
             return False
 
-    wait_for(ready, 60, "ready")
+    wait_until(ready, 60, "ready")
     return base, log
 
 
@@ -163,11 +164,11 @@ def test_server_info_preferred_then_get_server_info(launch):  # noqa: F811
     old, old_log = up(launch, "--startup-s", "0", "--format-version", "0.5.6")  # no /server_info
     info = asyncio.run(fetch(old))
     assert info["version"] == "0.5.6"
-    wait_for(lambda: "GET /get_server_info" in old_log.read_text(), 10, "access line")
+    wait_until(lambda: "GET /get_server_info" in old_log.read_text(), 10, "access line")
     text = old_log.read_text()
     assert '"GET /server_info HTTP/1.1" 404' in text  # tried first, then the fallback
     assert '"GET /get_server_info HTTP/1.1" 200' in text
-    wait_for(lambda: "GET /server_info" in new_log.read_text(), 10, "access line")
+    wait_until(lambda: "GET /server_info" in new_log.read_text(), 10, "access line")
     assert "GET /get_server_info" not in new_log.read_text()
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit.sim_server import alive, children, cmdline, launch, wait_for  # noqa: F401
+from kit.sim_server import alive, children, cmdline, launch  # noqa: F401
+from kit.wait import wait_until
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # the header regex of shared/vllm-observables.md section 5 (what a parser of real logs uses)
@@ -43,7 +44,7 @@ def test_vllm_tree_log_metrics_and_completions(launch, tmp_path):  # noqa: F811 
         except httpx.TransportError:
             return None
 
-    wait_for(lambda: health() == 200, what="ready")
+    wait_until(lambda: health() == 200, what="ready")
     kids = [k for k in children(p.pid) if b"resource_tracker" not in
             Path(f"/proc/{k}/cmdline").read_bytes()]
     titles = sorted(cmdline(k) for k in kids)
@@ -76,12 +77,12 @@ def test_vllm_tree_log_metrics_and_completions(launch, tmp_path):  # noqa: F811 
         return [m for m in (HEADER.match(ANSI.sub("", ln)) for ln in log.read_text()
                             .splitlines()) if m and m["msg"].startswith("SpecDecoding")]
 
-    wait_for(lambda: len(spec_lines()) >= 3, what="three spec lines")
+    wait_until(lambda: len(spec_lines()) >= 3, what="three spec lines")
     metrics = httpx.get(base + "/metrics", timeout=5).text
     p.send_signal(signal.SIGTERM)
     assert p.wait(20) == 0
     for pid in [p.pid, *kids]:
-        wait_for(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
+        wait_until(lambda pid=pid: not alive(pid), 10, f"pid {pid} to exit")
 
     raw = log.read_text()
     lines = raw.splitlines()
@@ -138,7 +139,7 @@ def test_vllm_tree_log_metrics_and_completions(launch, tmp_path):  # noqa: F811 
 def test_vllm_idle_server_prints_no_stats_and_old_versions_untagged(launch):  # noqa: F811 (fixture)
     p, port, log = launch("--engine", "vllm", "--format-version", "0.9.2", "--startup-s", "0",
                           "--log-stats-interval", "0.2")
-    wait_for(lambda: log.exists() and "Application startup complete." in log.read_text(),
+    wait_until(lambda: log.exists() and "Application startup complete." in log.read_text(),
              what="ready")
     time.sleep(1.0)  # five intervals without a request
     text = log.read_text()
@@ -147,7 +148,7 @@ def test_vllm_idle_server_prints_no_stats_and_old_versions_untagged(launch):  # 
     assert "(EngineCore" not in text  # no tag without DP before 0.10
     httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "a b", "max_tokens": 30},
                timeout=30)
-    wait_for(lambda: "Engine 000:" in log.read_text(), what="an Engine line after a request")
+    wait_until(lambda: "Engine 000:" in log.read_text(), what="an Engine line after a request")
     os.kill(p.pid, signal.SIGTERM)
     assert p.wait(20) == 0
 
@@ -185,7 +186,7 @@ def test_specmon_counters_reads_the_sims_vllm_counters(launch):  # noqa: F811 (f
 
     p, port, log = launch("--engine", "vllm", "--startup-s", "0", "--load-concurrency", "2",
                           "--speculative-config", SPEC, "--accept-prob", "0.8")
-    wait_for(lambda: log.exists() and "Application startup complete." in log.read_text(),
+    wait_until(lambda: log.exists() and "Application startup complete." in log.read_text(),
              what="ready")
     out = subprocess.run([sys.executable, "-m", "specmon", "counters",
                           f"http://127.0.0.1:{port}", "--interval", "1.5", "--json"],

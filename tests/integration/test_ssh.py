@@ -14,7 +14,8 @@ from kit import sshd
 from kit.discovery import FakeServers, run_discovery, wait_log
 from kit.ssh_host import make_host, no_connections, record_cmd, ssh_connections
 from kit.sshd import keygen
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.base import HostAuthError, HostKeyChanged, HostKeyUnknown
 from specmon.hosts.ssh import SshHost, parse_target

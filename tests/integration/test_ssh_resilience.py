@@ -14,7 +14,8 @@ from kit import sshd
 from kit.ssh_faults import session_process
 from kit.ssh_host import make_host, no_connections, ssh_connections
 from kit.sshd import descendants
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.ssh import SshHost
 from specmon.sources.tail import LogTailer, TailSpec

@@ -13,7 +13,7 @@ import sys
 from kit import sshd
 from kit.paths import ROOT
 from kit.ssh_host import make_host
-from kit.tail import until
+from kit.wait import until
 
 from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient

@@ -14,7 +14,8 @@ from pathlib import Path
 from kit import sshd
 from kit.ssh_faults import session_process
 from kit.ssh_host import make_host
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.base import ConnectionState
 from specmon.sources.tail import LogTailer, TailSpec

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit.tail import Collector, until
+from kit.tail import Collector
+from kit.wait import until
 
 from specmon.hosts.agent_client import AGENT_PATH, AgentClient
 from specmon.hosts.local import LocalHost

@@ -68,7 +68,7 @@ def fakes():
 
 
 async def wait_log(path: Path, text: bytes) -> None:
-    from kit.tail import until
+    from kit.wait import until
 
     await until(lambda: path.exists() and text in path.read_bytes(), what=f"{text!r} in log")
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from kit.sshd import children
-from kit.tail import until
+from kit.wait import until
 from specmon.hosts.ssh import SshHost
 
 

@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
 
+from kit.wait import until
 from specmon.sources.tail import LogLine, LogTailer, TailEvent, TailNotice
-
-
-async def until(cond: Callable[[], object], timeout: float = 20.0, what: str = "condition"):
-    """Poll `cond` until truthy (generous deadline, no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Collector:

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from kit.control import cleanup_pidfiles, free_port
+from kit.wait import wait_for
 
 from specmon.cli import build_parser
 from specmon.commands.connect_cmd import open_app
-
-
-async def wait_for(pilot, cond, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await pilot.pause(0.1)
 
 
 def host_box(tmp_path) -> str:

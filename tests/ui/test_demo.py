@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kit.demo import fast, group_gone, wait_for
+from kit.demo import fast, group_gone
 from kit.paths import ROOT
+from kit.wait import wait_for
 
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.state import HostState

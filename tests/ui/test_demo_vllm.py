@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from kit.demo import fast, group_gone, wait_for
+from kit.demo import fast, group_gone
+from kit.wait import wait_for
 
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.state import HostState

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from kit.paths import ROOT
 from kit.sshd import Sshd
-from kit.tail import until
+from kit.wait import until
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 import re
 
-from kit.phantom_ui import group_free, wait_for
+from kit.phantom_ui import group_free
 from kit.ui import phantom_baseline_app
+from kit.wait import wait_for
 
 from specmon.analysis.drift import lag1, neff
 from specmon.analysis.stats import mad, median

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from kit.phantom_ui import group_free, wait_for
+from kit.phantom_ui import group_free
+from kit.wait import wait_for
 
 from specmon.feeds.demo import DemoFeed, default_servers
 from specmon.session.baselines import BaselineStore

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kit.ui import T0, ScriptFeed, decode_line, populated_session
+from kit.wait import wait_for
 from textual.widgets import Input
 
 from specmon.session.state import HostState
@@ -24,14 +25,6 @@ def rendered(content, width: int = 120) -> str:
 
 def text_of(widget) -> str:
     return rendered(widget.content)
-
-
-async def wait_for(pilot, cond, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await pilot.pause(0.05)
 
 
 async def test_panels_show_labelled_numbers_and_matched_speedup():

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
+from kit.wait import wait_for
 
 from specmon.control.local import group_members
 from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
 from specmon.session.state import HostState
 from specmon.ui.app import SpecmonApp
 from specmon.ui.control_keys import ConfirmScreen
-
-
-async def wait_for(pilot, cond, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await pilot.pause(0.1)
 
 
 async def test_stop_confirm_start_and_benchmark_from_the_keyboard(tmp_path):

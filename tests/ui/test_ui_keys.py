@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from kit.ui import T0, decode_line, populated_session
+from kit.wait import wait_for
 
 from specmon.parse.sglang import parse_line
 from specmon.session.events import LineItem
@@ -32,14 +33,6 @@ class ManualFeed:
 
     def lines(self, server: str, texts: list[str]) -> None:
         self.sink.lines(self.host, server, [LineItem(x, parse_line(x), T0) for x in texts])
-
-
-async def wait_for(pilot, cond, timeout: float = 10.0) -> None:  # noqa: ANN001
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await pilot.pause(0.05)
 
 
 async def test_pause_key_shows_no_line_twice():
