@@ -123,6 +123,7 @@ class _CountingSink:
         self.server_pids = sink.server_pids
         self.request_baseline = sink.request_baseline
         self.server_probe = sink.server_probe
+        self.tick = sink.tick
 
     def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
         n = sum(1 for it in items if getattr(it.record, "kind", None) == "decode")

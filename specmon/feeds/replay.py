@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ class ReplayFeed:
         self._rewind = False
         self._wake: asyncio.Event | None = None
         self.pushed_lines = 0
+        self._sec: int | None = None  # the recorded second the model last ticked before
+        self._ticked_end = False
 
     # --- the virtual clock --------------------------------------------------------------------
 
@@ -184,6 +187,11 @@ class ReplayFeed:
             order.clear()
 
         for ev in self._events[self._next:end]:
+            sec = math.floor(ev.t)
+            if self._sec is not None and sec > self._sec:
+                flush()  # the model ticks at each new recorded second, before its first line
+                sink.tick(float(sec))
+            self._sec = sec
             if ev.kind == "lines":
                 if ev.server not in pending:
                     pending[ev.server] = []
@@ -199,6 +207,10 @@ class ReplayFeed:
                 sink.notice(self.host, ev.server, ev.payload)
         flush()
         self._next = max(self._next, end)
+        if self._next >= len(self._events) and self._sec is not None and not self._ticked_end \
+                and now >= self.end:
+            sink.tick(float(self._sec + 1))  # and once after the last line, as a report does
+            self._ticked_end = True
 
     async def run(self, sink: FeedSink) -> None:
         self._wake = asyncio.Event()
@@ -210,6 +222,7 @@ class ReplayFeed:
                     self.reset()
                 self._next = 0
                 self.pushed_lines = 0
+                self._sec, self._ticked_end = None, False
                 self._declare(sink)
             now = self.now()
             self._push_due(sink, now)

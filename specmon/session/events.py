@@ -86,6 +86,11 @@ class FeedSink(Protocol):
     def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:
         """A batch of received lines, in order."""
 
+    def tick(self, now: float | None = None) -> object:
+        """The model's 1 Hz clock on the feed's own time: a replay ticks at each recorded
+        second (as `session.offline.play` does for a report), so its alerts are the report's;
+        live feeds leave ticking to their owner's wall clock."""
+
     def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
         """One poll of the host's GPUs (empty with `error` when the source failed)."""
 

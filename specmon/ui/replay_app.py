@@ -51,6 +51,11 @@ class ReplayApp(SpecmonApp):
     READ_ONLY_ACTIONS = frozenset({"server_start", "server_stop", "server_restart", "server_swap",
                                    "server_bench", "record_baseline"})
 
+
+    def drift_tick(self) -> None:
+        """The replay's feed ticks the model at each recorded second (as `report` does, so a
+        replay raises the report's alerts); the wall clock only redraws them."""
+        self._show_alerts()
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.READ_ONLY_ACTIONS:
             return False  # hidden from the footer and the help, and not run

@@ -1,7 +1,8 @@
 """Issue 21, one truth: the phantom-baseline scenario's logs (tests/phantom_logs.py, made by the
 simulator) through `record` -> `export` -> `report --format json`, through `compare`, through
 the app's session model (a snapshot replay), `parse --runs --json` and `check --json`: the same
-per-run medians, the same speedup and the same alert list everywhere."""
+per-run medians, the same speedup and the same alert list everywhere (`check` judges one run
+against a given value, so its verdict, not the session's alerts, is checked)."""
 
 from __future__ import annotations
 
@@ -142,6 +143,13 @@ async def test_phantom_baseline_app_session_model_has_the_same_runs_and_speedup(
         assert res["speedup"]["ci95"] == doc["speedup"]["ci95"]
         assert (res["baseline"]["run"], res["speculative"]["run"]) == \
             (doc["speedup"]["base_run"], doc["speedup"]["spec_run"])
+        # the replay ticks the model at each recorded second, as the report does: the same alerts
+        def key(a: dict) -> tuple:
+            return (a.get("server"), a.get("kind"),
+                    str(a.get("message") or a.get("text") or a.get("kind")), bool(a.get("cleared")))
+
+        assert [key(a) for a in app.session.alerts] == [key(a) for a in doc["alerts"]]
+        assert doc["alerts"]  # not vacuous
 
 
 def test_phantom_baseline_check_judges_the_last_run(phantom, capsys):

@@ -157,6 +157,10 @@ async def test_export_and_screenshot_keys_write_files(tmp_path):
 class _Sink:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.ticks: list[float] = []  # the model's clock, on the recorded seconds
+
+    def tick(self, now=None):
+        self.ticks.append(now)
 
     def declare_server(self, host, server, role, path):
         self.calls.append(("declare", server, role))
@@ -210,12 +214,16 @@ async def test_feed_pushes_each_kind_at_its_time_and_rewinds(tmp_path):
         timeline = [(c[0], [t for _, t in c[2]]) if c[0] == "lines" else c for c in sink.calls[1:]]
         assert timeline == [
             ("lines", [T0]),  # paused at the start: the first instant is shown
-            ("lines", [T0 + 1, T0 + 2]),
+            ("lines", [T0 + 1]),  # a batch per recorded second: the model ticks between them
+            ("lines", [T0 + 2]),
             ("gpus", [(0, T0 + 2), (1, T0 + 2)]),  # one batch per poll, after same-time lines
-            ("lines", [T0 + 3, T0 + 4]),
+            ("lines", [T0 + 3]),
+            ("lines", [T0 + 4]),
             ("notice", "b", "alert: throughput fell (likely cause: power cap)"),  # at T0 + 4.5
             ("lines", [T0 + 5]),
         ]
+        # the model ticks at each new recorded second, before that second's first event
+        assert sink.ticks == [T0 + k for k in range(1, 6)]
         texts = [x for c in sink.calls if c[0] == "lines" for x, _ in c[2]]
         assert texts == [NOT_KEPT] * 6  # only the last 3 raw lines were kept
         feed.seek(T0 + 100)
