@@ -23,6 +23,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -249,6 +250,23 @@ class _One:
     spec: dict[str, Any] | None = None
 
 
+async def _sse_objects(r: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream (`data: {...}` lines) until `[DONE]`;
+    other lines and what is not a JSON object are skipped."""
+    async for line in r.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(chunk, dict):
+            yield chunk
+
+
 async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
                        timeout: float) -> _One:
     body = {"text": prompt, "stream": True,
@@ -263,18 +281,7 @@ async def _one_request(client: httpx.AsyncClient, prompt: str, output_len: int,
             if r.status_code != 200:
                 await r.aread()
                 return _One(ok=False, error=f"HTTP {r.status_code}: {r.text[:200]}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    continue
-                if not isinstance(chunk, dict):
-                    continue
+            async for chunk in _sse_objects(r):
                 if "error" in chunk:  # SGLang: HTTP 200, then this chunk, then [DONE]
                     return _One(ok=False, tokens=done, error=_stream_error(chunk["error"]))
                 meta = chunk.get("meta_info") or {}
@@ -333,18 +340,7 @@ async def _one_completion(client: httpx.AsyncClient, prompt: str, output_len: in
             if r.status_code != 200:
                 await r.aread()
                 return _One(ok=False, error=f"HTTP {r.status_code}: {r.text[:200]}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    continue
-                if not isinstance(chunk, dict):
-                    continue
+            async for chunk in _sse_objects(r):
                 if "error" in chunk:
                     return _One(ok=False, error=_stream_error(chunk["error"]))
                 choices = chunk.get("choices")

@@ -365,22 +365,9 @@ class SimServer:
         os.environ.update(
             sglang_env_edits(v, o.enable_symm_mem, o.enable_nccl_nvls and not o.enable_symm_mem)
         )
-        self._register()
-        self._spawn()
-        for item in o.set_env_after_spawn:
-            key, sep, value = item.partition("=")
-            if sep and key:
-                os.environ[key] = value  # too late: the workers already have their env
-        threading.Thread(target=self._pump, name="workers", daemon=True).start()
-        deadline = time.time() + 120
-        while len(self.ready_ranks) < self.tp:
-            if self.stop.is_set() or self.worker_failed.is_set():
-                return
-            if time.time() > deadline:
-                self.main_log("Scheduler processes did not start in 120 s.")
-                self.request_stop(1)
-                return
-            time.sleep(0.02)
+        if not self._start_workers(lambda: self.main_log(
+                "Scheduler processes did not start in 120 s.")):
+            return
         self._register()
         self._startup_lines()
         if self.stop.is_set():
@@ -399,6 +386,28 @@ class SimServer:
         self.wake.set()
         if o.crash_after is not None:
             threading.Thread(target=self._crash_timer, name="crash", daemon=True).start()
+
+    def _start_workers(self, say_timeout: Callable[[], None], timeout_s: float = 120.0) -> bool:
+        """Spawn the TP workers (the env they inherit is what they keep: variables set after
+        the spawn never reach them, as with a real launcher) and wait until every rank is
+        ready; False when stopped, a worker failed or they did not start in time (said)."""
+        self._register()
+        self._spawn()
+        for item in self.opts.set_env_after_spawn:
+            key, sep, value = item.partition("=")
+            if sep and key:
+                os.environ[key] = value  # too late: the workers already have their env
+        threading.Thread(target=self._pump, name="workers", daemon=True).start()
+        deadline = time.time() + timeout_s
+        while len(self.ready_ranks) < self.tp:
+            if self.stop.is_set() or self.worker_failed.is_set():
+                return False
+            if time.time() > deadline:
+                say_timeout()
+                self.request_stop(1)
+                return False
+            time.sleep(0.02)
+        return True
 
     def _spawn(self) -> None:
         ctx = mp.get_context("spawn")

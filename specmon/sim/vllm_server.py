@@ -162,22 +162,9 @@ class VllmSimServer(SimServer):
         if vf.ge(v, "0.10.0"):
             self._vlog("api", vf.non_default_args(self.server_args()), "utils.py", 326)
         os.environ.update(vf.env_edits(v, os.environ))
-        self._register()
-        self._spawn()
-        for item in self.opts.set_env_after_spawn:
-            key, sep, value = item.partition("=")
-            if sep and key:
-                os.environ[key] = value  # too late: the workers already have their env
-        threading.Thread(target=self._pump, name="workers", daemon=True).start()
-        deadline = time.time() + 120
-        while len(self.ready_ranks) < self.tp:
-            if self.stop.is_set() or self.worker_failed.is_set():
-                return
-            if time.time() > deadline:
-                self._vlog("core", "Workers did not start in 120 s.", "core.py", 700, "ERROR")
-                self.request_stop(1)
-                return
-            time.sleep(0.02)
+        if not self._start_workers(lambda: self._vlog(
+                "core", "Workers did not start in 120 s.", "core.py", 700, "ERROR")):
+            return
         self.w0_pid = int(self.rank_info.get(0, {}).get("pid", 0))
         if self.tp == 1:
             self.core_pid = self.w0_pid
