@@ -82,6 +82,7 @@ class DecodePoint:
     groups: int = 1  # DP groups summed into this point
     after_prefill: bool = False  # a prefill line came since the previous decode line
     seg: int = 0  # the run's time segment it belongs to (see Run.segment)
+    epoch: int = 0  # bumped only when log time went back: windows never reach behind it
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,9 @@ class Run:
         default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
     prefill_pending: bool = False  # a prefill line since the last decode line
     segment: int = 0  # the current time segment (0: none broke yet)
+    # log time went back this many times: a window never reaches behind the last (a jump ahead
+    # needs no cut: points before it are older than any window after it, by their own times)
+    epoch: int = 0
     segments: list[TimeSegment] = field(default_factory=list)  # boundaries, newest last
     _seg_last_t: float | None = None
     _round: dict[int | None, DecodePoint] = field(default_factory=dict)
@@ -359,8 +363,10 @@ class Run:
             self.segment += 1
             self.segments.append(TimeSegment(self.segment, prev, pt.t))
             del self.segments[:-MAX_SEGMENTS]
+            if pt.t < prev:
+                self.epoch += 1
         self._seg_last_t = pt.t
-        pt.seg = self.segment
+        pt.seg, pt.epoch = self.segment, self.epoch
         return closed
 
     def segment_text(self) -> str | None:
@@ -377,6 +383,7 @@ class Run:
         self._round = {}
         sp = combine(members)
         sp.seg = max(p.seg for p in members)
+        sp.epoch = max(p.epoch for p in members)
         self.decode.append(sp)
         self.decode_total += 1
         self.last = sp.rec
@@ -393,7 +400,7 @@ class Run:
         """Server-level points with record time >= t0, oldest first, without copying the run."""
         rev: list[DecodePoint] = []
         for p in reversed(self.decode):
-            if p.t < t0 or p.seg != self.segment:  # never across a break in log time
+            if p.t < t0 or p.epoch != self.epoch:  # never behind a step back of log time
                 break
             rev.append(p)
         return reversed(rev)
