@@ -2,8 +2,9 @@
 
 A speedup only measures speculation when everything else is equal. `conditions_differ` lists
 what is not: server arguments other than `speculative_*`, the NCCL environment the workers saw,
-GPU power limits and max clocks, SGLang files modified against the installed wheel, and versions
-(SGLang, NCCL). Only what both sides know is compared; an unknown is never a difference.
+GPU power limits and max clocks, the engine's (SGLang's or vLLM's) files modified against the
+installed wheel, and versions (the engine's, NCCL's). Only what both sides know is compared; an
+unknown is never a difference.
 
 Used by the live speedup line and headline (session.speedup), `specmon compare` (text and
 `--json` "conditions_differ"), the report, and available to the advisor (pure, no I/O).
@@ -112,8 +113,8 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
         only_s = sorted(set(spec.modified_files) - set(base.modified_files))
         what = [f"baseline: {', '.join(only_b[:2])}" if only_b else "",
                 f"speculative: {', '.join(only_s[:2])}" if only_s else ""]
-        out.append("modified SGLang files (" + "; ".join(w for w in what if w) + ")")
-    for label, b, s in (("SGLang version", base.version, spec.version),
+        out.append(f"modified {spec.engine_label} files (" + "; ".join(w for w in what if w) + ")")
+    for label, b, s in ((f"{spec.engine_label} version", base.version, spec.version),
                         ("NCCL version", base.nccl_version, spec.nccl_version)):
         if b and s and b != s:
             out.append(f"{label} {b} vs {s}")

@@ -250,6 +250,7 @@ class Fingerprint:
     nccl_subsys: list[str] = field(default_factory=list)  # debug subsystems the lines prove on
     modified_files: list[str] | None = None
     modified_method: str | None = None  # "RECORD" | "git" | why it could not be checked
+    modified_dist: str | None = None  # whose files the probe hashed: "sglang" | "vllm"
     gpus: list[GpuState] = field(default_factory=list)
     host: dict[str, str | None] = field(default_factory=dict)
 
@@ -267,11 +268,16 @@ class Fingerprint:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in kw.items() if k in known})
 
+    @property
+    def engine_label(self) -> str:
+        """The probed engine's name for people ("SGLang" | "vLLM")."""
+        return dist_label(self.modified_dist)
+
     def summary(self) -> list[str]:
         """Human lines for `baseline show`."""
         out = []
         if self.version or self.model:
-            out.append(f"SGLang {self.version or 'N/A'}, model {self.model or 'N/A'}, "
+            out.append(f"{self.engine_label} {self.version or 'N/A'}, model {self.model or 'N/A'}, "
                        f"tp {self.tp_size or 'N/A'}")
         if self.spec:
             out.append("spec: " + ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items())))
@@ -293,7 +299,7 @@ class Fingerprint:
                 f"{k}={v}" for k, v in conf.items()) or "empty"))
         if self.modified_method:
             files = self.modified_files
-            out.append(f"modified SGLang files ({self.modified_method}): " + (
+            out.append(f"modified {self.engine_label} files ({self.modified_method}): " + (
                 "N/A" if files is None else ", ".join(files) or "none"))
         for g in self.gpus:
             out.append(f"GPU {g.index}: {g.name or ''} driver {g.driver or 'N/A'}, SM "
@@ -340,7 +346,8 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
                      launcher: EnvSnapshot | None = None, workers: Sequence[EnvSnapshot] = (),
                      nccl_conf: Mapping[str, dict[str, str] | None] | None = None,
                      modified_files: list[str] | None = None, modified_method: str | None = None,
-                     gpus: Sequence[GpuState] = (), host: Mapping[str, str | None] | None = None,
+                     modified_dist: str | None = None, gpus: Sequence[GpuState] = (),
+                     host: Mapping[str, str | None] | None = None,
                      server_pids: Sequence[int] = (), collected_at: float | None = None) -> Fingerprint:
     """Assemble a fingerprint from already-read pieces (pure)."""
     nccl_lines = list(nccl_lines)
@@ -364,8 +371,15 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
         server_pids=list(server_pids), launcher=launcher, workers=list(workers),
         nccl_conf=dict(nccl_conf or {}), nccl_debug=nccl_debug_env(nccl_lines),
         nccl_version=nccl_version, nccl_nranks=nccl_nranks, nccl_subsys=nccl_debug_subsystems(nccl_lines),
-        modified_files=modified_files, modified_method=modified_method, gpus=list(gpus),
+        modified_files=modified_files, modified_method=modified_method,
+        modified_dist=modified_dist, gpus=list(gpus),
         host=dict(host or {}))
+
+
+def dist_label(dist: str | None) -> str:
+    """A distribution's name as people write it: "vLLM" for vllm, else "SGLang" (the
+    default the probe looks at)."""
+    return "vLLM" if dist == "vllm" else "SGLang"
 
 
 def _str(v: Any) -> str | None:
@@ -662,17 +676,18 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
             what_changed = "; ".join([f"removed {x}" for x in removed] + [f"added {x}" for x in added]
                                      + changed) or ("created" if a is None else "removed")
             causes.append(f"NCCL config {path} changed since the recording: {what_changed}")
-    # 3. SGLang files and version
+    # 3. the engine's files and version
+    eng = live.engine_label
     if rec.modified_files is not None and live.modified_files is not None:
-        checked.append(f"SGLang files ({live.modified_method or 'RECORD'})")
+        checked.append(f"{eng} files ({live.modified_method or 'RECORD'})")
         new_files = [f for f in live.modified_files if f not in set(rec.modified_files)]
         if new_files:
             more = f" (+{len(new_files) - 3} more)" if len(new_files) > 3 else ""
-            causes.append(f"SGLang files modified since the recording: {', '.join(new_files[:3])}{more}")
+            causes.append(f"{eng} files modified since the recording: {', '.join(new_files[:3])}{more}")
     if rec.version and live.version:
-        checked.append("SGLang version")
+        checked.append(f"{eng} version")
         if rec.version != live.version:
-            causes.append(f"SGLang version {rec.version} -> {live.version}")
+            causes.append(f"{eng} version {rec.version} -> {live.version}")
     # 4. launch args / server args
     if rec.argv and live.argv:
         checked.append("launch args")

@@ -138,7 +138,8 @@ class DemoFeed:
 
     `scenario="phantom-baseline"` replays the seed incidents on the baseline server: a baseline
     recorded with NCCL tuning (~88.8 tok/s), a restart whose workers lack the NCCL variables
-    (~62.9), then tuning back but a power cap and a patched SGLang file (~82.2).
+    (~62.9), then tuning back but a power cap and a patched engine file (~82.2): SGLang's
+    `sglang/srt/layers/communicator.py`, or vLLM's `vllm/distributed/communication_op.py`.
     """
 
     def __init__(self, servers: list[SimServer] | None = None, workdir: Path | None = None,
@@ -165,7 +166,8 @@ class DemoFeed:
 
     async def start_server(self, srv: SimServer) -> None:
         self.sim_dir.mkdir(parents=True, exist_ok=True)
-        site = sim_dist.install(self.sim_dir)  # the host's SGLang install (dist-info + RECORD)
+        # the host's engine install (dist-info + RECORD): SGLang's, or vLLM's for vLLM servers
+        site = sim_dist.install(self.sim_dir, engine=self.engine)
         srv.log = srv.log or self.workdir / f"{srv.name}.log"
         srv.log.touch()
         pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
@@ -186,11 +188,11 @@ class DemoFeed:
 
     async def _probe(self, srv: SimServer, pythonpath: str) -> None:
         """The fingerprint probe for the launch about to start, as on a real host: the host's
-        agent reads the server's PYTHONPATH, SGLang's files hashed against the wheel's RECORD."""
+        agent reads the server's PYTHONPATH, the engine's files hashed against the wheel's RECORD."""
         sink = self._sink
         if sink is None:
             return
-        probe = await run_probe(LocalHost(self.host), pythonpath=pythonpath)
+        probe = await run_probe(LocalHost(self.host), pythonpath=pythonpath, dist=self.engine)
         if probe:
             sink.server_probe(self.host, srv.name, probe)
 
@@ -269,22 +271,17 @@ class DemoFeed:
         sink.notice(self.host, base.name, "scenario: restarting the baseline WITHOUT the NCCL variables")
         await self.restart_server(base, sink)
         await self._wait_decode(sink, base.name, self.phase_lines)
-        # incident 2: tuning back, but a patched SGLang file and a power cap
+        # incident 2: tuning back, but a patched engine file and a power cap
         self.phase = "patched-and-capped"
         base.env.update(NCCL_TUNING)
         gpus = SimGpuHost(self.sim_dir, n_gpus=N_GPUS)
         for i in range(8):
             gpus.set_power_limit(i, 330.0)
         base.args += ["--patch-overhead", "0.07"]
-        if self.engine == "vllm":
-            # the fingerprint's file probe reads the SGLang install only: this patch (of the
-            # simulated vLLM) leaves no file evidence; the alert can name only the power cap
-            sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
-                        "patched vLLM (no file evidence) and a 330 W power cap on GPUs 0-7")
-        else:
-            sim_dist.patch_file(self.sim_dir)  # the edit the RECORD-hash probe finds
-            sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
-                        "patched SGLang file and a 330 W power cap on GPUs 0-7")
+        sim_dist.patch_file(self.sim_dir, engine=self.engine)  # the edit the RECORD probe finds
+        label = "vLLM" if self.engine == "vllm" else "SGLang"
+        sink.notice(self.host, base.name, "scenario: NCCL tuning restored; restarting with a "
+                    f"patched {label} file and a 330 W power cap on GPUs 0-7")
         await self.restart_server(base, sink)
         self.phase = "steady"
         await asyncio.Event().wait()

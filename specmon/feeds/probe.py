@@ -22,14 +22,19 @@ from specmon.analysis.fingerprint import (
     parse_conf,
 )
 from specmon.parse.gpu_sample import GpuSample
+from specmon.sources.discovery import engine_of
 
 
 async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
                   workers: Sequence[tuple[int, str]] = (), server_info: Mapping[str, Any] | None = None,
                   nccl_lines: Iterable[str] = (), gpus: Sequence[GpuSample] = (),
-                  probe: bool = False, python: str | None = None) -> Fingerprint:
+                  probe: bool = False, python: str | None = None,
+                  engine: str | None = None) -> Fingerprint:
     """Gather a fingerprint through the host agent (`proc_info`, `read`, and with `probe` the
-    agent's RECORD probe: SGLang version, modified files, host info).
+    agent's RECORD probe: the engine's version, modified files, host info).
+
+    `engine`: whose distribution the probe hashes ("sglang" | "vllm"); by default the one
+    the server's command line `argv` runs.
 
     `agent.request(op, **args)` is specmon.hosts.agent_client.AgentClient's call. `python`: an
     interpreter the user configured; without it the probe reads where the launcher (if it is
@@ -66,14 +71,15 @@ async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None =
         from specmon.sources.fp_probe import probe as agent_probe
 
         try:
-            found = await agent_probe(agent, python, pid=launcher_pid)
+            dist = engine or (engine_of(list(argv)) if argv else "sglang")
+            found = await agent_probe(agent, python, dist=dist, pid=launcher_pid)
         except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
             found = {}
     return fingerprint_from(
         server_args=server_info, argv=argv, version=_str((server_info or {}).get("version")) or found.get(
             "version"), nccl_lines=nccl_lines, launcher=launcher, workers=worker_envs, nccl_conf=conf,
         modified_files=found.get("modified_files"), modified_method=found.get("method"),
-        gpus=gpu_states(gpus), host=found.get("host"),
+        modified_dist=_str(found.get("dist")), gpus=gpu_states(gpus), host=found.get("host"),
         server_pids=[launcher_pid] + [p for p, _ in workers], collected_at=time.time())
 
 
@@ -87,10 +93,12 @@ async def _read_conf(agent: Any, path: str) -> dict[str, str] | None:
     return parse_conf(base64.b64decode(res["b64"]).decode("utf-8", "replace"))
 
 
-async def run_probe(host: Any, pythonpath: str | None = None) -> dict[str, Any]:
-    """The RECORD probe in the host's agent (its configured interpreter); {} on failure.
+async def run_probe(host: Any, pythonpath: str | None = None,
+                    dist: str = "sglang") -> dict[str, Any]:
+    """The RECORD probe of distribution `dist` (the server's engine: "sglang" | "vllm") in the
+    host's agent (its configured interpreter); {} on failure.
 
-    `pythonpath`: folders (os.pathsep-separated) where the server's SGLang is installed, which
+    `pythonpath`: folders (os.pathsep-separated) where the server's engine is installed, which
     the probe reads instead of the agent's own sys.path (it must see the install the server
     imports, not another one).
     """
@@ -102,6 +110,6 @@ async def run_probe(host: Any, pythonpath: str | None = None) -> dict[str, Any]:
     path = [d for d in pythonpath.split(os.pathsep) if d] if pythonpath is not None else None
     try:
         async with AgentClient(host) as agent:
-            return await probe(agent, path=path)
+            return await probe(agent, dist=dist, path=path)
     except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
         return {}

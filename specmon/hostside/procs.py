@@ -295,7 +295,8 @@ def _site_dirs(pid):
 
 
 def op_probe(req):
-    """SGLang's version and modified files, plus host facts. Looked up in `path` (folders
+    """The engine distribution's (`dist`: "sglang" by default, "vllm" for a vLLM server)
+    version and modified files, plus host facts. Looked up in `path` (folders
     the client names), else the interpreter the user configured (`python`), else where the
     user's own server process `pid` imports from, else this agent's own interpreter."""
     name = req.get("dist") or "sglang"
@@ -311,5 +312,7 @@ def op_probe(req):
     if method == "unavailable: no importlib.metadata" and python:
         res = _probe_in(python, name)
         if res is not None:
+            res.setdefault("dist", name)
             return res
-    return {"version": version, "method": method, "modified_files": files, "host": host_info()}
+    return {"version": version, "method": method, "modified_files": files, "host": host_info(),
+            "dist": name}

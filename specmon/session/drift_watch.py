@@ -54,6 +54,8 @@ def run_fingerprint(session: HostState, state: ServerState, run: Run | None = No
                             version=probe.get("version") if isinstance(probe.get("version"), str) else None,
                             modified_files=list(files) if isinstance(files, list) else None,
                             modified_method=probe.get("method") if isinstance(files, list) else None,
+                            modified_dist=probe.get("dist") if isinstance(probe.get("dist"), str)
+                            else None,
                             server_pids=sorted(state.pids),
                             collected_at=now if now is not None else time.time())
 

@@ -157,6 +157,11 @@ def pick_run(state: ServerState, k: int | None, label: str) -> Run:
     raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
 
 
+def _dist(probe: dict[str, Any]) -> str | None:
+    d = probe.get("dist")
+    return d if isinstance(d, str) else None
+
+
 def run_fingerprint_offline(run: Run) -> Fingerprint:
     """What a run's own lines (and the probe and GPU samples it carries) say about its
     conditions: server args, NCCL_DEBUG lines, SGLang version and modified files, GPUs."""
@@ -168,7 +173,7 @@ def run_fingerprint_offline(run: Run) -> Fingerprint:
                             version=version if isinstance(version, str) else None,
                             modified_files=list(files) if isinstance(files, list) else None,
                             modified_method=str(probe.get("method")) if isinstance(files, list)
-                            else None, gpus=gpu_states(gpus))
+                            else None, modified_dist=_dist(probe), gpus=gpu_states(gpus))
 
 
 def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list[str]:

@@ -1,6 +1,7 @@
-"""The RECORD-hash probe (SGLang version, files that differ from the wheel's RECORD, host
-facts): client side. The probe itself lives in the host agent (specmon/hostside/procs.py:
-`modified_files`, `host_info`, op "probe"); this module asks for it.
+"""The RECORD-hash probe of the server's engine (SGLang's install, or vLLM's for a vLLM server:
+its version, files that differ from the wheel's RECORD, host facts): client side. The probe itself
+lives in the host agent (specmon/hostside/procs.py: `modified_files`, `host_info`, op "probe");
+this module asks for it.
 
 - `probe(agent, ...)`: through the host's running agent (no new process for the probe). It
   looks in folders the caller names, or the interpreter the user configured, or (read, never
@@ -24,7 +25,8 @@ __all__ = ["host_info", "modified_files", "probe", "probe_source"]
 async def probe(agent: AgentClient, python: str | None = None, dist: str = "sglang",
                 timeout: float = 60.0, *, pid: int | None = None,
                 path: list[str] | None = None) -> dict[str, Any]:
-    """{"version", "method", "modified_files", "host"}: SGLang as found in `path`, else as the
+    """{"version", "method", "modified_files", "host", "dist"}: distribution `dist` ("sglang",
+    "vllm": the server's own engine) as found in `path`, else as the
     configured interpreter `python` sees it, else where server process `pid` (the user's own)
     imports from, else in the agent's own interpreter."""
     args: dict[str, Any] = {"python": python, "dist": dist}

@@ -12,6 +12,7 @@ import time
 
 from kit.fingerprint import _fake_dist
 
+from specmon.analysis.conditions import conditions_differ
 from specmon.analysis.drift import Alert
 from specmon.analysis.fingerprint import (
     EnvSnapshot,
@@ -353,3 +354,38 @@ async def test_collect_from_real_processes_through_the_local_agent(tmp_path):
     env_, src = worker_nccl_env(fp)
     assert src == "launcher environ + NCCL config files" and env_["all"]["NCCL_PROTO"] == "LL"
     assert fp.host.get("kernel") and fp.modified_method is not None and fp.tp_size == 1
+
+
+async def test_collect_probes_the_engine_its_command_line_runs():
+    """A `vllm serve` launcher gets vLLM's install probed (not SGLang's); an SGLang one SGLang's."""
+    class ProbingAgent(FakeAgent):
+        async def request(self, op, **args):
+            if op == "probe":
+                self.asked.append(args["dist"])
+                return {"version": "0.11.0", "method": "RECORD", "dist": args["dist"],
+                        "modified_files": ["vllm/v1/spec_decode/eagle.py"], "host": {}}
+            return await super().request(op, **args)
+
+    agent = ProbingAgent({1: environ(TUNED)}, {})
+    agent.asked = []
+    fp = await fpc.collect(agent, launcher_pid=1, argv=["/usr/bin/vllm", "serve", "m"], probe=True)
+    assert agent.asked == ["vllm"] and fp.modified_dist == "vllm"
+    assert "modified vLLM files (RECORD): vllm/v1/spec_decode/eagle.py" in fp.summary()
+    await fpc.collect(agent, launcher_pid=1, argv=["python3", "-m", "sglang.launch_server"], probe=True)
+    assert agent.asked == ["vllm", "sglang"]
+
+
+def test_vllm_fingerprint_says_vllm_files_and_version():
+    rec = fingerprint_from(version="0.10.2", modified_files=[], modified_method="RECORD",
+                           modified_dist="vllm")
+    live = fingerprint_from(version="0.11.0", modified_method="RECORD", modified_dist="vllm",
+                            modified_files=["vllm/distributed/communication_op.py"])
+    causes, checked = diff(rec, live)
+    assert "vLLM files modified since the recording: vllm/distributed/communication_op.py" in causes
+    assert "vLLM version 0.10.2 -> 0.11.0" in causes
+    assert "vLLM files (RECORD)" in checked and not any("SGLang" in c for c in causes + checked)
+    differ = conditions_differ(rec, live)
+    assert "modified vLLM files (speculative: vllm/distributed/communication_op.py)" in differ
+    assert "vLLM version 0.10.2 vs 0.11.0" in differ
+    # a fingerprint recorded before the probe said its dist reads as SGLang's (the old default)
+    assert Fingerprint.from_json({"modified_method": "RECORD"}).engine_label == "SGLang"
