@@ -43,7 +43,7 @@ from specmon.hosts.base import Host, HostError, HostProcess
 from specmon.hostside import protocol as hostside_protocol
 
 __all__ = ["AGENT_PATH", "AgentClient", "AgentError", "ProtocolError", "Subscription",
-           "agent_source", "bootstrap_command", "shielded"]
+           "agent_source", "bootstrap_command", "bounded", "shielded"]
 
 AGENT_PATH = Path(__file__).resolve().parents[1] / "hostside" / "agent.py"  # run-as-file entry
 HOSTSIDE_DIR = AGENT_PATH.parent
@@ -94,6 +94,25 @@ async def shielded(aw: Awaitable[Any]) -> Any:
     return await asyncio.shield(task)
 
 
+async def bounded(aw: Awaitable[Any], timeout: float | None) -> Any:
+    """Await `aw` for at most `timeout` seconds (None: no bound), else asyncio.TimeoutError.
+
+    Not asyncio.wait_for: before Python 3.12 it returns the result when the caller is
+    cancelled at the moment `aw` completes (the cancel is lost; a loop that should stop runs
+    on forever). asyncio.wait never swallows the caller's cancel; `aw` is then cancelled."""
+    task = asyncio.ensure_future(aw)
+    task.add_done_callback(_retrieve)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise asyncio.TimeoutError
+    return task.result()
+
+
 class Subscription:
     """Messages for some tail ids or one GPU stream; `get()` returns None once the agent is
     gone (or `wake()` was called)."""
@@ -121,12 +140,30 @@ class Subscription:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def get(self) -> dict[str, Any] | None:
+    async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next message; asyncio.TimeoutError when none came within `timeout` seconds.
+
+        The deadline is a timer on this task, not asyncio.wait_for: before Python 3.12,
+        wait_for returns the inner result when the caller is cancelled at the moment a message
+        arrives, i.e. it loses the cancel, and a consumer loop then runs on forever. Here a
+        cancel always raises, and the message stays queued."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while not self._items:
             if self.ended:
                 return None
             self._ready.clear()
-            await self._ready.wait()
+            if deadline is None:
+                await self._ready.wait()
+                continue
+            left = deadline - loop.time()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            timer = loop.call_later(left, self._ready.set)  # wakes this loop to re-check
+            try:
+                await self._ready.wait()
+            finally:
+                timer.cancel()
         return self._items.popleft()
 
 
@@ -156,11 +193,14 @@ class _AgentProcess:
         try:
             self.proc.write(source)
             await self.proc.drain()
-            line = await asyncio.wait_for(self.proc.readline(), timeout)
+            line = await bounded(self.proc.readline(), timeout)
         except (HostError, asyncio.TimeoutError) as exc:
             self.proc.terminate()
             raise AgentError(f"{self.host.name}: the specmon agent did not start "
                              f"({exc or type(exc).__name__})") from exc
+        except BaseException:  # cancelled: no channel (and agent) left behind
+            self.proc.terminate()
+            raise
         try:
             hello: Any = decode(line) if line else None
         except ProtocolError:
@@ -285,16 +325,23 @@ class _AgentProcess:
             sub.wake()
 
     async def request(self, op: str, timeout: float | None = 60.0, **args: Any) -> Any:
+        """Send one request and return its result. Bounded: AgentError when the agent goes
+        away, asyncio.TimeoutError when no reply (or no room to write) within `timeout`;
+        the caller's cancel is never lost (see bounded)."""
         if self.proc is None or self.closed.is_set():
             raise AgentError(self.error or f"{self.host.name}: the agent is not running")
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            await self._write(json.dumps({"id": rid, "op": op, **args}).encode() + b"\n")
-            return await asyncio.wait_for(fut, timeout)
+            return await bounded(self._call(rid, op, fut, args), timeout)
         finally:
             self._pending.pop(rid, None)
+
+    async def _call(self, rid: int, op: str, fut: asyncio.Future[Any],
+                    args: dict[str, Any]) -> Any:
+        await self._write(json.dumps({"id": rid, "op": op, **args}).encode() + b"\n")
+        return await fut
 
     async def send(self, op: str, **args: Any) -> None:
         """A request without an id: the agent sends no reply."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
-from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, shielded
+from specmon.hosts.agent_client import AgentClient, AgentError, Subscription, bounded, shielded
 from specmon.hosts.base import Host, HostError
 from specmon.parse.gpu_sample import (
     AgentHello,
@@ -264,7 +264,7 @@ class RemoteAgentSource:
         nvml_error: str | None = None
         agent = AgentClient(self.host)
         try:
-            await asyncio.wait_for(agent.start(), self.startup_timeout)
+            await bounded(agent.start(), self.startup_timeout)  # keeps a cancel (see bounded)
         except (HostError, asyncio.TimeoutError) as exc:
             self.attempts.append(f"{label}: {exc or 'no answer'}")
         else:
@@ -328,7 +328,7 @@ class RemoteAgentSource:
     async def _agent_loop(self, sub: Subscription) -> AsyncIterator[list[GpuSample]]:
         while True:
             try:
-                msg = await asyncio.wait_for(sub.get(), self.read_timeout)
+                msg = await sub.get(self.read_timeout)  # never loses a cancel (see get)
             except asyncio.TimeoutError:
                 raise GpuSourceError(f"GPU agent silent for {self.read_timeout:g} s") from None
             if msg is None:

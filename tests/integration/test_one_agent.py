@@ -70,8 +70,10 @@ async def test_one_agent_for_tails_gpus_and_discovery(sshd_server, tmp_path):
         assert len(agent_pids(sshd_server)) == 1, agent_pids(sshd_server)
         assert gpu_batches[-1][0].reasons == ("SwPowerCap",)
         gpu_task.cancel()
-        await asyncio.gather(gpu_task, return_exceptions=True)
+        done, _ = await asyncio.wait({gpu_task}, timeout=20)  # a failure, never a hang
+        assert gpu_task in done, "the cancelled GPU source kept running"
         await col.close()
+        assert not col.task.cancelled(), "the tailer did not stop within col.close()'s bound"
         await until(lambda: not agent_pids(sshd_server), what="the agent to exit")
     finally:
         await host.close()
