@@ -118,6 +118,20 @@ class HostFeed:
                 attempt += 1
                 sink.notice(self.name, "*", f"discovery failed, retrying: {exc}")
 
+    async def _probe_servers(self, sink: FeedSink) -> None:
+        """The fingerprint probe of each tailed, discovered server of the user's own: its
+        engine's installed files hashed against the wheel's RECORD, read by the host's agent
+        where that process imports from (nothing of the server is run). Its result joins the
+        server's current run, so a patched file can be named as a drift cause."""
+        from specmon.feeds.probe import probe_pid
+
+        tailed = {spec.name for spec in self.specs}
+        for s in self.discovered:
+            if s.own and s.name in tailed:
+                res = await probe_pid(self.host, s.pid, s.engine)
+                if res:
+                    sink.server_probe(self.name, s.name, res, running=True)
+
     async def run(self, sink: FeedSink) -> None:
         def on_state(st: ConnectionState) -> None:
             # while _connect retries, it reports "reconnecting in Ns" itself; the host's own
@@ -178,6 +192,7 @@ class HostFeed:
                 tasks.append(asyncio.create_task(pump_tail(
                     LogTailer(self.host, self.specs, history_lines=self.history_lines), self.name,
                     sink, tap=tap)))
+            tasks.append(asyncio.create_task(self._probe_servers(sink)))
             try:
                 await asyncio.gather(*tasks)
             finally:

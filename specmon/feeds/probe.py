@@ -113,3 +113,16 @@ async def run_probe(host: Any, pythonpath: str | None = None,
             return await probe(agent, dist=dist, path=path)
     except Exception:  # noqa: BLE001 - the fingerprint is still useful without it
         return {}
+
+
+async def probe_pid(host: Any, pid: int, dist: str = "sglang") -> dict[str, Any]:
+    """The RECORD probe of a running server (`pid`, the user's own) in the host's agent: `dist`
+    where that process imports from; {} on failure (the fingerprint is still useful without)."""
+    from specmon.hosts.agent_client import AgentClient
+    from specmon.sources.fp_probe import probe
+
+    try:
+        async with AgentClient(host) as agent:
+            return await probe(agent, dist=dist, pid=pid)
+    except Exception:  # noqa: BLE001 - one line of the panel is lost, nothing else
+        return {}

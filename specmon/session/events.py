@@ -109,8 +109,10 @@ class FeedSink(Protocol):
     def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
         """The server's log cannot be read (yet): the tail keeps waiting for it."""
 
-    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
-        """The fingerprint probe of a launch about to start (the next run takes it)."""
+    def server_probe(self, host: str, server: str, probe: dict[str, Any],
+                     running: bool = False) -> None:
+        """The fingerprint probe of a launch about to start (the next run takes it), or, with
+        `running`, of the server process running now (its current run takes it)."""
 
     def request_baseline(self, host: str, server: str) -> None:
         """Record the server's current run as its baseline (a scenario, like pressing `b`)."""

@@ -263,8 +263,9 @@ class FleetSession:
         then = "waiting for it to appear" if reason == "no such file" else "retrying"
         self.server(host, server).tail_status = f"{reason}: {path} ({then})"
 
-    def server_probe(self, host: str, server: str, probe: dict[str, Any]) -> None:
-        self.server(host, server).set_probe(probe)
+    def server_probe(self, host: str, server: str, probe: dict[str, Any],
+                     running: bool = False) -> None:
+        self.server(host, server).set_probe(probe, running)
 
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.server(host, server).pids = set(pids)

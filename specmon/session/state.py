@@ -704,11 +704,12 @@ class ServerState:
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
 
-    def set_probe(self, probe: dict[str, Any]) -> None:
-        """Host facts for the launch about to start (or just started, before its first line)."""
+    def set_probe(self, probe: dict[str, Any], running: bool = False) -> None:
+        """Host facts for the launch about to start (or just started, before its first line);
+        `running`: read from the server process running now, so they are its current run's."""
         self.probe = dict(probe)
         cur = self.runs[-1] if self.runs else None
-        if cur is not None and not cur.ended and cur.lines_total == 0:
+        if cur is not None and not cur.ended and (running or cur.lines_total == 0):
             cur.probe = self.probe
 
     def add_gpu_samples(self, samples: list[Any]) -> None:

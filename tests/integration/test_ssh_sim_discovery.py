@@ -18,6 +18,7 @@ from kit.wait import until
 from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient
 from specmon.session.fleet import FleetSession
+from specmon.sim.dist import install, patch_file
 from specmon.sources.discovery import discover
 
 sshd_server = sshd.sshd_server
@@ -27,7 +28,11 @@ REPO = ROOT
 async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp_path):
     port = sshd.free_port()
     out = tmp_path / "sim.log"
-    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO)}
+    # the server imports an SGLang install with one locally patched file: `connect` probes it
+    site = install(tmp_path / "simdir")
+    patched = patch_file(tmp_path / "simdir")
+    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
     # the way users run it: output redirected to a file (discovery reads /proc/PID/fd/2)
     with open(out, "ab") as f:
         sim = subprocess.Popen(
@@ -69,6 +74,13 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
             # the decode lines it logs are parsed on the way in
             await until(lambda: st.decode_total > 0 or task.done(), what="a parsed decode record")
             assert not task.done()
+            # the agent probed the running server's own install (nothing of it was run): the
+            # patched file is on its current run, where a drift cause can name it
+            await until(lambda: st.runs and st.runs[-1].probe or task.done(),
+                        what="the connect feed's RECORD probe")
+            probe = st.runs[-1].probe
+            assert probe["dist"] == "sglang" and probe["version"]
+            assert probe["modified_files"] == [str(patched.relative_to(site))]
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
