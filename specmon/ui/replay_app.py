@@ -2,9 +2,8 @@
 
 `ReplayApp` is `SpecmonApp` with a `ReplayFeed` (same sink, same handlers, same widgets), the
 feed's virtual time as the app clock, a status bar and keys: space play/pause, , and . seek 10 s,
-< and > seek 60 s, [ and ] speed, g / G start / end. `SnapshotKeysMixin` adds the export key (e)
-and the SVG screenshot key (s); the live app can mix it in too (it needs `.session` and
-`.export_dir`), or call `specmon.export.snapshot.export_session(session, folder)` itself.
+< and > seek 60 s, [ and ] speed, g / G start / end. The export key (e) and the SVG screenshot
+key (s) are the live app's (`SnapshotKeys`, on the shown host, into `export_dir`).
 """
 
 from __future__ import annotations
