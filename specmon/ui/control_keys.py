@@ -20,7 +20,9 @@ from textual.widgets import Static
 from specmon.control.benchmark import BenchResult
 from specmon.control.progress import StartProgress
 from specmon.control.server import (
+    GpuBusy,
     ServerControls,
+    StartFailed,
     StartResult,
     StopResult,
     SwapFailed,
@@ -116,12 +118,12 @@ class ServerControl:
                 self.status[server] = f"{what} failed: {why}"
                 app.notify(f"{self._name(server)}: {what} failed: {why}", severity="error",
                            markup=False, timeout=10)
-                last = getattr(exc, "last_lines", None)
-                if last:
-                    state.notices.extend(last[-5:])
+                if isinstance(exc, (StartFailed, SwapFailed)) and exc.last_lines:
+                    state.notices.extend(exc.last_lines[-5:])
                 if isinstance(exc, SwapFailed):
                     self._say_down(exc)
-                self._offer_swap(server, exc)
+                if isinstance(exc, GpuBusy):
+                    self._offer_swap(server, exc)
                 return
             # superseded: the panel's own state says what follows (loading, ready, stopped)
             self.status.pop(server, None)
@@ -210,9 +212,9 @@ class ServerControl:
                 self.app.notify(f"{self._name(key)} IS DOWN: {exc}", severity="error",
                                 markup=False, timeout=3600)
 
-    def _offer_swap(self, server: Key, exc: Exception) -> None:
+    def _offer_swap(self, server: Key, exc: GpuBusy) -> None:
         """GPUs busy with another server we control: offer to stop it and start this one."""
-        owners = [(server[0], o.server) for o in getattr(exc, "owners", None) or [] if o.server]
+        owners = [(server[0], o.server) for o in exc.owners if o.server]
         other = next((o for o in owners if o in self.controllers and o != server), None)
         if other is None:
             return
