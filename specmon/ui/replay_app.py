@@ -21,7 +21,6 @@ from specmon.export.snapshot import (
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.keys import bindings
-from specmon.ui.safe import plain
 
 
 def _clock_text(t: float) -> str:
@@ -40,10 +39,10 @@ class ReplayApp(SpecmonApp):
         self.replay = ReplayFeed(snapshot, speed=speed, playing=playing, reset=self._request_reset)
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
-                         export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
+                         export_dir=Path(export_dir) if export_dir is not None else None,
+                         title=f"replay · {snapshot.host}"
+                               + (f" · {source_name}" if source_name else ""), **kwargs)
         self.fleet.read_only = True  # a snapshot's scenario may ask for a baseline: refused
-        self.sub_title = plain(f"replay · {snapshot.host}"
-                               + (f" · {source_name}" if source_name else ""))
 
     # a replay is read-only: no server control, no baseline recording (the user's baseline
     # store is never written), no host switching of a live fleet
