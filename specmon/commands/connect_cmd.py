@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specmon.commands.hostargs import (
     config_from_args,
@@ -29,6 +29,12 @@ from specmon.commands.options import add_config, add_export_dir, add_hosts
 from specmon.errors import CliError
 from specmon.hosts import HostError
 from specmon.sources.tail import TailSpec
+
+if TYPE_CHECKING:
+    from specmon.control.server import ServerController
+    from specmon.ui.app import SpecmonApp
+
+Key = tuple[str, str]  # (host, server), as every server is keyed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,20 +60,19 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-async def close_app(app: Any, actions: dict[Any, Any]) -> None:
+async def close_app(app: SpecmonApp, actions: dict[Key, ServerController]) -> None:
     """Close what open_app opened: controllers, the /metrics server, the host connections."""
     for ctl in actions.values():
         with contextlib.suppress(Exception):
             await ctl.close()
-    server = getattr(app, "metrics_server", None)
-    if server is not None:
-        await server.close()
-    for host in getattr(app, "hosts", []):
+    if app.metrics_server is not None:
+        await app.metrics_server.close()
+    for host in app.hosts:
         with contextlib.suppress(Exception):
             await host.close()
 
 
-async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str], Any]]:
+async def open_app(args: argparse.Namespace) -> tuple[SpecmonApp, dict[Key, ServerController]]:
     """Resolve config and targets, connect (one host: errors are one line), build the app.
 
     Returns the app and its control actions, keyed (host, server) like every server.
@@ -75,7 +80,7 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
     listen = listen_from_args(args)
     cfg = config_from_args(args)
     plans = plans_from_args(args, cfg)
-    actions: dict[tuple[str, str], Any] = {}
+    actions: dict[Key, ServerController] = {}
     roles: dict[str, dict[str, str]] = {}
     for plan in plans:
         host = plan.host
@@ -125,14 +130,13 @@ async def open_app(args: argparse.Namespace) -> tuple[Any, dict[tuple[str, str],
                            f"{exc.strerror or exc}") from None
     from specmon.ui.app import SpecmonApp
 
-    app = SpecmonApp(fleet, feed, actions=actions,
-                     keymap=dict(cfg.keys) if cfg is not None else None,
-                     export_dir=Path(args.export_dir) if args.export_dir else None)
-    app.metrics_server = server
-    app.hosts = [p.host for p in plans]
     for note in notes:  # a broken baseline store: said on screen, monitoring goes on
         print(f"specmon connect: {note}", file=sys.stderr)
-        app.startup_warnings.append(note)
-    if server is not None:
-        app.sub_title += f"  ·  /metrics on {server.host}:{server.port}"
+    title = ", ".join(fleet.hosts) + (f"  ·  /metrics on {server.host}:{server.port}"
+                                      if server is not None else "")
+    app = SpecmonApp(fleet, feed, actions=actions,
+                     keymap=dict(cfg.keys) if cfg is not None else None,
+                     export_dir=Path(args.export_dir) if args.export_dir else None,
+                     title=title, metrics_server=server, hosts=[p.host for p in plans],
+                     startup_warnings=notes)
     return app, actions

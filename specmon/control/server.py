@@ -241,6 +241,11 @@ class ServerController:
     def name(self) -> str:
         return self.profile.name
 
+    @property
+    def running(self) -> bool | None:
+        """Not known here: `status()` asks the host (a swap checks before it stops anything)."""
+        return None
+
     async def __aenter__(self) -> ServerController:
         return self
 
@@ -654,21 +659,33 @@ class ServerController:
 
 @dataclass
 class SwapResult:
-    stopped: Any  # StopResult (the demo's controller returns None)
-    started: Any  # StartResult
+    stopped: StopResult | None  # None: the demo's controller
+    started: StartResult | None
 
 
-class Controllable(Protocol):
-    """What a swap needs of a server's controller (ServerController, the demo's DemoActions)."""
+class ServerControls(Protocol):
+    """Server control as the keyboard and a swap use it: what both the real controller
+    (`ServerController`) and the demo's (`specmon.feeds.demo.DemoActions`) offer. The demo's
+    return None where the real one returns a result."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    async def start(self, progress: Any = None) -> Any: ...
+    @property
+    def running(self) -> bool | None:
+        """Known to be running (True) or stopped (False) without asking the host; None: only
+        the host knows (a swap checks there)."""
 
-    async def stop(self) -> Any: ...
+    async def start(self, progress: ProgressCb | None = None) -> StartResult | None: ...
+
+    async def stop(self) -> StopResult | None: ...
+
+    async def restart(self, progress: ProgressCb | None = None) -> StartResult | None: ...
+
+    async def benchmark(self) -> BenchResult: ...
 
 
-async def _restore(stopped: Controllable, failed: Controllable, exc: Exception,
+async def _restore(stopped: ServerControls, failed: ServerControls, exc: Exception,
                    progress: Any) -> NoReturn:
     """`failed` did not start after `stopped` was stopped for it: start `stopped` again, or
     say loudly that it is down. Always raises SwapFailed."""
@@ -687,7 +704,7 @@ async def _restore(stopped: Controllable, failed: Controllable, exc: Exception,
                      f"started again", exc, restarted=again) from exc
 
 
-async def swap(stop_ctrl: Controllable, start_ctrl: Controllable,
+async def swap(stop_ctrl: ServerControls, start_ctrl: ServerControls,
                progress: ProgressCb | None = None, gpu_timeout: float = 120.0) -> SwapResult:
     """Check that the other server can start, stop one server, wait until the other's GPUs are
     free, start the other. Nothing is stopped when a precondition fails (already running, a

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specmon.control.local import (
     cmdline,
@@ -34,6 +35,10 @@ from specmon.sim import dist as sim_dist
 from specmon.sim.gpu_model import SimGpuHost
 from specmon.sources.gpu_poll import SimGpuSource
 from specmon.sources.tail import LogTailer, TailSpec
+
+if TYPE_CHECKING:
+    from specmon.control.benchmark import BenchResult
+    from specmon.control.server import ServerControls
 
 NCCL_TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "NVL"}
 N_GPUS = 16  # two tp-8 servers side by side on one simulated box
@@ -321,7 +326,8 @@ def _die_with_parent() -> None:
 
 
 class DemoActions:
-    """The keyboard's server actions on a demo server (same methods as ServerController)."""
+    """The keyboard's server actions on a demo server: `ServerControls`, like
+    ServerController."""
 
     def __init__(self, feed: DemoFeed, srv: SimServer) -> None:
         self.feed = feed
@@ -359,7 +365,7 @@ class DemoActions:
         assert self.feed._sink is not None
         await self.feed.restart_server(self.srv, self.feed._sink)
 
-    async def benchmark(self) -> object:
+    async def benchmark(self) -> BenchResult:
         from specmon.control.benchmark import BenchConfig, run_builtin
 
         port = self.srv.args[self.srv.args.index("--port") + 1]
@@ -367,6 +373,7 @@ class DemoActions:
                                  BenchConfig(num_prompts=4, output_len=64))
 
 
-def demo_actions(feed: DemoFeed) -> dict[tuple[str, str], DemoActions]:
-    """The control keys' actions, keyed like every server: (host, server)."""
+def demo_actions(feed: DemoFeed) -> dict[tuple[str, str], ServerControls]:
+    """The control keys' actions, keyed like every server: (host, server); typed as the
+    protocol so that mypy checks DemoActions against it."""
     return {(feed.host, s.name): DemoActions(feed, s) for s in feed.servers}

@@ -9,7 +9,7 @@ measured. The "speculation no longer pays" alert is raised by the session model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -126,10 +126,21 @@ class AdvisorScreen(ModalScreen[None]):
             yield Static(self.text, id="advisor-text", markup=False)
 
 
-class AdvisorKeysMixin:
-    """Key `a` (advisor screen), for SpecmonApp."""
+class AdvisorApp(Protocol):
+    """What the advisor key needs of the app."""
 
-    def action_advisor(self) -> None:
-        app: Any = self
-        mem = app.__dict__.setdefault("_advisor_memory", AdvisorMemory())
-        app.push_screen(AdvisorScreen(advisor_report(app.session, mem)))
+    @property
+    def session(self) -> HostState: ...
+
+    def push_screen(self, screen: AdvisorScreen) -> object: ...
+
+
+class AdvisorKeys:
+    """Key `a` (the advisor screen); it remembers the advisor's last advice per server."""
+
+    def __init__(self, app: AdvisorApp) -> None:
+        self.app = app
+        self.memory = AdvisorMemory()
+
+    def show(self) -> None:
+        self.app.push_screen(AdvisorScreen(advisor_report(self.app.session, self.memory)))

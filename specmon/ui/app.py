@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rich.markup import escape
 from textual import events
@@ -29,6 +29,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
+from specmon.control.server import ServerControls
 from specmon.export.redact import redact_fingerprint
 from specmon.keymap import ACTIONS, GROUPS
 from specmon.parse.sglang import Record
@@ -39,13 +40,13 @@ from specmon.session.events import Feed, FeedSink, LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.state import HostState
 from specmon.session.window import DEFAULT_WINDOW_S
-from specmon.ui.advisor_screen import AdvisorKeysMixin
+from specmon.ui.advisor_screen import AdvisorKeys
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
-from specmon.ui.control_keys import ServerControlMixin
+from specmon.ui.control_keys import ServerControl
 from specmon.ui.headline import HeadlineModel, headline_model
 from specmon.ui.keys import bindings
 from specmon.ui.safe import plain, plain_lines
-from specmon.ui.snapshot_keys import SnapshotKeysMixin
+from specmon.ui.snapshot_keys import SnapshotKeys
 from specmon.ui.widgets import (
     BigFigure,
     DriftPanel,
@@ -58,6 +59,10 @@ from specmon.ui.widgets import (
     fit,
     safe_id,
 )
+
+if TYPE_CHECKING:
+    from specmon.export.prometheus import MetricsServer
+    from specmon.hosts.base import Host
 
 WINDOWS_S = (30.0, 60.0, 300.0)
 
@@ -129,9 +134,12 @@ def _redact_baseline(b: Baseline) -> None:
     b.fingerprint = redact_fingerprint(b.fingerprint)  # the store keeps no secret
 
 
-class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[None]):
+class SpecmonApp(App[None]):
     """The one app of every path (connect 1..N hosts, demo, replay): built on the session
-    model (`FleetSession`; a plain `HostState` is a fleet of one), fed by one `Feed`."""
+    model (`FleetSession`; a plain `HostState` is a fleet of one), fed by one `Feed`.
+
+    Its key groups are objects it holds (server control, export, advisor); its `action_*`
+    methods delegate to them (Textual runs actions on the app or the focused widget)."""
 
     CSS_PATH = str(stylesheet())
     TITLE = "specmon"
@@ -144,8 +152,10 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
                  keymap: dict[str, str] | None = None, clock: Callable[[], float] = time.time,
                  show_clock: bool = True, export_dir: Path | None = None,
                  baseline_store: BaselineStore | None = None,
-                 actions: dict[ServerKey, Any] | None = None, title: str | None = None,
-                 store_note: str | None = None) -> None:
+                 actions: Mapping[ServerKey, ServerControls] | None = None,
+                 title: str | None = None, store_note: str | None = None,
+                 metrics_server: MetricsServer | None = None, hosts: Sequence[Host] = (),
+                 startup_warnings: Sequence[str] = ()) -> None:
         super().__init__()
         self.fleet = session if isinstance(session, FleetSession) else \
             FleetSession.of(session, clock=clock)
@@ -158,17 +168,18 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         self._keymap = keymap or {}
         self.clock = clock
         self.show_clock = show_clock
-        self.export_dir = export_dir or Path.cwd()
-        self.actions = dict(actions or {})
-        self.control_status: dict[ServerKey, str] = {}
+        self.control = ServerControl(self, actions or {})
+        self.control_status = self.control.status  # the panels' control status lines
+        self.snapshot_keys = SnapshotKeys(self, export_dir or Path.cwd())
+        self.advisor_keys = AdvisorKeys(self)
         self._panel_focused = False  # the first panel got the focus once (_default_focus)
         self._pending: dict[ServerKey, list[tuple[str, Record | None]]] = {}
         self._panels: dict[ServerKey, ServerPanel] = {}
         self._feed_worker: Worker[None] | None = None
         self._multi = len(self.fleet.hosts) > 1
-        self.metrics_server: Any = None  # what the command opened for this app (it closes them)
-        self.hosts: list[Any] = []
-        self.startup_warnings: list[str] = []  # toasts on mount (e.g. no drift watching)
+        self.metrics_server = metrics_server  # what the command opened (it closes them)
+        self.hosts = list(hosts)
+        self.startup_warnings = list(startup_warnings)  # toasts on mount (no drift watching)
         self.lines_received = 0
         self.sink: FeedSink = cast(FeedSink, _AppSink(self))  # what the feed is given
         self.refreshes = 0
@@ -327,8 +338,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         except NoMatches:  # the app is shutting down
             return None
         pid = f"panel-{safe_id(name)}" if not self._multi else f"panel-{safe_id(host + '/' + name)}"
-        panel = self._panels[key] = ServerPanel(name, id=pid)
-        panel.host = host
+        panel = self._panels[key] = ServerPanel(name, host=host, id=pid)
         state = self.fleet.server(host, name)
         # baseline on the left, speculative on the right
         if state.role == "baseline" and container.children:
@@ -598,7 +608,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         except NoMatches:
             return
 
-    def _focused_server(self) -> ServerKey | None:
+    def focused_server(self) -> ServerKey | None:
         node = self.focused
         while node is not None:
             if isinstance(node, ServerPanel):
@@ -609,7 +619,7 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
         return (host, base.name) if host is not None and base is not None else None
 
     def action_record_baseline(self) -> None:
-        key = self._focused_server()
+        key = self.focused_server()
         if key is None:
             self.notify("focus a server panel first (tab)", severity="warning")
             return
@@ -651,6 +661,32 @@ class SpecmonApp(AdvisorKeysMixin, ServerControlMixin, SnapshotKeysMixin, App[No
             out.extend(f"  [b]{escape(k):<10}[/b] {what}" for k, what in rows)
             out.append("")
         return "\n".join(out)
+
+    # the key groups' actions, on their objects
+    def action_server_start(self) -> None:
+        self.control.start()
+
+    def action_server_stop(self) -> None:
+        self.control.stop()
+
+    def action_server_restart(self) -> None:
+        self.control.restart()
+
+    def action_server_swap(self) -> None:
+        self.control.swap()
+
+    def action_server_bench(self) -> None:
+        self.control.bench()
+
+    def action_export_snapshot(self) -> None:
+        self.snapshot_keys.export()
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """An SVG screenshot into the export folder (App's signature; both are ignored)."""
+        self.snapshot_keys.screenshot()
+
+    def action_advisor(self) -> None:
+        self.advisor_keys.show()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_keys()))

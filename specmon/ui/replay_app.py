@@ -2,9 +2,8 @@
 
 `ReplayApp` is `SpecmonApp` with a `ReplayFeed` (same sink, same handlers, same widgets), the
 feed's virtual time as the app clock, a status bar and keys: space play/pause, , and . seek 10 s,
-< and > seek 60 s, [ and ] speed, g / G start / end. `SnapshotKeysMixin` adds the export key (e)
-and the SVG screenshot key (s); the live app can mix it in too (it needs `.session` and
-`.export_dir`), or call `specmon.export.snapshot.export_session(session, folder)` itself.
+< and > seek 60 s, [ and ] speed, g / G start / end. The export key (e) and the SVG screenshot
+key (s) are the live app's (`SnapshotKeys`, on the shown host, into `export_dir`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from specmon.export.snapshot import (
 from specmon.feeds.replay import ReplayFeed, replay_session
 from specmon.ui.app import SpecmonApp
 from specmon.ui.keys import bindings
-from specmon.ui.safe import plain
 
 
 def _clock_text(t: float) -> str:
@@ -41,10 +39,10 @@ class ReplayApp(SpecmonApp):
         self.replay = ReplayFeed(snapshot, speed=speed, playing=playing, reset=self._request_reset)
         self.source_name = source_name
         super().__init__(replay_session(snapshot), self.replay, clock=self.replay.now,
-                         export_dir=Path(export_dir) if export_dir is not None else None, **kwargs)
+                         export_dir=Path(export_dir) if export_dir is not None else None,
+                         title=f"replay · {snapshot.host}"
+                               + (f" · {source_name}" if source_name else ""), **kwargs)
         self.fleet.read_only = True  # a snapshot's scenario may ask for a baseline: refused
-        self.sub_title = plain(f"replay · {snapshot.host}"
-                               + (f" · {source_name}" if source_name else ""))
 
     # a replay is read-only: no server control, no baseline recording (the user's baseline
     # store is never written), no host switching of a live fleet

@@ -1,10 +1,12 @@
-"""Export (e) and SVG screenshot (s) keys, shared by the live app and replay."""
+"""Export (e) and SVG screenshot (s) keys, shared by the live app and replay (the app's
+`action_export_snapshot` and `action_screenshot` delegate to `SnapshotKeys`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specmon.export.redact import redact_svg
 from specmon.export.snapshot import (
@@ -13,6 +15,7 @@ from specmon.export.snapshot import (
     snapshot_path,
     write_snapshot,
 )
+from specmon.session.state import HostState
 
 
 def _stamp() -> str:
@@ -23,14 +26,34 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("._") or "host"
 
 
-class SnapshotKeysMixin:
-    """Export (e) and SVG screenshot (s) actions for any app with `.session` and `.export_dir`."""
+class SnapshotApp(Protocol):
+    """What the export keys need of the app."""
 
-    export_dir: Path
+    @property
+    def session(self) -> HostState: ...
 
-    def action_export_snapshot(self) -> None:
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
+    def call_from_thread(self, callback: Callable[..., Any], *args: Any,
+                         **kwargs: Any) -> Any: ...
+
+    def run_worker(self, work: Callable[[], None], *, thread: bool, group: str,
+                   exit_on_error: bool) -> object: ...
+
+    def export_screenshot(self) -> str: ...
+
+
+class SnapshotKeys:
+    """Export (e) and SVG screenshot (s) of the app's shown host, into `export_dir`."""
+
+    def __init__(self, app: SnapshotApp, export_dir: Path) -> None:
+        self.app = app
+        self.export_dir = export_dir
+
+    def export(self) -> None:
         """Copy the session on the UI loop (it is mutated there), encode and write in a thread."""
-        app: Any = self
+        app = self.app
         try:
             path = snapshot_path(app.session.host, self.export_dir)
         except OSError as exc:
@@ -50,9 +73,9 @@ class SnapshotKeysMixin:
 
         app.run_worker(write, thread=True, group="export", exit_on_error=False)
 
-    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
-        """Save an SVG screenshot into the export folder (App's signature; both ignored)."""
-        app: Any = self
+    def screenshot(self) -> None:
+        """Save an SVG screenshot into the export folder."""
+        app = self.app
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
             out = self.export_dir / f"specmon-{_safe(app.session.host)}-{_stamp()}.svg"

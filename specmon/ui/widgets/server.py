@@ -192,16 +192,15 @@ def title_pieces(state: ServerState, width: int) -> list[Piece]:
 class ServerPanel(Vertical):
     """One server: title, start-up/control state, labelled numbers, a fixed-scale trend, its log."""
 
-    host: str = ""  # which host's server (the app sets it: servers are keyed (host, server))
-
     DEFAULT_CLASSES = "server-panel"
     # its keys (specmon/keymap.py): server control and baseline recording run on the app's
     # server control for this (focused) server; the log keys go to its log view
     BINDINGS = [*bindings("panel", "app"), *bindings("log")]
 
-    def __init__(self, server: str, *, id: str | None = None) -> None:
+    def __init__(self, server: str, *, host: str = "", id: str | None = None) -> None:
         super().__init__(id=id)
         self.server = server
+        self.host = host  # servers are keyed (host, server)
         self.can_focus = True
         self._status_cls: str | None = None
 
