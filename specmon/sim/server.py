@@ -894,41 +894,52 @@ class _HttpServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class SimHandler(BaseHTTPRequestHandler):
+    """What both simulated engines' HTTP handlers share: uvicorn's headers, the server's own
+    access log line, JSON replies; a subclass sets `sim` and routes."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    sim: Any  # the simulated server whose access log gets each request
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+    def _access(self, status: int) -> None:
+        import http
+
+        try:
+            reason = http.HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        client = f"{self.client_address[0]}:{self.client_address[1]}"
+        self.sim.access_log(client, self.command, self.path, status, reason)
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self._access(status)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._route("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._route("POST")
+
+    def _route(self, method: str) -> None:
+        raise NotImplementedError
+
+
 def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "uvicorn"
-        sys_version = ""
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            return
-
-        def _access(self, status: int) -> None:
-            import http
-
-            try:
-                reason = http.HTTPStatus(status).phrase
-            except ValueError:
-                reason = ""
-            client = f"{self.client_address[0]}:{self.client_address[1]}"
-            srv.access_log(client, self.command, self.path, status, reason)
-
-        def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            self._access(status)
-
-        def _json(self, status: int, obj: Any) -> None:
-            self._send(status, json.dumps(obj).encode())
-
-        def do_GET(self) -> None:  # noqa: N802
-            self._route("GET")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self._route("POST")
+    class Handler(SimHandler):
+        sim = srv
 
         def _route(self, method: str) -> None:
             path = urllib.parse.urlsplit(self.path).path

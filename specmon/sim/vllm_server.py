@@ -26,7 +26,7 @@ from typing import Any
 from specmon.sim import vllm_formats as vf
 from specmon.sim.engine import Request
 from specmon.sim.perf import SpecConfig
-from specmon.sim.server import SimError, SimServer, token_text
+from specmon.sim.server import SimError, SimHandler, SimServer, token_text
 from specmon.sim.worker import detokenizer_main, worker_main
 
 # vLLM methods the sim accepts; each is modelled as a chain of k draft tokens (SpecConfig, topk 1)
@@ -381,42 +381,13 @@ def _prompt_len(prompt: Any) -> int:
 
 
 def _make_vllm_handler(srv: VllmSimServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "uvicorn"
-        sys_version = ""
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            return
-
-        def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            self._access(status)
-
-        def _access(self, status: int) -> None:
-            import http
-
-            reason = http.HTTPStatus(status).phrase
-            client = f"{self.client_address[0]}:{self.client_address[1]}"
-            srv.access_log(client, self.command, self.path, status, reason)
-
-        def _json(self, status: int, obj: Any) -> None:
-            self._send(status, json.dumps(obj).encode())
+    class Handler(SimHandler):
+        sim = srv
 
         def _error(self, status: int, message: str) -> None:
             kind = "BadRequestError" if status == 400 else "NotFoundError"
             self._json(status, {"error": {"message": message, "type": kind, "param": None,
                                           "code": status}})
-
-        def do_GET(self) -> None:  # noqa: N802
-            self._route("GET")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self._route("POST")
 
         def _route(self, method: str) -> None:
             path = urllib.parse.urlsplit(self.path).path
