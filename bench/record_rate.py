@@ -2,7 +2,7 @@
 
     python bench/record_rate.py [--lines 200000] [--backlog-lines 2000000] [--repeat 1]
 
-Starts a private sshd on 127.0.0.1 (tests/sshd.py), writes SGLang decode lines to a file and
+Starts a private sshd on 127.0.0.1 (tests/kit/sshd.py), writes SGLang decode lines to a file and
 measures, in the same run and against the same file:
   * live rate: `ssh HOST tail -F -n +1 FILE` (lines counted on our side) vs `specmon record
     HOST --log s=FILE --whole-file` (rows counted in its --out file), N lines each, wall time
@@ -26,23 +26,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sshd import Sshd  # noqa: E402
+from kit.sshd import Sshd  # noqa: E402
 
 LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
         "0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, gen throughput (token/s): "
         "612.34, #queue-req: 0, ")
 
 
-def ssh_argv(sshd: Sshd, kh: Path, remote: str) -> list[str]:
-    return ["ssh", "-q", "-p", str(sshd.port), "-i", str(sshd.client_key),
-            "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            f"{sshd.user}@127.0.0.1", remote]
-
-
 def raw_tail(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(ssh_argv(sshd, kh, f"tail -F -n +1 {path}"), stdout=subprocess.PIPE)
+    proc = subprocess.Popen(sshd.ssh_argv(kh, f"tail -F -n +1 {path}"), stdout=subprocess.PIPE)
     assert proc.stdout is not None
     count = 0
     for _ in proc.stdout:
@@ -57,7 +50,7 @@ def raw_tail(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
 
 def raw_cat(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
     t0 = time.perf_counter()
-    out = subprocess.run(" ".join(ssh_argv(sshd, kh, f"cat {path}")) + " | wc -l", shell=True,
+    out = subprocess.run(" ".join(sshd.ssh_argv(kh, f"cat {path}")) + " | wc -l", shell=True,
                          check=True, capture_output=True, text=True).stdout
     dt = time.perf_counter() - t0
     assert int(out.split()[0]) == n, out

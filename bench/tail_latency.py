@@ -1,6 +1,6 @@
 """Tail latency over loopback SSH: line appended -> in specmon's session model, vs raw tail -F.
 
-Starts a private sshd on 127.0.0.1 (tests/sshd.py). A writer thread appends numbered SGLang-like
+Starts a private sshd on 127.0.0.1 (tests/kit/sshd.py). A writer thread appends numbered SGLang-like
 decode lines with random gaps; in the same run the same lines are read by
   * raw:     the system ssh client running `tail -F -n 0 FILE`, read line by line;
   * specmon: LogTailer over SshHost, each line parsed (`parse_line`) and applied to a
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sshd import Sshd  # noqa: E402
+from kit.sshd import Sshd  # noqa: E402
 
 from specmon.hosts.ssh import SshHost  # noqa: E402
 from specmon.parse.sglang import parse_line  # noqa: E402
@@ -52,10 +52,7 @@ class RawTail(threading.Thread):
         super().__init__(daemon=True)
         self.seen: dict[int, float] = {}
         self.proc = subprocess.Popen(
-            ["ssh", "-q", "-p", str(sshd.port), "-i", str(sshd.client_key),
-             "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
-             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-             f"{sshd.user}@127.0.0.1", f"tail -F -n 0 {path}"],
+            sshd.ssh_argv(kh, f"tail -F -n 0 {path}"),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
 

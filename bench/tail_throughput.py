@@ -1,6 +1,6 @@
 """Tail throughput over SSH: specmon's agent pipeline vs raw `ssh HOST tail -c +1 FILE`.
 
-Starts a private sshd on 127.0.0.1 (tests/sshd.py), writes N SGLang-like decode lines to a file,
+Starts a private sshd on 127.0.0.1 (tests/kit/sshd.py), writes N SGLang-like decode lines to a file,
 then measures, in the same run and against the same file:
   * raw:     the system ssh client running `tail -c +1 FILE`, lines counted on our side;
   * specmon: LogTailer over SshHost (agent framing, JSON events, offsets, decode) to LogLines.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sshd import Sshd  # noqa: E402
+from kit.sshd import Sshd  # noqa: E402
 
 from specmon.hosts.ssh import SshHost  # noqa: E402
 from specmon.sources.tail import LogLine, LogTailer, TailSpec  # noqa: E402
@@ -32,12 +32,7 @@ LINE = (
 
 
 def raw_ssh(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
-    cmd = [
-        "ssh", "-q", "-p", str(sshd.port), "-i", str(sshd.client_key),
-        "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={kh}",
-        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-        f"{sshd.user}@127.0.0.1", f"tail -c +1 {path}",
-    ]
+    cmd = sshd.ssh_argv(kh, f"tail -c +1 {path}")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None

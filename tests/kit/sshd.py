@@ -89,6 +89,13 @@ class Sshd:
         self.log = root / "sshd.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def ssh_argv(self, known_hosts: Path, remote: str) -> list[str]:
+        """OpenSSH's own client running `remote` on this sshd (the benchmarks' reference)."""
+        return ["ssh", "-q", "-p", str(self.port), "-i", str(self.client_key),
+                "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                f"{self.user}@127.0.0.1", remote]
+
     def start(self) -> Sshd:
         if not self.host_key.exists():
             keygen(self.host_key)
