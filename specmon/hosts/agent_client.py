@@ -332,6 +332,9 @@ class _AgentProcess:
             raise AgentError(self.error or f"{self.host.name}: the agent is not running")
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # the agent going away fails every pending reply, also one whose request never got
+        # written (the write failed first): nobody awaits that one, so it is retrieved here
+        fut.add_done_callback(_retrieve)
         self._pending[rid] = fut
         try:
             return await bounded(self._call(rid, op, fut, args), timeout)

@@ -89,3 +89,32 @@ async def test_request_fails_when_the_agent_goes_away():
         assert task in done, "a request to a dead agent is still waiting"
         with pytest.raises(AgentError):
             task.result()
+
+
+async def test_a_reply_failed_before_its_request_was_written_is_retrieved(monkeypatch):
+    """The agent goes away while a request is still being written: its reply future is failed
+    (nobody awaits it: the write failed first), and that failure is retrieved, so no
+    "Future exception was never retrieved" reaches stderr at exit."""
+    import gc
+
+    loop = asyncio.get_running_loop()
+    logged: list[str] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: logged.append(str(ctx.get("message"))))
+    try:
+        async with AgentClient(LocalHost()) as agent:
+            proc = agent._proc
+            assert proc is not None
+
+            async def write_as_the_agent_goes(data: bytes) -> None:
+                proc._shut()  # the agent went away: every pending reply fails
+                raise AgentError("the agent went away")
+
+            monkeypatch.setattr(proc, "_write", write_as_the_agent_goes)
+            with pytest.raises(AgentError):
+                await agent.request("procs", timeout=BOUND)
+        gc.collect()
+        await asyncio.sleep(0)
+        assert not [m for m in logged if "never retrieved" in m], logged
+    finally:
+        loop.set_exception_handler(old)
