@@ -44,3 +44,26 @@ async def test_hostile_lines_and_a_nan_point_do_not_kill_the_live_ui() -> None:
         assert "tok/s 0–" in trend and "nan" not in trend.lower() and "inf" not in trend.lower()
         assert app.is_running
         assert st.decode_total >= 10 + len(lines)  # the hostile lines were kept as records
+
+
+async def test_every_panel_line_shows_host_text_as_data():
+    """Lines (every panel, the headline, the banner) passes its text through the one
+    text-safety function: a server arg's value carried into a statement (conditions differ)
+    shows its ESC as the characters \\x1b, and our own line breaks stay line breaks."""
+    from textual.app import App, ComposeResult
+
+    from specmon.ui.widgets.text import Lines
+
+    class Tiny(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Lines()
+
+    app = Tiny()
+    async with app.run_test(size=(80, 5)) as pilot:
+        w = app.query_one(Lines)
+        w.put([("conditions differ: tp_size: 8 vs \x1b]52;c;ZXZpbA==\x07", "bold"),
+               ("\nsecond line", "")])
+        await pilot.pause()
+        shown = str(w.render())
+        assert "\x1b" not in shown and "\x07" not in shown
+        assert "\\x1b]52;c;ZXZpbA==\\x07" in shown and "\nsecond line" in shown

@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specmon.numfmt import NA, num  # noqa: F401  (re-exported: the widgets format with it)
+from specmon.textsafe import is_plain, visible_lines
 
 Piece = tuple[str, str]  # (text, Textual style: "bold $warning", "" for none)
 
@@ -88,7 +89,9 @@ class Lines(Static):
         return self.content_size.width or 200
 
     def put(self, pieces: Iterable[Piece]) -> bool:
-        key = tuple(pieces)
+        """Show `pieces`; every text goes through the one text-safety function on the way, so
+        host text a statement carries (a server arg's value, a cause) is data on screen."""
+        key = tuple((t if is_plain(t) else visible_lines(t), style) for t, style in pieces)
         if key == self._key:
             return False
         n = 1 + sum(t.count("\n") for t, _ in key)
