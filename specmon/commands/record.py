@@ -60,12 +60,14 @@ _UNPARSED: Any = object()
 
 
 def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | None = None,
-              host: str | None = None) -> str:
+              host: str | None = None, whole: bool = False) -> str:
     """One JSONL row; the line is redacted (a recording is a way out like any export). `record`
     is what the feed already parsed from the line (each line is parsed once); a line that
     redaction changed is parsed again from its redacted text, so no secret reaches the file
-    by either field."""
-    text = redact_text(ev.text)
+    by either field. `whole`: the parser read every byte of the line as a known stats field
+    (`parse_known`), so it holds no free text to redact (the redaction rules cost more than
+    the parse)."""
+    text = ev.text if whole and record is not _UNPARSED else redact_text(ev.text)
     if record is _UNPARSED or text != ev.text:
         rec = parse_record(text)
     else:
@@ -83,10 +85,11 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
     return dumps(obj, ensure_ascii=False)
 
 
-def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, multi: bool) -> str:
+def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, whole: bool,
+                     multi: bool) -> str:
     if not multi:
-        return line_json(ev, rec)
-    return line_json(ev, rec, server=f"{host}/{ev.server}", host=host)
+        return line_json(ev, rec, whole=whole)
+    return line_json(ev, rec, server=f"{host}/{ev.server}", host=host, whole=whole)
 
 
 def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
@@ -239,9 +242,9 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
     fleet = FleetSession([p.host.name for p in plans], baselines=baselines)
     count = 0
 
-    def tap(host: str, ev: LogLine, rec: Record | None) -> None:
+    def tap(host: str, ev: LogLine, rec: Record | None, whole: bool) -> None:
         nonlocal count
-        out.write(_fleet_line_json(host, ev, rec, multi))
+        out.write(_fleet_line_json(host, ev, rec, whole, multi))
         count += 1
 
     def gpu_tap(host: str, samples: list[GpuSample]) -> None:

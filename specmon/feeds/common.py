@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from specmon.parse.gpu_sample import GpuSample
-from specmon.parse.sglang import Record, parse_line
+from specmon.parse.sglang import Record, parse_known
 from specmon.session.events import FeedSink, LineItem
 from specmon.sources.tail import LogLine, LogTailer, TailNotice
 
@@ -37,13 +37,13 @@ def notice_text(ev: TailNotice) -> str:
 
 
 async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float = 0.1,
-                    tap: Callable[[LogLine, Record | None], None] | None = None) -> None:
+                    tap: Callable[[LogLine, Record | None, bool], None] | None = None) -> None:
     """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`; a missing
     file -> `sink.tail_missing` (the tail keeps waiting for it).
 
     `tap` sees every raw LogLine (path and byte offset included) as it arrives, with the record
-    parsed from it here (each line is parsed once): `specmon record` writes them out while the
-    sink keeps the live state.
+    parsed from it here (each line is parsed once) and whether the line was read whole (no free
+    text: `parse_known`): `specmon record` writes them out while the sink keeps the live state.
     """
     # Bounded: when the sink falls behind, the reader waits, the tailer stops crediting the
     # agent, and the agent stops reading the file (memory stays flat while catching up).
@@ -75,9 +75,9 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
             n = 0
             while ev is not None:
                 if isinstance(ev, LogLine):
-                    rec = parse_line(ev.text)
+                    rec, whole = parse_known(ev.text)
                     if tap is not None:
-                        tap(ev, rec)
+                        tap(ev, rec, whole)
                     batch.setdefault(ev.server, []).append(LineItem(ev.text, rec, ev.received_at))
                     n += 1
                 elif isinstance(ev, TailNotice) and ev.kind in NOTICE_TEXT:

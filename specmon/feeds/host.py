@@ -45,7 +45,7 @@ class HostFeed:
     def __init__(self, host: Host, specs: list[TailSpec] | None = None, *,
                  history_lines: int | None = 2000, gpu_interval: float = 1.0,
                  gpu_retry_s: float = 10.0, python: str | None = None,
-                 tap: Callable[[str, LogLine, Record | None], None] | None = None,
+                 tap: Callable[[str, LogLine, Record | None, bool], None] | None = None,
                  gpu_tap: Callable[[str, list[GpuSample]], None] | None = None,
                  roles: dict[str, str] | None = None,
                  retry_max_s: float = 30.0, all_users: bool = False) -> None:
@@ -186,8 +186,8 @@ class HostFeed:
                 if self.tap is not None:
                     outer = self.tap
 
-                    def tap(ev: LogLine, rec: Record | None) -> None:
-                        outer(self.name, ev, rec)
+                    def tap(ev: LogLine, rec: Record | None, whole: bool) -> None:
+                        outer(self.name, ev, rec, whole)
 
                 tasks.append(asyncio.create_task(pump_tail(
                     LogTailer(self.host, self.specs, history_lines=self.history_lines), self.name,

@@ -1,0 +1,128 @@
+"""The known-shape read of decode lines (parse/sglang.py `_KNOWN_DECODE`) stores exactly what the
+general key loop stores, on every real line we hold and on mutated ones; and a line counts as
+read whole (no free text, so `record` may skip redaction) only when every byte of it is known."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specmon.parse.sglang import BatchRecord, parse_known
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _real_lines() -> list[str]:
+    lines: list[str] = []
+    for row in (DATA / "sglang-samples.jsonl").read_text().splitlines():
+        lines.append(json.loads(row)["line"])
+    for row in (DATA / "sglang-logs" / "real-sample.jsonl").read_text().splitlines():
+        obj = json.loads(row)
+        if isinstance(obj.get("line"), str):
+            lines.append(obj["line"])
+    for path in sorted((DATA / "sglang-longlogs").glob("*.log.gz")):
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as fh:
+            lines.extend(line for line in fh if "batch" in line)
+    return lines
+
+
+REAL = _real_lines()
+
+
+def _same(line: str) -> tuple[object, bool]:
+    """Both paths on one line: equal records, the same JSON key order; the fast result."""
+    fast, whole = parse_known(line)
+    slow, slow_whole = parse_known(line, known=False)
+    assert fast == slow, line
+    if fast is not None:
+        assert list(fast.to_json().items()) == list(slow.to_json().items()), line
+    assert not slow_whole  # the general path never claims a line whole
+    return fast, whole
+
+
+def test_real_lines_read_the_same_and_most_decode_lines_take_the_known_path() -> None:
+    decode = whole = 0
+    for line in REAL:
+        rec, w = _same(line)
+        if isinstance(rec, BatchRecord) and rec.kind == "decode":
+            decode += 1
+            whole += w
+    assert decode > 1000  # the long logs are there
+    # real logs are mostly of the known shapes: a pattern that never matches fails here
+    assert whole / decode > 0.5, (whole, decode)
+
+
+def test_a_default_decode_line_is_read_whole_with_every_field() -> None:
+    line = ("[2025-06-01 12:00:00.250 DP1 TP3 EP2] Decode batch, #running-req: 08, #token: 12345, "
+            "token usage: 0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, "
+            "gen throughput (token/s): 612.34, #queue-req: 0, ")
+    rec, whole = _same(line)
+    assert whole
+    assert isinstance(rec, BatchRecord)
+    assert (rec.timestamp, rec.dp_rank, rec.tp_rank, rec.ep_rank) == (
+        "2025-06-01 12:00:00.250", 1, 3, 2)
+    assert (rec.running_req, rec.tokens, rec.accept_len, rec.gen_throughput, rec.queue_req) == (
+        8, 12345, 2.71, 612.34, 0)
+    assert rec.cuda_graph is True and rec.graph_kind == "cuda"
+
+
+def test_free_text_anywhere_means_not_whole() -> None:
+    base = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
+            "0.05, cuda graph: False, gen throughput (token/s): 61.3, #queue-req: 0")
+    assert _same(base)[1]
+    for line in (
+        "api_key=sk-abc " + base,  # text before the prefix
+        base.replace("[2025", "token=hunter2 [2025"),
+        base + ", note: sk-live-0123456789abcdef",  # an unknown field after the last one
+        base.replace("TP0]", "TP0 user=bob]"),
+        base.replace("cuda graph: False", "cuda graph: sk-live-0123456789abcdef"),
+    ):
+        assert not _same(line)[1], line
+
+
+_NUM = st.one_of(
+    st.from_regex(r"\A\d{1,20}\Z"),
+    st.from_regex(r"\A\d{1,17}\.\d{0,17}\Z"),
+    st.sampled_from(["nan", "inf", "-1", "1e400", "0.5%", "True", "", " 3", "٣", "1_0", "0x1f"]),
+)
+_PIECES = st.sampled_from([
+    ", x=y", ", foo", ", #queue-req: 5", ", gen throughput (token/s): 7.0", ", Gen Throughput: 5",
+    ", accept len: 9.9", ", #running req: 3", ",", " ", "\t", ", est uncap acc len: 1 [2, 3]",
+    ", swa=3", ", cuda graph: False", ", fwd occupancy: 50%", ", largest-len: 4",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    rr=_NUM, tok=_NUM, usage=_NUM, acc=st.one_of(st.none(), _NUM), rate=st.one_of(st.none(), _NUM),
+    graph=st.sampled_from([None, "cuda graph: True", "npu graph: False", "cuda graph: maybe"]),
+    gt=_NUM, queue=_NUM, head=st.sampled_from([".", ",", " [12],", ";", ". "]),
+    prefix=st.sampled_from(["", "[2025-06-01 12:00:00 TP0] ", "[2025-06-01 12:00:00.5 TP0] ",
+                            "[2025-06-01 12:00:00 DP0 TP1 EP2 PP3] ", "[12:00:00 TP0] ",
+                            "[2025-06-01 12:00:00 TP99999999999999999999] ", "x [2025-06-01 "
+                            "12:00:00] "]),
+    cut=st.integers(min_value=0, max_value=12), piece=_PIECES, tail=st.sampled_from(["", ",", ", ",
+                                                                                     " ", ",  "]),
+)
+def test_mutated_decode_lines_read_the_same(rr: str, tok: str, usage: str, acc: str | None,
+                                            rate: str | None, graph: str | None, gt: str,
+                                            queue: str, head: str, prefix: str, cut: int,
+                                            piece: str, tail: str) -> None:
+    fields = [f"#running-req: {rr}", f"#token: {tok}", f"token usage: {usage}"]
+    if acc is not None:
+        fields.append(f"accept len: {acc}")
+    if rate is not None:
+        fields.append(f"accept rate: {rate}")
+    if graph is not None:
+        fields.append(graph)
+    fields += [f"gen throughput (token/s): {gt}", f"#queue-req: {queue}"]
+    body = ", ".join(fields)
+    if cut:  # a piece inserted after the cut-th separator (or at the end)
+        parts = body.split(", ")
+        at = min(cut, len(parts))
+        body = ", ".join(parts[:at]) + piece + (", " + ", ".join(parts[at:]) if parts[at:] else "")
+    _same(f"{prefix}Decode batch{head} {body}{tail}")
