@@ -1,7 +1,8 @@
 """Pumps shared by every live feed: log tails and GPU sources into a sink, batched.
 
-Lines are parsed here, off the UI's handlers, and delivered in batches (at most every
-`flush_s`), so a server logging 1,000 lines per second costs the UI a few messages per second.
+Lines are parsed here, off the UI's handlers, and delivered in batches (once caught up, at most
+every `flush_s`, so a server logging 1,000 lines per second costs the UI a few messages per
+second; while behind, batch after batch of at most MAX_BATCH, so a backlog is not paced).
 The queue between the tail and the batcher is bounded: catching up on a large log waits for
 the session instead of buffering the whole file in memory.
 """
@@ -94,8 +95,8 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                 done = True
             for server, items in batch.items():
                 sink.lines(host, server, items)
-            if not done:
-                await asyncio.sleep(flush_s)
+            if not done:  # caught up: wait to batch; behind (a backlog): go on at once
+                await asyncio.sleep(flush_s if queue.empty() else 0)
         await asyncio.wait({task}, timeout=5.0)  # it has put the end marker: finishing
         exc = task.exception() if task.done() and not task.cancelled() else None
         if exc is not None:
