@@ -32,10 +32,13 @@ def finite(obj: Any) -> Any:
     return obj
 
 
+_STRICT = json.JSONEncoder(allow_nan=False)  # (one encoder, not one per row: rows are many)
+
+
 def dumps(obj: Any, **kw: Any) -> str:
     """`json.dumps` that never emits Infinity/NaN and never raises on a hostile number."""
     kw["allow_nan"] = False
     try:
-        return json.dumps(obj, **kw)
+        return _STRICT.encode(obj) if len(kw) == 1 else json.dumps(obj, **kw)
     except ValueError:
         return json.dumps(finite(obj), **kw)

@@ -52,14 +52,23 @@ def run(args: argparse.Namespace) -> int:
         out = sys.stdout
         found = 0
         invalid = 0
+        rows: list[str] = []  # written a few hundred at a time: one text-safety check per chunk
         for name in args.files:
-            for obj in iter_json(name, "all"):
-                found += 1
-                if args.kind != "all" and obj["kind"] != args.kind:
-                    continue
-                invalid += len(obj.get("invalid") or ())
-                out.write(dumps(obj))
-                out.write("\n")
+            try:
+                for obj in iter_json(name, "all"):
+                    found += 1
+                    if args.kind != "all" and obj["kind"] != args.kind:
+                        continue
+                    if "invalid" in obj:
+                        invalid += len(obj["invalid"])
+                    rows.append(dumps(obj))
+                    if len(rows) >= 512:
+                        out.write("\n".join(rows) + "\n")
+                        rows.clear()
+            finally:  # what was read before an error is printed before it
+                if rows:
+                    out.write("\n".join(rows) + "\n")
+                    rows.clear()
         if invalid:  # e.g. vLLM 0.8.5's `nan` for an interval without drafts
             print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
                   "were read as null (each record names them under \"invalid\")", file=sys.stderr)

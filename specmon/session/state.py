@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from datetime import time as dt_time
+from functools import lru_cache
 from typing import Any
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
@@ -44,6 +45,15 @@ MAX_SPEC_CHANGES = 256  # adaptive step changes kept per run (older ones cover n
 HOLD_WAIT_S = 2.0  # vLLM prints an engine's spec line right after its stats line: this is ample
 
 
+@lru_cache(maxsize=256)
+def _stamp_seconds(stamp: str) -> float | None:
+    """(Cached: the lines of one second share their stamp, and parsing it costs ~1 us a line.)"""
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except (ValueError, OverflowError, OSError):  # e.g. year 0001 in a garbled line
+        return None
+
+
 def log_time(rec: Record, received: float) -> float | None:
     """Seconds of the timestamp SGLang printed; None when the line carries none.
 
@@ -52,10 +62,7 @@ def log_time(rec: Record, received: float) -> float | None:
     (0.3.x) takes its date from the receive time, the nearest day to it.
     """
     if rec.timestamp:
-        try:
-            return datetime.fromisoformat(rec.timestamp).timestamp()
-        except (ValueError, OverflowError, OSError):  # e.g. year 0001 in a garbled line
-            return None
+        return _stamp_seconds(rec.timestamp)
     if rec.time_of_day:
         try:
             clock = dt_time.fromisoformat(rec.time_of_day)

@@ -126,3 +126,44 @@ def test_mutated_decode_lines_read_the_same(rr: str, tok: str, usage: str, acc: 
         at = min(cut, len(parts))
         body = ", ".join(parts[:at]) + piece + (", " + ", ".join(parts[at:]) if parts[at:] else "")
     _same(f"{prefix}Decode batch{head} {body}{tail}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nums=st.lists(_NUM, min_size=7, max_size=7), usage=_NUM,
+    pending=st.one_of(st.none(), _NUM),
+    graph=st.sampled_from([None, "cuda graph: False", "npu graph: True", "cuda graph: 1"]),
+    thr=st.one_of(st.none(), _NUM), head=st.sampled_from([".", ",", " [3],", "(mixed #running-req: 2),"]),
+    prefix=st.sampled_from(["", "[2025-06-01 12:00:00 TP0] ", "[2025-06-01 12:00:00 DP1 TP1 EP1] ",
+                            "2025-06-01 12:00:00 INFO 77 [ TP0 scheduler.py:12] "]),
+    cut=st.integers(min_value=0, max_value=12), piece=_PIECES, tail=st.sampled_from(["", ", ", ","]),
+)
+def test_mutated_prefill_lines_read_the_same(nums: list[str], usage: str, pending: str | None,
+                                             graph: str | None, thr: str | None, head: str,
+                                             prefix: str, cut: int, piece: str, tail: str) -> None:
+    seqs, new, cached, rr, queue, _, _ = nums
+    fields = [f"#new-seq: {seqs}", f"#new-token: {new}", f"#cached-token: {cached}",
+              f"token usage: {usage}", f"#running-req: {rr}", f"#queue-req: {queue}"]
+    if pending is not None:
+        fields.append(f"#pending-token: {pending}")
+    if graph is not None:
+        fields.append(graph)
+    if thr is not None:
+        fields.append(f"input throughput (token/s): {thr}")
+    body = ", ".join(fields)
+    if cut:
+        parts = body.split(", ")
+        at = min(cut, len(parts))
+        body = ", ".join(parts[:at]) + piece + (", " + ", ".join(parts[at:]) if parts[at:] else "")
+    _same(f"{prefix}Prefill batch{head} {body}{tail}")
+
+
+def test_a_default_prefill_line_is_read_whole() -> None:
+    line = ("[2025-06-01 12:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 0, "
+            "token usage: 0.01, #running-req: 3, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+            "input throughput (token/s): 5210.55")
+    rec, whole = _same(line)
+    assert whole
+    assert isinstance(rec, BatchRecord) and rec.kind == "prefill"
+    assert (rec.new_token, rec.running_req, rec.input_throughput, rec.cuda_graph) == (
+        812, 3, 5210.55, False)
