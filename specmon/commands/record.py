@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from specmon.session.fleet import FleetSession
 
 
+DRAIN_S = 0.7  # at most this long writing what was received when told to stop (SIGTERM: 1 s)
+
+
 def _log(msg: str) -> None:
     print(f"specmon record: {msg}", file=sys.stderr, flush=True)
 
@@ -291,6 +294,8 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
         if task.done() and not failed.done():  # every host gave up (refused key or login)
             bad = [f"{h}: {hv.state.describe()}" for h, hv in fleet.hosts.items()]
             raise CliError("no host could be watched: " + "; ".join(bad))
+        if not failed.done():  # stopped: the lines already received are written, not dropped
+            await feed.drain(DRAIN_S)
     finally:
         for t in (task, waiter, ticker, failed):
             t.cancel()

@@ -62,6 +62,16 @@ class HostFeed:
         self.roles = {**_roles_from_names(self.specs), **(roles or {})}
         self.discovered: list[DiscoveredServer] = []
         self._connecting = False
+        self._tailers: list[LogTailer] = []
+        self._tail_tasks: list[asyncio.Task[None]] = []
+
+    async def drain(self, timeout: float) -> None:
+        """Stop reading the logs and let every line already received reach the sink and the
+        tap (`record` stopping on a signal writes what it got), for at most `timeout` s."""
+        for tailer in self._tailers:
+            tailer.stop()
+        if self._tail_tasks:
+            await asyncio.wait(self._tail_tasks, timeout=timeout)
 
     @property
     def name(self) -> str:
@@ -189,9 +199,11 @@ class HostFeed:
                     def tap(ev: LogLine, rec: Record | None, whole: bool) -> None:
                         outer(self.name, ev, rec, whole)
 
-                tasks.append(asyncio.create_task(pump_tail(
-                    LogTailer(self.host, self.specs, history_lines=self.history_lines), self.name,
-                    sink, tap=tap)))
+                tailer = LogTailer(self.host, self.specs, history_lines=self.history_lines)
+                self._tailers.append(tailer)
+                self._tail_tasks.append(asyncio.create_task(pump_tail(tailer, self.name, sink,
+                                                                      tap=tap)))
+                tasks.append(self._tail_tasks[-1])
             tasks.append(asyncio.create_task(self._probe_servers(sink)))
             try:
                 await asyncio.gather(*tasks)
@@ -222,6 +234,10 @@ class HostFeeds:
             text = str(exc).strip().splitlines()
             sink.host_state(feed.name, ConnectionState(
                 "failed", reason=text[0] if text else type(exc).__name__))
+
+    async def drain(self, timeout: float) -> None:
+        """Every host's `HostFeed.drain`, at once."""
+        await asyncio.gather(*(f.drain(timeout) for f in self.feeds))
 
     async def run(self, sink: FeedSink) -> None:
         tasks = [asyncio.create_task(self._one(f, sink)) for f in self.feeds]

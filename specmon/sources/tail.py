@@ -227,7 +227,9 @@ class LogTailer:
                                       "offset": pos.offset if pos else None})
             index = {k: i for i, k in enumerate(sub.keys)}
             try:
-                while not self._stopped:
+                # stopped: what the agent already sent is still delivered (record writes every
+                # line it received), but no more credit goes out, so that is bounded by the window
+                while not (self._stopped and not len(sub)):
                     msg = await sub.get()
                     if msg is None:
                         break
@@ -240,7 +242,7 @@ class LogTailer:
                     self.max_outstanding = max(self.max_outstanding, sub.max_outstanding)
                     for ev in evs:
                         yield ev
-                    if msg["t"] == "lines":
+                    if msg["t"] == "lines" and not self._stopped:
                         sub.outstanding[msg["tail"]] -= msg["cost"]
                         with contextlib.suppress(HostError):
                             await client.send("tail_credit", tail=msg["tail"], n=msg["cost"])

@@ -1,0 +1,58 @@
+"""`record` told to stop writes every line it had already received (issue 22: the lines waiting
+between the agent and the writer were dropped at SIGTERM or --duration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from specmon.commands.hostargs import HostPlan
+from specmon.commands.record import RecordOut, record_fleet
+from specmon.hosts.local import LocalHost
+from specmon.sources import tail
+from specmon.sources.tail import LogLine, TailEvent, TailSpec
+
+LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
+        "0.05, cuda graph: True, gen throughput (token/s): 61.3, #queue-req: 0, n=%07d\n")
+
+
+async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypatch) -> None:
+    n = 60_000
+    log = tmp_path / "big.log"
+    log.write_text("".join(LINE % i for i in range(n)))
+    received: list[int] = []  # offsets of the lines the tail handed to the feed
+    events = tail.LogTailer.events
+
+    async def counting(self: tail.LogTailer) -> AsyncIterator[TailEvent]:
+        async for ev in events(self):
+            if isinstance(ev, LogLine):
+                received.append(ev.offset)
+            yield ev
+
+    monkeypatch.setattr(tail.LogTailer, "events", counting)
+    stop = asyncio.Event()
+
+    class StopAt(RecordOut):
+        def write(self, row: str) -> None:
+            super().write(row)
+            if self.rows + len(self.buf) >= 5_000:
+                stop.set()  # as SIGTERM does, while the log is still being caught up on
+
+    out_path = tmp_path / "rec.jsonl"
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        count = await record_fleet([HostPlan(LocalHost(), [TailSpec("s", str(log))])],
+                                   StopAt(fd, str(out_path)), listen=None, history_lines=None,
+                                   stop=stop)
+    finally:
+        os.close(fd)
+    rows = [json.loads(x) for x in out_path.read_text().splitlines()]
+    assert 5_000 <= len(rows) < n  # stopped part-way (the test means something)
+    # every line received was written, once, in order; none was dropped at the stop
+    assert [r["offset"] for r in rows] == received
+    assert count == len(rows)
+    step = len(LINE % 0)
+    assert received == [i * step for i in range(len(received))]
