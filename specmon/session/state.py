@@ -351,6 +351,10 @@ class Run:
         # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
         # A round closes when every group that still logs is in it, or when one repeats.
         out: list[DecodePoint] = [closed] if closed is not None else []
+        if not self._round and len(self.groups) == 1:  # no DP: each line is a round (the rule
+            self._round[key] = pt  # below, without building the list of active groups)
+            out.append(self._close_round())
+            return out
         if key in self._round:
             out.append(self._close_round())
         self._round[key] = pt
@@ -384,7 +388,8 @@ class Run:
             f" ({self.segment} breaks in this run)" if self.segment > 1 else "")
 
     def _close_round(self) -> DecodePoint:
-        members = [self._round[k] for k in sorted(self._round, key=_rank_order)]
+        members = ([*self._round.values()] if len(self._round) == 1
+                   else [self._round[k] for k in sorted(self._round, key=_rank_order)])
         for k, g in self.groups.items():
             g.missed_rounds = 0 if k in self._round else g.missed_rounds + 1
         self._round = {}

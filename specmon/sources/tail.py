@@ -281,7 +281,6 @@ class LogTailer:
         hist = self._history_until.get(spec.name)
         hist_end = hist[1] if hist is not None and hist[0] == ino else -1
         out: list[LogLine] = []
-        check = pos.check
         for item in msg["lines"]:
             off, end, text = item[0], item[1], item[2]
             extra = item[3] if len(item) > 3 else None
@@ -289,7 +288,6 @@ class LogTailer:
                 data = text.encode("utf-8")
                 out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
                                    end <= hist_end))
-                check = (check + data + b"\n")[-CHECK_BYTES:]
                 continue
             cut = extra.get("cut")
             b64 = extra.get("b64")
@@ -305,13 +303,11 @@ class LogTailer:
                                     f"{off}..{end} in {spec.path}")
             out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
                                end <= hist_end, cut, noeol))
-            # the bytes right before `end` of a cut line were not sent: no check there
-            check = b"" if cut is not None else (check + data + (b"" if noeol else b"\n"))[
-                -CHECK_BYTES:]
         if any(b"\r" in ln.data for ln in out):
             out = [piece for ln in out for piece in split_cr(ln)]
         ends = [(ln.end, ln) for ln in out]
-        checks = self._checks(pos.check, out)
+        checks = self._checks(pos.check, out)  # (a cut line's sent bytes end before `end`:
+        # no check there)
         for (end, ln), chk in zip(ends, checks, strict=True):
             # the position moves line by line, as each is handed over: exact resume
             self.positions[spec.name] = FilePosition(ino, end, chk)
