@@ -13,6 +13,8 @@ import json
 import math
 from typing import Any
 
+import orjson
+
 # an int this long is not a measurement (and str() of it may raise): written as null
 MAX_INT_DIGITS = 4000
 
@@ -58,3 +60,19 @@ def dumps(obj: Any, **kw: Any) -> str:
         return enc.encode(obj) if enc is not None else json.dumps(obj, **kw)
     except ValueError:
         return json.dumps(finite(obj), **kw)
+
+
+def dumps_line(obj: Any, *, ascii_only: bool = False) -> str:
+    """One JSON-lines row, compact. `record` and `parse --json` write one per log line, and
+    orjson (the JSON library SGLang and vLLM use) encodes a 30-field record in ~0.5 us against
+    ~6 us for `json`. Non-finite floats become null, as in `dumps`; what orjson refuses (an int
+    past 64 bits, a lone surrogate, a key that is not a string) goes through `dumps`.
+    `ascii_only`: non-ASCII written as \\u escapes (a terminal then shows no raw C1 control or
+    bidi override; they stay valid JSON)."""
+    try:
+        out = orjson.dumps(obj).decode()
+    except TypeError:  # (orjson.JSONEncodeError is a TypeError)
+        return dumps(obj, ensure_ascii=ascii_only, separators=(",", ":"))
+    if ascii_only and not out.isascii():
+        return dumps(obj, separators=(",", ":"))
+    return out

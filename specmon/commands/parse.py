@@ -26,7 +26,7 @@ from specmon.analysis.logfile import (
 )
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
-from specmon.jsonout import dumps
+from specmon.jsonout import dumps, dumps_line
 from specmon.parse.sglang import EventRecord, parse_line
 
 MARK = b"server_args="
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                         continue
                     if "invalid" in obj:
                         invalid += len(obj["invalid"])
-                    rows.append(dumps(obj))
+                    rows.append(dumps_line(obj, ascii_only=True))
                     if len(rows) >= 512:
                         out.write("\n".join(rows) + "\n")
                         rows.clear()

@@ -34,7 +34,7 @@ from specmon.errors import CliError
 from specmon.export.redact import redact_text
 from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
-from specmon.jsonout import dumps
+from specmon.jsonout import dumps_line
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
 from specmon.sources.tail import LogLine
@@ -85,7 +85,7 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
     }
     if host is not None:
         obj["host"] = host
-    return dumps(obj, ensure_ascii=False)
+    return dumps_line(obj)
 
 
 def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, whole: bool,
@@ -101,7 +101,7 @@ def gpu_json(host: str, samples: list[GpuSample], multi: bool) -> str:
     obj: dict[str, Any] = {"gpus": [g.to_json() for g in samples], "received_at": round(t, 6)}
     if multi:
         obj["host"] = host
-    return dumps(obj, ensure_ascii=False)
+    return dumps_line(obj)
 
 
 class RecordOut:

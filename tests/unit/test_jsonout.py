@@ -1,0 +1,62 @@
+"""JSON lines (`dumps_line`, orjson) are as strict as `dumps`: no Infinity/NaN, nothing that
+raises, and with ascii_only no raw non-ASCII (a terminal gets no C1 control or bidi override)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specmon.jsonout import dumps, dumps_line
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+
+
+def _finite(v: object) -> object:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    return v
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=_VALUES, ascii_only=st.booleans())
+def test_any_tree_is_one_strict_line(obj: object, ascii_only: bool) -> None:
+    line = dumps_line(obj, ascii_only=ascii_only)
+    assert "\n" not in line
+    assert "Infinity" not in line and "NaN" not in line.replace('"', "")
+    back = json.loads(line)  # strict JSON: the stdlib reader takes it back
+    # (ints past 4300 digits are written as null, as `dumps` does)
+    if not any(isinstance(x, int) and abs(x) > 10**4000 for x in _leaves(obj)):
+        assert back == _finite(obj)
+    if ascii_only:
+        assert line.isascii()
+
+
+def _leaves(v: object) -> list[object]:
+    if isinstance(v, list):
+        return [y for x in v for y in _leaves(x)]
+    if isinstance(v, dict):
+        return [y for x in v.values() for y in _leaves(x)]
+    return [v]
+
+
+def test_what_orjson_refuses_goes_through_dumps() -> None:
+    assert json.loads(dumps_line({"n": 2**70})) == {"n": 2**70}  # past 64 bits
+    assert json.loads(dumps_line({"s": "a\ud800b"})) == {"s": "a\ud800b"}  # lone surrogate
+    assert json.loads(dumps_line({1: "x"})) == {"1": "x"}  # a key that is not a string
+    assert dumps_line({"x": float("nan"), "y": -float("inf")}) == '{"x":null,"y":null}'
+    # C1 CSI and a bidi override: escaped (still the same JSON string), never raw
+    line = dumps_line({"t": "a\x9b2Jb\u202e"}, ascii_only=True)
+    assert line == '{"t":"a\\u009b2Jb\\u202e"}'
+    assert json.loads(line) == json.loads(dumps({"t": "a\x9b2Jb\u202e"}))
