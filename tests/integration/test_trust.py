@@ -9,6 +9,7 @@ or alice) must never run $EVIL/python3 and never tail $SECRET; alice's own serve
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -196,7 +197,8 @@ def test_a_user_tails_only_her_own_readable_logs(world, tmp_path):
         res = world.record(world.alice, out, *extra)
         assert res.returncode == 0, res.stderr
         rows = _rows(out)
-        assert "ALICE-LINE" in rows and f'"server": "sglang-{PORT_ALICE}"' in rows
+        servers = {json.loads(r)["server"] for r in rows.splitlines() if '"gpus"' not in r}
+        assert "ALICE-LINE" in rows and f"sglang-{PORT_ALICE}" in servers
         assert SECRET not in rows and SECRET not in res.stderr
         secret_line = next(ln for ln in res.stderr.splitlines()
                            if f"sglang-{PORT_ALICE_SECRET}" in ln)
