@@ -393,9 +393,12 @@ class Run:
         for k, g in self.groups.items():
             g.missed_rounds = 0 if k in self._round else g.missed_rounds + 1
         self._round = {}
-        sp = combine(members)
-        sp.seg = max(p.seg for p in members)
-        sp.epoch = max(p.epoch for p in members)
+        if len(members) == 1:
+            sp = members[0]
+        else:
+            sp = combine(members)
+            sp.seg = max(p.seg for p in members)
+            sp.epoch = max(p.epoch for p in members)
         self.decode.append(sp)
         self.decode_total += 1
         self.last = sp.rec

@@ -120,12 +120,17 @@ def test_mutated_decode_lines_read_the_same(rr: str, tok: str, usage: str, acc: 
     if graph is not None:
         fields.append(graph)
     fields += [f"gen throughput (token/s): {gt}", f"#queue-req: {queue}"]
+    _same(f"{prefix}Decode batch{head} {_insert(fields, cut, piece)}{tail}")
+
+
+def _insert(fields: list[str], cut: int, piece: str) -> str:
+    """The fields joined, with `piece` after the cut-th of them (0: none; past the end: last)."""
     body = ", ".join(fields)
-    if cut:  # a piece inserted after the cut-th separator (or at the end)
-        parts = body.split(", ")
-        at = min(cut, len(parts))
-        body = ", ".join(parts[:at]) + piece + (", " + ", ".join(parts[at:]) if parts[at:] else "")
-    _same(f"{prefix}Decode batch{head} {body}{tail}")
+    if not cut:
+        return body
+    at = min(cut, len(fields))
+    rest = fields[at:]
+    return ", ".join(fields[:at]) + piece + (", " + ", ".join(rest) if rest else "")
 
 
 @settings(max_examples=300, deadline=None)
@@ -150,12 +155,7 @@ def test_mutated_prefill_lines_read_the_same(nums: list[str], usage: str, pendin
         fields.append(graph)
     if thr is not None:
         fields.append(f"input throughput (token/s): {thr}")
-    body = ", ".join(fields)
-    if cut:
-        parts = body.split(", ")
-        at = min(cut, len(parts))
-        body = ", ".join(parts[:at]) + piece + (", " + ", ".join(parts[at:]) if parts[at:] else "")
-    _same(f"{prefix}Prefill batch{head} {body}{tail}")
+    _same(f"{prefix}Prefill batch{head} {_insert(fields, cut, piece)}{tail}")
 
 
 def test_a_default_prefill_line_is_read_whole() -> None:
