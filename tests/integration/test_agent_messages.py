@@ -174,3 +174,17 @@ def test_base64_and_text_checks():
         decode(b'{"t":"lines","tail":1,"ino":NaN}')
     with pytest.raises(ProtocolError, match="limit"):
         decode(b'{"t":"x","y":"' + b"a" * (9 << 20) + b'"}')
+
+
+def test_what_orjson_refuses_is_read_or_refused_as_the_stdlib_does():
+    """Messages are read with orjson (fast), and anything it refuses by the stdlib reader, so the
+    result and the error message are json's: an int past 64 bits is still read (and refused by
+    the field check that applies), a lone surrogate escape is refused as a lone surrogate."""
+    big = b'{"t":"lines","tail":1,"ino":%d,"cost":3,"lines":[[0,3,"ab"]]}'
+    assert decode(big % 7)["ino"] == 7
+    with pytest.raises(ProtocolError, match="inode"):
+        decode(big % 2**70)  # read (orjson refuses it), then refused as no inode
+    with pytest.raises(ProtocolError, match="lone surrogate"):
+        decode(b'{"t":"lines","tail":1,"ino":7,"cost":3,"lines":[[0,3,"a\\ud800"]]}')
+    with pytest.raises(ProtocolError, match="Infinity is not JSON"):
+        decode(b'{"t":"lines","tail":1,"ino":Infinity}')
