@@ -8,6 +8,8 @@ measures, in the same run and against the same file:
     HOST --log s=FILE --whole-file` (rows counted in its --out file), N lines each, wall time
     from process start to the N-th line, so both include connecting;
   * backlog: `ssh HOST cat FILE | wc -l` vs `specmon record --whole-file` of a 2M-line file.
+  * paced (--paced-rate, --paced-seconds): the log written at 20k lines/s for 10 s while record
+    and `ssh tail -F` follow it at once: each one's lag, and whether record kept up.
 Every row must arrive exactly once (count and offsets checked). Issue 22's targets: record
 keeps up with 20k lines/s; the 2M-line backlog within 3x of `cat | wc -l`.
 """
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,11 +89,89 @@ def specmon_record(cfg: Path, path: Path, out: Path, n: int) -> float:
     return dt
 
 
+def _count_rows(out: Path, seen: list[int]) -> int:
+    """Rows in `out` so far (reading only what was added since the last call)."""
+    if not out.exists():
+        return seen[1]
+    with open(out, "rb") as f:
+        f.seek(seen[0])
+        data = f.read()
+    seen[0] += len(data)
+    seen[1] += data.count(b"\n")
+    return seen[1]
+
+
+def paced(sshd: Sshd, kh: Path, cfg: Path, root: Path, rate: int, seconds: int) -> None:
+    """A log written at `rate` lines/s for `seconds` s (a block every 0.1 s) while `specmon
+    record` and `ssh tail -F` follow it at once: how far behind each is (lines written but not
+    yet recorded / received) every 0.1 s, and how long after the last write until every line
+    is in. Keeping up means the lag stays within about one block and drains at once."""
+    path, out = root / "paced.log", root / "paced.jsonl"
+    path.write_bytes(b"")
+    argv = [sys.executable, "-m", "specmon", "record", "benchbox", "--ssh-config", str(cfg),
+            "--log", f"s={path}", "--whole-file", "--out", str(out)]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    tail = subprocess.Popen(sshd.ssh_argv(kh, f"tail -F -n +1 {path}"), stdout=subprocess.PIPE)
+    got = [0]
+
+    def count_tail() -> None:
+        assert tail.stdout is not None
+        for _ in tail.stdout:
+            got[0] += 1
+
+    threading.Thread(target=count_tail, daemon=True).start()
+    seen = [0, 0]
+    block = (LINE + "\n") * (rate // 10)
+    per_block = rate // 10
+    time.sleep(3.0)  # both connected (record's --whole-file reads what came before anyway)
+    lag_rec: list[int] = []
+    lag_tail: list[int] = []
+    try:
+        with open(path, "a") as f:
+            t0 = time.monotonic()
+            for i in range(seconds * 10):
+                f.write(block)
+                f.flush()
+                written = (i + 1) * per_block
+                time.sleep(max(0.0, t0 + (i + 1) * 0.1 - time.monotonic()))
+                lag_rec.append(written - _count_rows(out, seen))
+                lag_tail.append(written - got[0])
+        total = seconds * 10 * per_block
+        t_end = time.monotonic()
+        while _count_rows(out, seen) < total and time.monotonic() - t_end < 120:
+            time.sleep(0.02)
+        drain = time.monotonic() - t_end
+        while got[0] < total and time.monotonic() - t_end < 120:
+            time.sleep(0.02)
+        drain_tail = time.monotonic() - t_end
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        tail.terminate()
+        tail.wait()
+    offsets = [json.loads(x)["offset"] for x in out.read_text().splitlines()]
+    step = len(LINE) + 1
+    assert offsets == [i * step for i in range(total)], "rows lost, repeated or out of order"
+    print(f"paced: {rate} lines/s for {seconds} s ({total} lines, a block of {per_block} every "
+          f"0.1 s), both followers at once; lag = lines written but not yet in, sampled each "
+          f"block")
+    for name, lags, dr in (("ssh tail -F -n +1", lag_tail, drain_tail),
+                           ("specmon record", lag_rec, drain)):
+        late = sorted(lags)
+        print(f"  {name:<18}: lag median {late[len(late) // 2]:6d}, max {late[-1]:6d} lines; "
+              f"all in {dr:5.2f} s after the last write")
+    print(f"  record kept up: {'yes' if drain < 1.0 else 'NO'} (every line in within 1 s of "
+          "the last write, nothing lost or repeated)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=200_000)
     ap.add_argument("--backlog-lines", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--paced-rate", type=int, default=20_000,
+                    help="lines/s of the paced run (0: skip it)")
+    ap.add_argument("--paced-seconds", type=int, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
@@ -119,6 +200,8 @@ def main() -> None:
                 print(f"  specmon record    : {s:7.2f} s {n / s:10.0f} lines/s")
                 print(f"  ratio             : {s / r:7.2f}x the time")
                 path.unlink()
+            if args.paced_rate > 0:
+                paced(sshd, kh, cfg, root, args.paced_rate, args.paced_seconds)
         finally:
             sshd.stop()
 
