@@ -419,147 +419,128 @@ def _set_canon(rec: BatchRecord, canon: str, value: Number | _Invalid) -> None:
 
 # --- the known shapes, read in one match ---------------------------------------------------
 # Most lines of a real log are a decode or prefill line of one of a few exact shapes. For those,
-# one match reads every field (about 3x cheaper than the general key loop, which the live path
-# and `parse --json` pay per line). Each pattern is ASCII-only, bounds every number the way the
-# general path does (ints of at most 18 digits, throughput below 1e9, plain decimals) and covers
-# its whole part of the line, so a match stores exactly what `_fill`/`_parse_prefix` store
-# (tests/unit/test_parse_known.py compares both on real and mutated lines); anything else takes
-# the general path. A line read whole this way holds no free text (`parse_known`).
+# one match of the whole line reads every field (about 3x cheaper than the general path, which
+# the live path and `parse --json` would pay per line). The pattern is ASCII-only, bounds every
+# number the way the general path does (ints of at most 18 digits, throughput below 1e9, plain
+# decimals) and covers the whole line, so a match stores exactly what `_parse_prefix` and
+# `_fill` store (tests/unit/test_parse_known.py compares both on real and mutated lines);
+# anything else takes the general path. A line read this way holds no free text
+# (`parse_known`).
 _F = r"(\d{1,15}\.\d{1,15})"
 _I = r"(\d{1,18})"
-_KNOWN_DECODE = re.compile(
+_STAMP = r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d{3}))?"
+_TAGS = r"((?: (?:DP|PP|TP|EP)\d{1,18})*)"
+_GRAPH = r"(cuda|npu) graph: (True|False)"
+_KNOWN_LINE = re.compile(
+    # SGLang's two prefixes: `[2025-06-01 12:00:00(.123)( DP0)( TP0)( EP0)] ` and the logging
+    # format of 0.5.x `2025-06-01 12:00:00 INFO 8901 [ DP1 TP1 EP1 scheduler_metrics_mixin.py:222] `
+    rf"(?:\[{_STAMP}{_TAGS}\] |{_STAMP} INFO {_I} \[{_TAGS} [a-z_]{{1,64}}\.py:\d{{1,9}}\] )?"
+    rf"(?:Decode batch(?: \[{_I}\])?[.,] "
     rf"#running-req: {_I}, (?:#token: {_I}, token usage: {_F}|#full token: {_I}, "
     rf"full token usage: {_F}, mamba num: {_I}, mamba usage: {_F}), "
     rf"(?:accept len: {_F}, )?(?:accept rate: {_F}, )?"
     rf"(?:pre-allocated usage: {_F}, (?:#prealloc-req: {_I}, #transfer-req: {_I}, )?"
-    rf"#retracted-req: {_I}, )?"
-    r"(?:(cuda|npu) graph: (True|False), )?"
-    rf"gen throughput \(token/s\): (\d{{1,9}}\.\d{{1,15}}), #queue-req: {_I},? ?\Z",
-    re.ASCII,
-)
-_KNOWN_PREFILL = re.compile(
+    rf"#retracted-req: {_I}, )?(?:{_GRAPH}, )?"
+    rf"gen throughput \(token/s\): (\d{{1,9}}\.\d{{1,15}}), #queue-req: {_I}"
+    rf"|Prefill batch(?: \[{_I}\])?(?:\(mixed #running-req: {_I}\))?[.,] "
     rf"#new-seq: {_I}, #new-token: {_I}, #cached-token: {_I}, token usage: {_F}, "
-    rf"#running-req: {_I}, #queue-req: {_I}(?:, #pending-token: {_I})?"
-    r"(?:, (cuda|npu) graph: (True|False))?"
-    r"(?:, input throughput \(token/s\): (\d{1,9}\.\d{1,15}))?,? ?\Z",
-    re.ASCII,
-)
-# SGLang's two prefixes: `[2025-06-01 12:00:00(.123)( DP0)( TP0)( EP0)] ` and the logging format
-# of 0.5.x `2025-06-01 12:00:00 INFO 8901 [ DP1 TP1 EP1 scheduler_metrics_mixin.py:222] `
-_KNOWN_PREFIX = re.compile(
-    r"(?:\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d{3}))?((?: (?:DP|PP|TP|EP)\d{1,18})*)\]"
-    r"|(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d{3}))? INFO (\d{1,18}) \["
-    r"((?: (?:DP|PP|TP|EP)\d{1,18})*) [a-z_]{1,64}\.py:\d{1,9}\]) \Z",
+    rf"#running-req: {_I}, #queue-req: {_I}(?:, #pending-token: {_I})?(?:, {_GRAPH})?"
+    rf"(?:, input throughput \(token/s\): (\d{{1,9}}\.\d{{1,15}}))?"
+    r"),? ?\Z",
     re.ASCII,
 )
 _TAG_ATTR = {"DP": "dp_rank", "PP": "pp_rank", "TP": "tp_rank", "EP": "ep_rank"}
 
 
-def _known_decode(rec: BatchRecord, body: str) -> bool:
-    m = _KNOWN_DECODE.match(body)
+def _known_line(text: str) -> BatchRecord | None:
+    """The record of a line of a known shape (see `_KNOWN_LINE`), else None."""
+    m = _KNOWN_LINE.match(text)
     if m is None:
-        return False
-    (rr, tok, usage, ftok, fusage, mnum, musage, acc, rate, pre, prealloc, transfer, retracted,
-     graph, cuda, gt, queue) = m.groups()
-    rec.running_req = int(rr)
-    if tok is not None:
-        rec.tokens = int(tok)
-        rec.token_usage = float(usage)
-    else:
-        rec.tokens = int(ftok)
-        rec.token_usage = float(fusage)
-        rec.extra["mamba_num"] = int(mnum)
-        rec.extra["mamba_usage"] = float(musage)
-    if acc is not None:
-        rec.accept_len = float(acc)
-    if rate is not None:
-        rec.accept_rate = float(rate)
-    if pre is not None:
-        rec.extra["pre_allocated_usage"] = float(pre)
-        if prealloc is not None:
-            rec.extra["prealloc_req"] = int(prealloc)
-            rec.extra["transfer_req"] = int(transfer)
-        rec.extra["retracted_req"] = int(retracted)
-    if graph is not None:
-        rec.cuda_graph = cuda == "True"
-        rec.graph_kind = graph
-    rec.gen_throughput = float(gt)
-    rec.queue_req = int(queue)
-    return True
-
-
-def _known_prefill(rec: BatchRecord, body: str) -> bool:
-    m = _KNOWN_PREFILL.match(body)
-    if m is None:
-        return False
-    seqs, new, cached, usage, rr, queue, pending, graph, cuda, thr = m.groups()
-    rec.new_seq = int(seqs)
-    rec.new_token = int(new)
-    rec.cached_token = int(cached)
-    rec.token_usage = float(usage)
-    rec.running_req = int(rr)
-    rec.queue_req = int(queue)
-    if pending is not None:
-        rec.pending_token = int(pending)
-    if graph is not None:
-        rec.cuda_graph = cuda == "True"
-        rec.graph_kind = graph
-    if thr is not None:
-        rec.input_throughput = float(thr)
-    return True
-
-
-_KNOWN_BODY = {"decode": _known_decode, "prefill": _known_prefill}
-
-
-def _known_prefix(rec: BatchRecord, prefix: str) -> bool:
-    m = _KNOWN_PREFIX.match(prefix)
-    if m is None:
-        return False
-    stamp, ms, tags, stamp2, ms2, pid, tags2 = m.groups()
-    if stamp is None:
+        return None
+    (stamp, ms, tags, stamp2, ms2, pid, tags2,
+     it, rr, tok, usage, ftok, fusage, mnum, musage, acc, rate, pre, prealloc, transfer,
+     retracted, graph, cuda, gt, queue,
+     pit, mixed, seqs, new, cached, pusage, prr, pqueue, pending, pgraph, pcuda, thr) = m.groups()
+    rec = BatchRecord("decode" if rr is not None else "prefill")
+    if stamp2 is not None:
         stamp, ms, tags = stamp2, ms2, tags2
         rec.pid = int(pid)
-    rec.timestamp = f"{stamp}.{ms}" if ms else stamp
-    for tag in tags.split():
-        setattr(rec, _TAG_ATTR[tag[:2]], int(tag[2:]))
-    return True
+    if stamp is not None:
+        rec.timestamp = f"{stamp}.{ms}" if ms else stamp
+        for tag in tags.split():
+            setattr(rec, _TAG_ATTR[tag[:2]], int(tag[2:]))
+    if rr is not None:
+        if it is not None:
+            rec.iteration = int(it)
+        rec.running_req = int(rr)
+        if tok is not None:
+            rec.tokens = int(tok)
+            rec.token_usage = float(usage)
+        else:
+            rec.tokens = int(ftok)
+            rec.token_usage = float(fusage)
+            rec.extra["mamba_num"] = int(mnum)
+            rec.extra["mamba_usage"] = float(musage)
+        if acc is not None:
+            rec.accept_len = float(acc)
+        if rate is not None:
+            rec.accept_rate = float(rate)
+        if pre is not None:
+            rec.extra["pre_allocated_usage"] = float(pre)
+            if prealloc is not None:
+                rec.extra["prealloc_req"] = int(prealloc)
+                rec.extra["transfer_req"] = int(transfer)
+            rec.extra["retracted_req"] = int(retracted)
+        rec.gen_throughput = float(gt)
+        rec.queue_req = int(queue)
+    else:
+        if pit is not None:
+            rec.iteration = int(pit)
+        if mixed is not None:
+            rec.mixed_running_req = int(mixed)
+        rec.new_seq = int(seqs)
+        rec.new_token = int(new)
+        rec.cached_token = int(cached)
+        rec.token_usage = float(pusage)
+        rec.running_req = int(prr)
+        rec.queue_req = int(pqueue)
+        if pending is not None:
+            rec.pending_token = int(pending)
+        graph, cuda = pgraph, pcuda
+        if thr is not None:
+            rec.input_throughput = float(thr)
+    if graph is not None:
+        rec.cuda_graph = cuda == "True"
+        rec.graph_kind = graph
+    return rec
 
 
-def _parse_batch(text: str, idx: int, kind: str,
-                 known: bool = True) -> tuple[BatchRecord | None, bool]:
-    """Parse the batch line `text` whose marker starts at `idx` (None if it is not one), and
-    whether every byte of the line was read as a known field. `known=False` takes the general
-    path only (the tests compare both)."""
+def _parse_batch(text: str, idx: int, kind: str) -> BatchRecord | None:
+    """Parse the batch line `text` whose marker starts at `idx`; None if it is not one."""
     rest = text[idx + (len(DECODE_MARK) if kind == "decode" else len(PREFILL_MARK)):]
     head = _RE_HEAD.match(rest)
     if head is None:  # "Decode batches are great" in a request body is not a stats line
-        return None, False
+        return None
     rec = BatchRecord(kind=kind)
-    whole = known
-    if idx and not (whole and _known_prefix(rec, text[:idx])):
-        _parse_prefix(text[:idx], rec)  # (a failed known read changed nothing)
-        whole = False
+    if idx:
+        _parse_prefix(text[:idx], rec)
     if head.group(1):
         _set_int(rec, "iteration", head.group(1))
     if head.group(2):
         _set_int(rec, "mixed_running_req", head.group(2))
-    body = rest[head.end():]
-    if not (known and _KNOWN_BODY[kind](rec, body)):
-        _fill(rec, _split_body(body))
-        whole = False
-    return rec, whole and not rec.invalid
+    _fill(rec, _split_body(rest[head.end():]))
+    return rec
 
 
-def _find_batch(text: str, known: bool = True) -> tuple[BatchRecord | None, bool]:
+def _find_batch(text: str) -> BatchRecord | None:
     for mark, kind in ((DECODE_MARK, "decode"), (PREFILL_MARK, "prefill")):
         idx = text.find(mark)
         while idx >= 0:
-            rec, whole = _parse_batch(text, idx, kind, known)
+            rec = _parse_batch(text, idx, kind)
             if rec is not None:
-                return rec, whole
+                return rec
             idx = text.find(mark, idx + 1)
-    return None, False
+    return None
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -682,9 +663,13 @@ def parse_known(line: str | bytes, *, known: bool = True) -> tuple[Record | None
     try:
         text = _as_text(line)
         if "batch" in text:
-            rec, whole = _find_batch(text, known)
+            if known:
+                rec = _known_line(text)
+                if rec is not None:
+                    return rec, True
+            rec = _find_batch(text)
             if rec is not None:
-                return rec, whole
+                return rec, False
         if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
                 or "non-default args:" in text or "vLLM API server" in text):
             # maybe vLLM's line: the same record model (parse/vllm.py)
