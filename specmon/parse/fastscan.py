@@ -1,14 +1,20 @@
 """A fast path for summarising whole log buffers in the common formats.
 
 `specmon parse` (summary mode) must keep up with multi-gigabyte logs. Per-line Python costs
-~1 µs; the scan here is two regex passes over the buffer (batch lines, accept len) and C-level
-counting, with Python work only per distinct value. Each regex starts with a literal, so the
-engine jumps from one occurrence of it to the next instead of trying a match at every byte (a
-lookbehind or a class first makes it try every byte: 14x slower, issue 25);
-tests/unit/test_parse_budget.py counts that.
+~1 µs; the scan here is one regex pass over the buffer (batch lines) and C-level counting, with
+Python work only per distinct value. The regex starts with a literal, so the engine jumps from
+one occurrence of it to the next instead of trying a match at every byte (a lookbehind or a
+class first makes it try every byte: 14x slower, issue 25); tests/unit/test_parse_budget.py
+counts that.
 
-The scan is exact or declines: it returns None whenever the buffer holds anything it might read
-differently from the general parser (`parse_line`), which then reads the buffer line by line.
+Exact by construction (issue 25): a decode line counts only if one pattern covers its whole
+body, from the marker to the end of the line, piece by piece as the general parser
+(`specmon.parse.sglang`) splits it, with the three fields the summary reads (#running-req,
+accept len, gen throughput) each in its own slot, once; any other piece starts with a
+character that no spelling of those three keys can start with after normalisation, and the
+piece after a slot value holds a `: ` (so it cannot be glued onto that value). Any batch marker
+the pattern cannot read so makes the whole buffer decline to the general parser (`parse_line`,
+line by line); tests/unit/test_parse_fast_exact.py checks the two agree on mutated real lines.
 """
 
 from __future__ import annotations
@@ -18,36 +24,33 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import chain, compress, repeat, starmap
+from operator import is_not
 from typing import Any, TypeVar
 
 from specmon.parse.sglang import INVALID, canon_value, read_number
 
-# After a value: the next `, key` (a printable non-comma, non-space byte follows, so no strip
-# in the general parser can eat that separator) or the end of the line.
-_END = rb"(?=, [\x21-\x2b\x2d-\x7e]|,?[ \t\r]*$)"
+# A value of one of the three fields: a plain token (no `=`, `%`, space or comma, which the general
+# parser reads otherwise); `_values` reads it as the general parser does (nan, 1e5, 007, True).
+_V = rb"([\w.+-]+)"
+# The start of any other piece, after its ", ": a key's normalised form starts with its first
+# character that is a letter or digit, lower-cased, after a '#' the parser drops; none of these
+# can start `running_req`, `accept_len` or `gen_throughput`. Two real keys start with a/r.
+_OTHER = rb"(?:#?[0-9b-fh-qs-zB-FH-QS-Z]|accept rate|#retracted-req)"
+# After a slot value: nothing, or a piece with a key (it has ": ", so it is no `k=v` glued onto
+# the value), then any other pieces (glued `k=v` parts, fragments the parser drops).
+_AFTER = rb"(?:, " + _OTHER + rb"[^,:\n]*: [^,\n]*(?:, " + _OTHER + rb"[^,\n]*)*)?"
 # One match per line that holds a batch marker, from its first marker to the end of the line.
-# Decode (D1-D10, 0.4.9 SWA, forks that keep the body intact): #running-req first, the KV usage
-# part, an optional accept len right after it, gen throughput later: the last one, with none of
-# the three keys after it (the general parser keeps a key's last value). Groups: running-req,
-# 'a' if accept len, gen throughput, the prefill head's [.,]. All four empty: a marker the scan
-# cannot read exactly (the caller declines the buffer).
+# Groups: running-req, accept len (empty: none), gen throughput, the prefill head's [.,]. All
+# four empty: a marker the scan cannot read exactly (the caller declines the buffer).
 _BATCH = re.compile(
-    rb"batch(?:(?<=Decode batch)(?:(?: \[\d+\])?[.,] #running-req: (\d+), "
-    rb"#(?:full )?token: (?:\d+|full=\d+, swa=\d+), "
-    rb"(?:full )?token usage: (?:[\d.]+|full=[\d.]+, swa=[\d.]+)"
-    rb"(?:, mamba num: \d+, mamba usage: [\d.]+|, #swa token: \d+, swa token usage: [\d.]+)?"
-    rb"(?:, (a)ccept len: [\d.]+" + _END + rb")?"
-    rb"[^\n]*, gen throughput \(token/s\): ([\d.]+)" + _END +
-    # three lookaheads, each led by a literal: sre skips to it (an alternation would not)
-    rb"(?![^\n]*gen throughput)(?![^\n]*running-req)(?![^\n]*accept len))?"
+    rb"batch(?:(?<=Decode batch)(?:(?: \[\d+\])?[.,] #running-req: " + _V + _AFTER +
+    rb"(?:, accept len: " + _V + _AFTER + rb")?, gen throughput \(token/s\): " + _V + _AFTER +
+    rb"(?:, |,| )?$)?"
     # prefill: the general parser prefers a decode marker anywhere in the line
     rb"|(?<=Prefill batch)(?:(?: \[\d+\])?(?:\(mixed #running-req: \d+\))?([.,])(?= |$))?"
     rb"(?![^\n]*Decode batch))[^\n]*",
     re.M,
 )
-# Every accept len but DSPARK's `block accept len` (another field), with its value; empty when
-# the value is not one the scan reads exactly. Literal first: the lookbehind runs only at hits.
-_ACCEPT = re.compile(rb"accept len(?<!block accept len)(?:: ([\d.]+)" + _END + rb")?")
 # A value whose float() is what the general parser stores: finite, >= 0, below MAX_THROUGHPUT,
 # an int of at most 18 digits (the general parser's limits, specmon.parse.sglang).
 _PLAIN = re.compile(rb"\n(\d{1,9}(?:\.\d*)?)(?=\n)")  # over "\n" + values joined + "\n"
@@ -84,21 +87,21 @@ def scan_buffer(buf: bytes, end: int | None = None) -> FastCounts | None:
     out.prefill = sum(found.pop(k, 0) for k in _PREFILL)
     if not found:
         return out  # an accept len outside decode lines is no field of any record
-    out.decode = sum(found.values())
-    rrs, specs, gts, _ = zip(*found, strict=True)
-    accepts = Counter(_ACCEPT.findall(buf, 0, end))
-    if b"" in accepts or accepts.total() != sum(compress(found.values(), specs)):
-        return None  # an accept len outside the decode lines' usual slot, or unreadable
+    out.decode = found.total()
+    rrs, als, gts, _ = zip(*found, strict=True)
     rr_map, rr_bad = _values("running_req", set(rrs))
     gt_map, gt_bad = _values("gen_throughput", set(gts))
-    al_map, al_bad = _values("accept_len", set(accepts))
-    _add(out.throughput, list(zip(map(bool, specs), map(rr_map.__getitem__, rrs),
+    al_map, al_bad = _values("accept_len", set(als))
+    al_map[b""] = None  # no accept len: a baseline line
+    accept = list(map(al_map.__getitem__, als))
+    spec = list(map(is_not, accept, repeat(None)))  # the general parser: accept_len is not None
+    _add(out.throughput, list(zip(spec, map(rr_map.__getitem__, rrs),
                                   map(gt_map.__getitem__, gts), strict=True)), found.values())
-    _add(out.accept, list(map(al_map.__getitem__, accepts)), accepts.values())
-    if rr_bad or gt_bad:  # rare: Python per distinct line shape
-        out.invalid += sum(c * ((rr in rr_bad) + (gt in gt_bad))
-                           for (rr, _, gt, _), c in found.items())
-    out.invalid += sum(accepts[v] for v in al_bad)
+    if any(spec):
+        add_counts(out.accept, compress(zip(accept, found.values(), strict=True), spec))
+    if rr_bad or gt_bad or al_bad:  # rare: Python per distinct line shape
+        out.invalid = sum(c * ((rr in rr_bad) + (gt in gt_bad) + (al in al_bad))
+                          for (rr, al, gt, _), c in found.items())
     return out
 
 
