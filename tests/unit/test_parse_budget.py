@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from loggen import generate_lines  # noqa: E402
 
 MAX_ATTEMPTS_PER_LINE = 3.0  # now 1.07: "batch", one per distinct value
-MAX_PASSES = 9.0  # now 7.0: NUL and CR checks, line count, 3 vLLM marker searches, batch
+MAX_PASSES = 9.0  # now 8.0: NUL and CR checks, line count, 3 vLLM marker searches, batch, decode marker count
 MAX_PY_LINES_PER_LINE = 0.1  # now 0.03: per chunk (the time span's two lines), not per line
 # The shape that made `specmon parse` 2.4x slower (main before issue 25).
 LOOKBEHIND_FIRST = rb"(?<!block )accept len: ([\d.]+)(?=,|[ \t\r]*$)"

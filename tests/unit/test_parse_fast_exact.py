@@ -247,3 +247,14 @@ def test_the_fast_path_reads_every_real_line_unmutated() -> None:
     buf = ("\n".join(REAL) + "\n").encode()
     assert scan_buffer(buf) is not None
     assert_same(summarise_buffer(buf), summarise_general(buf))
+
+
+@pytest.mark.parametrize("value", ["nan", "1.2.3", "-1", "True", "1e3", "03.50"])
+def test_an_accept_len_read_as_no_value_makes_no_speculative_line(value: str) -> None:
+    """The scan reads such a line itself (per distinct line), as the general parser does: an
+    unreadable or invalid accept len is no accept len; the line counts as a baseline one."""
+    spec = [x for x in REAL if "accept len: " in x and "block" not in x][0]
+    odd = re.sub(r"accept len: [^,]*", f"accept len: {value}", spec, count=1)
+    buf = ("\n".join([spec, odd, REAL[0], odd]) + "\n").encode()
+    assert scan_buffer(buf) is not None
+    assert_same(summarise_buffer(buf), summarise_general(buf))
