@@ -11,9 +11,10 @@ bytes of the log. Three counts, per line of a log of the real formats:
   buffer's own count/find/rfind/`in` (the log is a bytes subclass that adds them up);
 * Python lines executed in specmon code (sys.settrace): per-line Python shows up here.
 
-Issue 25's regression, `(?<!block )accept len` (a lookbehind first), costs 160 attempts per
-line and fails the first budget; test_the_budget_catches_a_lookbehind_first shows that. The
-general parser (a scan that declines) runs ~250 Python lines per log line.
+Issue 25's regression was `(?<!block )accept len` (a lookbehind first): the batch pattern with
+such a lookbehind in front costs ~160 attempts per line and fails the first budget;
+test_the_budget_catches_a_lookbehind_first shows that. The general parser (a scan that
+declines) runs ~250 Python lines per log line.
 """
 
 from __future__ import annotations
