@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kit.paths import ROOT, TESTS
 
+import specmon.parse.fastscan as fastscan
 from specmon.analysis.logfile import summarise, summarise_buffer, summarise_general
 from specmon.analysis.logsummary import LogSummary
 from specmon.parse.fastscan import scan_buffer
@@ -258,3 +259,20 @@ def test_an_accept_len_read_as_no_value_makes_no_speculative_line(value: str) ->
     buf = ("\n".join([spec, odd, REAL[0], odd]) + "\n").encode()
     assert scan_buffer(buf) is not None
     assert_same(summarise_buffer(buf), summarise_general(buf))
+
+
+_NO_POSSESSIVE = re.compile(
+    fastscan._BATCH.pattern.replace(b"*+", b"*").replace(b")?+", b")?"), re.M)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(REAL) - 1), st.lists(mutation, max_size=3)),
+                min_size=1, max_size=6))
+def test_the_possessive_repeats_change_no_match(
+        spec: list[tuple[int, list[tuple[int, int, int]]]]) -> None:
+    """Python 3.10 reads the batch pattern without its possessive repeats (3.11+ syntax): it
+    must find the same matches, so the summary is the same on every Python."""
+    assert (b"*+" in fastscan._BATCH.pattern) == (sys.version_info >= (3, 11))
+    assert b"*+" not in _NO_POSSESSIVE.pattern and b")?+" not in _NO_POSSESSIVE.pattern
+    buf = ("\n".join(_mutate(REAL[i], ops) for i, ops in spec) + "\n").encode()
+    assert fastscan._BATCH.findall(buf) == _NO_POSSESSIVE.findall(buf)
