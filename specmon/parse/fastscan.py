@@ -34,9 +34,10 @@ from specmon.parse.sglang import INVALID, canon_value, read_number
 # A value of one of the three fields: a plain token (no `=`, `%`, space or comma, which the general
 # parser reads otherwise); `_values` reads it as the general parser does (nan, 1e5, 007, True).
 _V = rb"([\w.+-]+)"
-# The start of any other piece, after its ", ": a key's normalised form starts with its first
-# character that is a letter or digit, lower-cased, after a '#' the parser drops; none of these
-# can start `running_req`, `accept_len` or `gen_throughput`. Two real keys start with a/r.
+# The start of any other piece, after its ", ": an optional '#' (the parser drops it), then a
+# letter or digit, which is then the first character of the key's normalised form (lower-cased)
+# and is none of a, g, r in either case, so the key cannot read as `accept_len`,
+# `gen_throughput` or `running_req`; two real keys that start with a or r are spelled out.
 _OTHER = rb"(?:#?[0-9b-fh-qs-zB-FH-QS-Z]|accept rate|#retracted-req)"
 # Possessive repeats (3.11+) spare sre the backtracking state: ~10% of the scan. The pattern
 # never needs to give back what they take (no piece they read can start a slot), so they
