@@ -1,7 +1,7 @@
 """Benchmark: `specmon parse` against grep, a previous version and a JSON reference, one run.
 
     python bench/parse_speed.py [--lines 1000000] [--repeat 3] [--json-lines 100000]
-                                [--against VERSION_OR_PATH]
+                                [--against VERSION_OR_PATH] [--steps]
 
 Builds a log of real SGLang line formats (bench/loggen.py: decode, prefill, access and start-up
 lines), checks on its first --json-lines lines that the summary fast path agrees exactly with
@@ -18,6 +18,10 @@ turn, best of --repeat; wall = elapsed, CPU = user + sys of the process and its 
   * `specmon parse --json` on the first --json-lines lines against bench/json_reference.py,
     which only reads each line and json.dumps a small dict (target: within 1.5x).
 
+With --steps it also prints where the summary's CPU goes: each step of the scan of one 64 MiB
+chunk (the unit `specmon parse` reads), timed in a fresh process per repeat (objects and
+hashes cold, as in a real run), best of --repeat.
+
 The machine's load average is printed before and after: figures from a busy machine say so.
 The last lines are `ratio NAME VALUE` rows for bench/run_all.py.
 """
@@ -32,8 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -130,6 +135,58 @@ def install_against(spec: str, tmp: Path) -> tuple[Path, str]:
     return site, label
 
 
+def chunk_steps(path: Path) -> list[tuple[str, float]]:
+    """CPU ms of each step of the summary of the file's first chunk, in this (fresh) process,
+    in the order `summarise_buffer` runs them."""
+    import gc
+    from collections import Counter
+    from operator import itemgetter
+
+    from specmon.analysis import logfile
+    from specmon.parse import fastscan
+
+    out: list[tuple[str, float]] = []
+    box: list[Any] = [None]
+
+    def step(name: str, fn: Callable[[], Any]) -> None:
+        t = time.process_time()
+        box[0] = fn()
+        out.append((name, (time.process_time() - t) * 1000))
+
+    with open(path, "rb") as fh:
+        step("read the chunk", lambda: fh.read(logfile.CHUNK))
+    buf: bytes = box[0]
+    end = buf.rfind(b"\n") + 1
+    step("NUL and CR checks", lambda: (buf.find(b"\x00", 0, end), buf.find(b"\r", 0, end)))
+    step("vLLM marker searches (3)",
+         lambda: [p.search(buf, 0, end) for p in logfile._VLLM_MARKS])
+    step("line count", lambda: buf.count(b"\n", 0, end))
+    gc.disable()  # as fastscan.scan_buffer does
+    step("batch regex findall", lambda: fastscan._BATCH.findall(buf, 0, end))
+    lines = box[0]
+    step("decode marker count", lambda: buf.count(b"Decode batch", 0, end))
+    step("count (rr, spec, gt) keys", lambda: Counter(map(fastscan._KEY, lines)))
+    step("count accept len values", lambda: Counter(map(itemgetter(2), lines)))
+    step("free the matches", lambda: lines.clear())
+    gc.enable()
+    step("whole summarise_buffer, again", lambda: logfile.summarise_buffer(buf, "x", end))
+    return out
+
+
+def print_steps(path: Path, repeat: int) -> None:
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        res = subprocess.run([sys.executable, __file__, "--_steps-child", str(path)],
+                             env=env_with(ROOT), capture_output=True, text=True, check=True,
+                             cwd=NEUTRAL)
+        for row in res.stdout.splitlines():
+            name, ms = row.rsplit("\t", 1)
+            best[name] = min(best.get(name, float("inf")), float(ms))
+    print(f"CPU per step, first 64 MiB chunk, fresh process, best of {repeat}:")
+    for name, ms in best.items():
+        print(f"  {name:34} {ms:8.1f} ms")
+
+
 def check_agreement(path: Path, n_lines: int) -> bool:
     from specmon.analysis.logfile import summarise, summarise_general
 
@@ -149,7 +206,14 @@ def main() -> int:
                     help="lines for the --json timing and the agreement check (0: skip both)")
     ap.add_argument("--against", metavar="VERSION_OR_PATH",
                     help="a wheel file or a git rev (commit, tag, version with a v tag)")
+    ap.add_argument("--steps", action="store_true",
+                    help="also print the CPU of each step of one chunk's scan")
+    ap.add_argument("--_steps-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._steps_child:
+        for name, ms in chunk_steps(Path(args._steps_child)):
+            print(f"{name}\t{ms:.3f}")
+        return 0
     grep = shutil.which("grep")
     if grep is None:
         print("grep not found: no reference to compare against", file=sys.stderr)
@@ -180,6 +244,8 @@ def main() -> int:
                 Case("specmon parse --json", [py, "-m", "specmon", "parse", "--json", str(small)],
                      here, to_pipe=False)]
             interleaved(json_cases, args.repeat)
+        if args.steps:
+            print_steps(path, args.repeat)
     load1 = os.getloadavg()
     grep_c = cases[0]
     print(f"file: {args.lines:,} lines, {size / 1e6:.1f} MB (bench/loggen.py); cpus: "

@@ -22,7 +22,6 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
-from specmon.parse.vllm import EngineGuard, SpecJoiner, V0Differ, VllmEventRecord
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -105,6 +104,8 @@ def open_input(name: str) -> BinaryIO:
 
 
 def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
+    from specmon.parse.vllm import EngineGuard, V0Differ, VllmEventRecord  # (see _summarise_vllm)
+
     fh = open_input(name)
     guard = EngineGuard(name)
     v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
@@ -294,6 +295,9 @@ def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
     """A vLLM log: its stats lines through the parser, spec lines joined onto their engine's
     line. Only lines with a vLLM stats marker can make a summary record; a buffer that also holds
     SGLang batch lines goes line by line, so the mixed-engines error names the line."""
+    # imported here: 13 ms of start-up (its patterns) that an SGLang log never needs
+    from specmon.parse.vllm import EngineGuard, SpecJoiner
+
     guard = EngineGuard(s.name)
     joiner = SpecJoiner()
     if b"Decode batch" in buf or b"Prefill batch" in buf:
