@@ -229,12 +229,26 @@ class BatchRecord:
                 self.ep_rank)
 
     def to_json(self) -> dict[str, Any]:
-        # (attrgetter + zip: C per field; `record` and `parse --json` pay this per line)
-        out: dict[str, Any] = dict(zip(_JSON_HEAD, _get_head(self), strict=True))
+        # (dict displays: the cheapest way to build them; `record` and `parse --json` pay this
+        # per line)
+        out: dict[str, Any] = {
+            "kind": self.kind, "timestamp": self.timestamp, "time_of_day": self.time_of_day,
+            "tp_rank": self.tp_rank, "dp_rank": self.dp_rank, "ep_rank": self.ep_rank,
+            "pp_rank": self.pp_rank, "attn_cp_rank": self.attn_cp_rank,
+            "moe_dp_rank": self.moe_dp_rank,
+        }
         mid = _get_mid(self)
-        if mid != _NO_MID:
+        if mid != _NO_MID:  # gpu, pid, ray_actor, iteration, mixed_running_req: only when set
             out.update((k, v) for k, v in zip(_JSON_MID, mid, strict=True) if v is not None)
-        out.update(zip(_JSON_BODY, _get_body(self), strict=True))
+        out.update({
+            "running_req": self.running_req, "tokens": self.tokens,
+            "token_usage": self.token_usage, "accept_len": self.accept_len,
+            "accept_rate": self.accept_rate, "cuda_graph": self.cuda_graph,
+            "graph_kind": self.graph_kind, "gen_throughput": self.gen_throughput,
+            "queue_req": self.queue_req, "new_seq": self.new_seq, "new_token": self.new_token,
+            "cached_token": self.cached_token, "input_throughput": self.input_throughput,
+            "pending_token": self.pending_token,
+        })
         opt = _get_optional(self)
         if opt != _NO_OPTIONAL:
             out.update((k, v) for k, v in zip(_OPTIONAL_JSON, opt, strict=True) if v is not None)
@@ -245,21 +259,14 @@ class BatchRecord:
         return out
 
 
-_JSON_HEAD = ("kind", "timestamp", "time_of_day", "tp_rank", "dp_rank", "ep_rank", "pp_rank",
-              "attn_cp_rank", "moe_dp_rank")
 _JSON_MID = ("gpu", "pid", "ray_actor", "iteration", "mixed_running_req")  # only when set
-_JSON_BODY = ("running_req", "tokens", "token_usage", "accept_len", "accept_rate", "cuda_graph",
-              "graph_kind", "gen_throughput", "queue_req", "new_seq", "new_token", "cached_token",
-              "input_throughput", "pending_token")
 
 
 _OPTIONAL_JSON = ("cap_len", "block_accept_len", "est_uncap_acc_len", "est_uncap_acc_len_lo",
                   "est_uncap_acc_len_hi", "fwd_occupancy_pct", "fwd_idle_occupancy_pct",
                   "est_decode_tflops_s", "est_prefill_tflops_s", "est_read_bw", "est_write_bw",
                   "replay_token")
-_get_head = attrgetter(*_JSON_HEAD)
 _get_mid = attrgetter(*_JSON_MID)
-_get_body = attrgetter(*_JSON_BODY)
 _get_optional = attrgetter(*_OPTIONAL_JSON)
 _NO_MID = (None,) * len(_JSON_MID)
 _NO_OPTIONAL = (None,) * len(_OPTIONAL_JSON)
