@@ -8,11 +8,14 @@ in each; everything it computes is the pure `parse/` and `LogSummary` code.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
 import re
+import signal
 import stat
+import struct
 import sys
 import zlib
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from typing import Any, BinaryIO, cast
 
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
+from specmon.jsonout import dumps_line
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_line
 
@@ -103,30 +107,210 @@ def open_input(name: str) -> BinaryIO:
     return buffered
 
 
-def iter_json(name: str, kind: str) -> Iterator[dict[str, Any]]:
-    from specmon.parse.vllm import EngineGuard, V0Differ, VllmEventRecord  # (see _summarise_vllm)
+JSON_PIECE = 4 << 20  # bytes of log per piece that a worker of `parse --json` turns into rows
+JSON_ROWS = 512  # rows per chunk handed to the writer
+JsonChunk = tuple[str, int, int]  # rows (each ending in "\n"), records found, invalid values
+
+
+class _InOrder(Exception):
+    """A piece holds a line whose record depends on the lines before it (vLLM: V0's cumulative
+    counts, the engine check): it is read in order, in the parent."""
+
+
+def json_rows(name: str, kind: str) -> Iterator[JsonChunk]:
+    """`parse --json` of FILE, in file order, JSON_ROWS rows at a time: a record per line that
+    holds one ("file", "line_no" and its `to_json`), only `kind`'s unless "all"; "found" counts
+    every record. A large plain file is cut into line-aligned pieces that forked workers (the
+    CPUs this process may use) turn into rows while this process writes them out in order: row
+    for row what one process writes. Stdin, gzip, a file with CRs, and from the first piece
+    holding a vLLM line on (its records depend on the lines before), line by line here."""
+    plan = _json_plan(name) if name != "-" else None
+    if plan is not None:
+        yield from _json_parallel(name, kind, *plan)
+        return
+    yield from _json_in_order(name, kind, 0, 1, None)
+
+
+def _json_in_order(name: str, kind: str, start: int, first_line: int,
+                   seen_at: int | None) -> Iterator[JsonChunk]:
+    """Rows from byte `start` (line `first_line`) to the end, read in order here. `seen_at`: the
+    line of the first SGLang record before `start` (the engine check goes on from it)."""
+    from specmon.parse.vllm import EngineGuard  # (vLLM's parser: only when a log needs it)
 
     fh = open_input(name)
     guard = EngineGuard(name)
-    v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
+    if seen_at is not None:
+        guard.engine, guard.first_line = "sglang", seen_at
     try:
-        for line_no, raw in enumerate(read_lines(fh, name), 1):
-            rec = parse_line(raw)
-            guard.check(rec, line_no)
-            if rec is None:
-                continue
-            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
-                v0.apply(rec)
-            if kind != "all" and rec.kind != kind:
-                continue
-            yield {"file": name, "line_no": line_no, **rec.to_json()}
+        if start:
+            fh.seek(start)
+        lines = enumerate(read_lines(fh, name, first_line - 1), first_line)
+        yield from _json_lines(lines, name, kind, guard, in_order=True)
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
 
 
-def read_lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
-    n = 0
+def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard: Any,
+                in_order: bool) -> Iterator[JsonChunk]:
+    from specmon.parse.vllm import V0Differ, VllmEventRecord, engine_of
+
+    v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
+    rows: list[str] = []
+    found = invalid = 0
+    try:
+        for line_no, raw in lines:
+            rec = parse_line(raw)
+            if rec is None:
+                continue
+            if not in_order and engine_of(rec) == "vllm":
+                raise _InOrder(line_no)
+            guard.check(rec, line_no)
+            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+                v0.apply(rec)
+            found += 1
+            if kind != "all" and rec.kind != kind:
+                continue
+            obj = {"file": name, "line_no": line_no, **rec.to_json()}
+            if "invalid" in obj:
+                invalid += len(obj["invalid"])
+            rows.append(dumps_line(obj, ascii_only=True))
+            if len(rows) >= JSON_ROWS:
+                yield "\n".join(rows) + "\n", found, invalid
+                rows.clear()
+                found = invalid = 0
+    except _InOrder:
+        raise  # (a worker's piece: none of it is written, the parent reads it in order)
+    except Exception:  # a read error, mixed engines: what was read before it is written first
+        if rows or found:
+            yield "\n".join(rows) + "\n" if rows else "", found, invalid
+        raise
+    if rows or found:
+        yield "\n".join(rows) + "\n" if rows else "", found, invalid
+
+
+def _json_plan(name: str) -> tuple[int, list[tuple[int, int, int]]] | None:
+    """(workers, pieces as (start, end, first line number)) for a large plain file without CRs
+    (a lone CR ends a line: counted line by line), else None. Each piece ends at a line end and
+    holds at most 4 JSON_PIECE bytes (a longer line: read in order, in bounded memory)."""
+    workers = min(_usable_cpus(), 8)
+    if workers < 2 or not hasattr(os, "fork"):
+        return None
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return None  # the in-order path says what is wrong in its own words
+    with fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size < 2 * JSON_PIECE:
+            return None
+        if fh.read(2) == b"\x1f\x8b":
+            return None
+        fh.seek(0)
+        pieces: list[tuple[int, int, int]] = []
+        start, line, carry = 0, 1, b""
+        while True:
+            block = fh.read(JSON_PIECE)
+            if b"\r" in block:
+                return None
+            data = carry + block
+            if not data:
+                break
+            cut = data.rfind(b"\n") + 1 if block else len(data)  # (the end: a last line
+            if cut == 0:  # without its newline is still a line)
+                if len(data) > 4 * JSON_PIECE:
+                    return None
+                carry = data
+                continue
+            pieces.append((start, start + cut, line))
+            line += data.count(b"\n", 0, cut)
+            start += cut
+            carry = data[cut:]
+            if not block:
+                break
+    return (workers, pieces) if len(pieces) > 1 else None
+
+
+def _json_parallel(name: str, kind: str, workers: int,
+                   pieces: list[tuple[int, int, int]]) -> Iterator[JsonChunk]:
+    """Forked workers take every workers-th piece and write its rows to their pipe as one frame
+    (status, records found, invalid values, first record's line, length); this process reads
+    the frames in piece order (a worker is at most one frame ahead, blocked on its pipe). A
+    piece a worker could not do (a vLLM line, a read error, a dead worker) and all after it
+    are read in order here."""
+    workers = min(workers, len(pieces))
+    children: list[tuple[int, BinaryIO]] = []
+    for w in range(workers):
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: rows of its pieces, then leave without any cleanup
+            code = 0
+            try:
+                os.close(r)
+                for _, other in children:
+                    other.close()  # (so that a closed read end stops its writer: EPIPE)
+                _json_worker(name, kind, pieces[w::workers], wfd)
+            except BaseException:  # noqa: BLE001 - the parent reads this piece itself
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(wfd)
+        children.append((pid, os.fdopen(r, "rb")))
+    seen_at: int | None = None
+    rest: tuple[int, int] | None = None  # (start, first line) of what is read in order here
+    try:
+        for i, (start, _, first) in enumerate(pieces):
+            pipe = children[i % workers][1]
+            head = pipe.read(_FRAME.size)
+            status, found, invalid, first_rec, n = (_FRAME.unpack(head) if len(head) == _FRAME.size
+                                                    else (1, 0, 0, 0, 0))
+            text = pipe.read(n) if status == 0 else b""
+            if status != 0 or len(text) != n:
+                rest = (start, first)
+                break
+            if seen_at is None and first_rec:
+                seen_at = first_rec
+            yield text.decode("ascii"), found, invalid
+    finally:
+        for pid, rf in children:
+            rf.close()  # a worker still writing gets EPIPE and leaves
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL)  # our own fork, still running: stopped
+                    os.waitpid(pid, 0)
+    if rest is not None:
+        yield from _json_in_order(name, kind, rest[0], rest[1], seen_at)
+
+
+_FRAME = struct.Struct("<BQQQQ")  # status (0: rows follow), found, invalid, first record, length
+
+
+def _json_worker(name: str, kind: str, mine: list[tuple[int, int, int]], wfd: int) -> None:
+    from specmon.parse.vllm import EngineGuard
+
+    with open(name, "rb") as fh, os.fdopen(wfd, "wb") as out:
+        for start, end, first in mine:
+            fh.seek(start)
+            data = fh.read(end - start)
+            try:
+                if len(data) != end - start:
+                    raise _InOrder(first)  # the file changed under us: read in order
+                guard = EngineGuard(name)
+                parts = list(_json_lines(enumerate(capped_lines(io.BytesIO(data)), first), name,
+                                         kind, guard, in_order=False))
+            except _InOrder:
+                out.write(_FRAME.pack(1, 0, 0, 0, 0))
+                return
+            text = "".join(p[0] for p in parts).encode("ascii")
+            out.write(_FRAME.pack(0, sum(p[1] for p in parts), sum(p[2] for p in parts),
+                                  guard.first_line or 0, len(text)))
+            out.write(text)
+
+
+def read_lines(fh: BinaryIO, name: str, before: int = 0) -> Iterator[bytes]:
+    """The capped lines of `fh`; a read error is one line saying after how many lines (`before`:
+    lines of the file before where `fh` starts)."""
+    n = before
     try:
         for line in capped_lines(fh):
             n += 1

@@ -18,7 +18,7 @@ from typing import Any
 from specmon.analysis.logfile import (
     NO_LINES,
     PartialRead,
-    iter_json,
+    json_rows,
     open_input,
     read_lines,
     summarise,
@@ -26,7 +26,7 @@ from specmon.analysis.logfile import (
 )
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
-from specmon.jsonout import dumps, dumps_line
+from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
 MARK = b"server_args="
@@ -52,23 +52,12 @@ def run(args: argparse.Namespace) -> int:
         out = sys.stdout
         found = 0
         invalid = 0
-        rows: list[str] = []  # written a few hundred at a time: one text-safety check per chunk
-        for name in args.files:
-            try:
-                for obj in iter_json(name, "all"):
-                    found += 1
-                    if args.kind != "all" and obj["kind"] != args.kind:
-                        continue
-                    if "invalid" in obj:
-                        invalid += len(obj["invalid"])
-                    rows.append(dumps_line(obj, ascii_only=True))
-                    if len(rows) >= 512:
-                        out.write("\n".join(rows) + "\n")
-                        rows.clear()
-            finally:  # what was read before an error is printed before it
+        for name in args.files:  # rows come a few hundred at a time: one text-safety check each
+            for rows, n, bad in json_rows(name, args.kind):
+                found += n
+                invalid += bad
                 if rows:
-                    out.write("\n".join(rows) + "\n")
-                    rows.clear()
+                    out.write(rows)
         if invalid:  # e.g. vLLM 0.8.5's `nan` for an interval without drafts
             print(f"specmon parse: warning: {invalid:,} value(s) printed as nan/inf or impossible "
                   "were read as null (each record names them under \"invalid\")", file=sys.stderr)
