@@ -1,4 +1,4 @@
-"""SGLang log files read offline: FILE, '-' or .gz into records (`iter_json`) or a per-batch-size
+"""SGLang log files read offline: FILE, '-' or .gz into JSON rows (`json_rows`) or a per-batch-size
 `LogSummary` (`summarise`, in parallel workers for large files).
 
 The one module of analysis/ that reads files: the offline commands (`parse`, `check`,
