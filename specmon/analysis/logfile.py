@@ -158,23 +158,32 @@ def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard:
     v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
     rows: list[str] = []
     found = invalid = 0
+    head = '{"file":' + dumps_line(name, ascii_only=True) + ',"line_no":'  # (a row's first keys)
     try:
         for line_no, raw in lines:
             rec = parse_line(raw)
             if rec is None:
                 continue
-            if not in_order and engine_of(rec) == "vllm":
-                raise _InOrder(line_no)
-            guard.check(rec, line_no)
-            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
-                v0.apply(rec)
+            if in_order:
+                guard.check(rec, line_no)
+                if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+                    v0.apply(rec)
+            else:  # a worker's piece: SGLang's lines only (the engine check is then a no-op)
+                engine = engine_of(rec)
+                if engine == "vllm":
+                    raise _InOrder(line_no)
+                if engine is not None and guard.first_line is None:
+                    guard.engine, guard.first_line = engine, line_no
             found += 1
             if kind != "all" and rec.kind != kind:
                 continue
-            obj = {"file": name, "line_no": line_no, **rec.to_json()}
+            obj = rec.to_json()
             if "invalid" in obj:
                 invalid += len(obj["invalid"])
-            rows.append(dumps_line(obj, ascii_only=True))
+            if "file" in obj or "line_no" in obj:  # a log line's own field of that name: the
+                obj = {k: v for k, v in obj.items() if k not in ("file", "line_no")}  # row's win
+            # {"file": ..., "line_no": N, **record}, without building that dict
+            rows.append(f"{head}{line_no},{dumps_line(obj, ascii_only=True)[1:]}")
             if len(rows) >= JSON_ROWS:
                 yield "\n".join(rows) + "\n", found, invalid
                 rows.clear()

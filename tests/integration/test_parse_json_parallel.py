@@ -76,3 +76,13 @@ def test_files_that_need_order_are_read_in_order(tmp_path: Path, small_pieces: N
     assert _json_plan(str(cr)) is None
     par, one, n_par, _ = _both(cr)
     assert par == one and n_par > 1_000
+
+
+def test_a_log_field_named_file_or_line_no_does_not_replace_the_rows(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "f.log"
+    path.write_text("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 9, "
+                    "token usage: 0.01, gen throughput (token/s): 5.5, file: /etc/x, line no: 9\n")
+    rows = [json.loads(x) for r, _, _ in json_rows(str(path), "all") for x in r.splitlines()]
+    assert [(r["file"], r["line_no"], r["gen_throughput"]) for r in rows] == [(str(path), 1, 5.5)]
