@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.wait import wait_until
 
 from specmon.export.snapshot import atomic_write_bytes
 
@@ -233,8 +234,12 @@ def test_offline_commands_on_megabyte_lines_stop_on_sigint_and_sigterm(tmp_path,
     if command == "export":
         src = _record_file_of_megabyte_lines(tmp_path / "rec.jsonl", 40)
         argv = ["export", str(src), "-o", str(tmp_path / "snap.json")]
-    else:
-        src = _megabyte_log(tmp_path / "s.log", 300)
+    else:  # megabyte lines, then a backlog of decode lines for parse's forked workers
+        src = _megabyte_log(tmp_path / "s.log", 100)
+        with open(src, "a") as f:
+            block = "".join(DECODE.format(s=s) + "\n" for s in range(60))
+            for _ in range(20_000):
+                f.write(block)
         argv = ["parse", "--json", str(src)]
     for sig in (signal.SIGINT, signal.SIGTERM):
         proc = subprocess.Popen([sys.executable, "-m", "specmon", *argv], env=_env(tmp_path),
@@ -242,10 +247,23 @@ def test_offline_commands_on_megabyte_lines_stop_on_sigint_and_sigterm(tmp_path,
         with _reaped(proc):
             time.sleep(1.5)  # importing, then reading: busy when the signal comes
             assert proc.poll() is None, "finished before the signal: make the input larger"
+            workers = _children(proc.pid)
             _stop_within(proc, sig, 10)
         assert proc.returncode in (130, 143), (sig, proc.returncode, proc.stderr.read())
         assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
         assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+        # no worker it forked outlives it
+        wait_until(lambda w=workers: not [c for c in w if Path(f"/proc/{c}").exists()], 10,
+                   f"its workers {workers} to be gone")
+        if command == "parse" and len(os.sched_getaffinity(0)) > 1:
+            assert workers  # (what is checked: parse --json had forked its workers)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 # --- terminal injection from a log, CR-only line endings -----------------------------------
