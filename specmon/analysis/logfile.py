@@ -305,8 +305,8 @@ def _json_worker(name: str, kind: str, mine: list[tuple[int, int, int]], wfd: in
                 if len(data) != end - start:
                     raise _InOrder(first)  # the file changed under us: read in order
                 guard = EngineGuard(name)
-                parts = list(_json_lines(enumerate(capped_lines(io.BytesIO(data)), first), name,
-                                         kind, guard, in_order=False))
+                parts = list(_json_lines(enumerate(_piece_lines(data), first), name, kind, guard,
+                                         in_order=False))
             except _InOrder:
                 out.write(_FRAME.pack(1, 0, 0, 0, 0))
                 return
@@ -314,6 +314,17 @@ def _json_worker(name: str, kind: str, mine: list[tuple[int, int, int]], wfd: in
             out.write(_FRAME.pack(0, sum(p[1] for p in parts), sum(p[2] for p in parts),
                                   guard.first_line or 0, len(text)))
             out.write(text)
+
+
+def _piece_lines(data: bytes) -> Iterator[bytes]:
+    """The lines of a piece (no CR in it: `_json_plan`) as `capped_lines` yields them: one split
+    in C when no line can be longer than MAX_LINE, else `capped_lines` itself."""
+    if _maybe_long_line(data):
+        return capped_lines(io.BytesIO(data))
+    lines = data.split(b"\n")
+    if not lines[-1]:
+        lines.pop()  # (the piece ends with its last line's newline)
+    return iter(lines)
 
 
 def read_lines(fh: BinaryIO, name: str, before: int = 0) -> Iterator[bytes]:
