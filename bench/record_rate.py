@@ -173,6 +173,7 @@ def main() -> None:
                     help="lines/s of the paced run (0: skip it)")
     ap.add_argument("--paced-seconds", type=int, default=10)
     args = ap.parse_args()
+    ratios: list[str] = []
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         sshd = Sshd(root).start()
@@ -199,11 +200,14 @@ def main() -> None:
                 print(f"  {ref_name:<18}: {r:7.2f} s {n / r:10.0f} lines/s")
                 print(f"  specmon record    : {s:7.2f} s {n / s:10.0f} lines/s")
                 print(f"  ratio             : {s / r:7.2f}x the time")
+                ratios.append(f"ratio record_{label}_vs_{'tail' if label == 'live' else 'cat'} "
+                              f"{s / r:.2f}")
                 path.unlink()
             if args.paced_rate > 0:
                 paced(sshd, kh, cfg, root, args.paced_rate, args.paced_seconds)
         finally:
             sshd.stop()
+    print("\n".join(ratios))  # (for bench/run_all.py)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ report; this runs them one after another (short settings: the machine may be sha
 their reports, and ends with one table: benchmark, ratio, what the ratio is, reference. A
 benchmark that cannot run here (no tmux, no sshd) shows N/A and why.
 
-    python bench/run_all.py [--against VERSION_OR_PATH] [--only parse,ui_cost,...]
+    python bench/run_all.py [--against VERSION_OR_PATH] [--only parse,ui_cost,record,...]
 """
 
 from __future__ import annotations
@@ -59,6 +59,12 @@ BENCHES = [
         Ratio(r"busy .*ratio p50\s+([\d.]+)x", "specmon / raw ssh tail p50 latency, busy"),
         Ratio(r"busy .*ratio p50\s+[\d.]+x p99\s+([\d.]+)x",
               "specmon / raw ssh tail p99 latency, busy"),
+    ]),
+    Bench("record", ["record_rate.py", "--lines", "100000", "--backlog-lines", "200000",
+                     "--paced-seconds", "5"], [
+        Ratio(r"ratio record_live_vs_tail ([\d.]+)", "specmon record / ssh tail -F time, 100k lines"),
+        Ratio(r"ratio record_backlog_vs_cat ([\d.]+)",
+              "specmon record / ssh cat | wc -l time, 200k-line backlog"),
     ]),
     Bench("drift_cost", ["drift_cost.py"], [
         Ratio(r"ratio ([\d.]+)", "us per record at n_base 15,611 / at n_base 76"),
