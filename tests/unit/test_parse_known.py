@@ -8,6 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,18 +57,24 @@ def test_real_lines_read_the_same_and_most_decode_lines_take_the_known_path() ->
     assert whole / decode > 0.5, (whole, decode)
 
 
-def test_a_default_decode_line_is_read_whole_with_every_field() -> None:
-    line = ("[2025-06-01 12:00:00.250 DP1 TP3 EP2] Decode batch, #running-req: 08, #token: 12345, "
-            "token usage: 0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, "
-            "gen throughput (token/s): 612.34, #queue-req: 0, ")
+@pytest.mark.parametrize(("line", "want"), [
+    ("[2025-06-01 12:00:00.250 DP1 TP3 EP2] Decode batch, #running-req: 08, #token: 12345, "
+     "token usage: 0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, "
+     "gen throughput (token/s): 612.34, #queue-req: 0, ",
+     {"kind": "decode", "timestamp": "2025-06-01 12:00:00.250", "dp_rank": 1, "tp_rank": 3,
+      "ep_rank": 2, "running_req": 8, "tokens": 12345, "accept_len": 2.71,
+      "gen_throughput": 612.34, "queue_req": 0, "cuda_graph": True, "graph_kind": "cuda"}),
+    ("[2025-06-01 12:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 0, "
+     "token usage: 0.01, #running-req: 3, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+     "input throughput (token/s): 5210.55",
+     {"kind": "prefill", "new_token": 812, "running_req": 3, "input_throughput": 5210.55,
+      "cuda_graph": False}),
+])
+def test_a_default_line_is_read_whole_with_every_field(line: str, want: dict[str, object]) -> None:
     rec, whole = _same(line)
     assert whole
     assert isinstance(rec, BatchRecord)
-    assert (rec.timestamp, rec.dp_rank, rec.tp_rank, rec.ep_rank) == (
-        "2025-06-01 12:00:00.250", 1, 3, 2)
-    assert (rec.running_req, rec.tokens, rec.accept_len, rec.gen_throughput, rec.queue_req) == (
-        8, 12345, 2.71, 612.34, 0)
-    assert rec.cuda_graph is True and rec.graph_kind == "cuda"
+    assert {k: getattr(rec, k) for k in want} == want
 
 
 def test_free_text_anywhere_means_not_whole() -> None:
@@ -156,14 +163,3 @@ def test_mutated_prefill_lines_read_the_same(nums: list[str], usage: str, pendin
     if thr is not None:
         fields.append(f"input throughput (token/s): {thr}")
     _same(f"{prefix}Prefill batch{head} {_insert(fields, cut, piece)}{tail}")
-
-
-def test_a_default_prefill_line_is_read_whole() -> None:
-    line = ("[2025-06-01 12:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 0, "
-            "token usage: 0.01, #running-req: 3, #queue-req: 0, #pending-token: 0, cuda graph: False, "
-            "input throughput (token/s): 5210.55")
-    rec, whole = _same(line)
-    assert whole
-    assert isinstance(rec, BatchRecord) and rec.kind == "prefill"
-    assert (rec.new_token, rec.running_req, rec.input_throughput, rec.cuda_graph) == (
-        812, 3, 5210.55, False)
