@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 
 def quantile_sorted(xs: Sequence[float], q: float) -> float | None:
@@ -21,9 +23,11 @@ def quantile_sorted(xs: Sequence[float], q: float) -> float | None:
 
 
 def weighted_quantiles(counts: Iterable[tuple[float, int]], qs: Sequence[float]) -> list[float | None]:
-    """Quantiles of a multiset given as (value, count) pairs, identical to expanding it."""
+    """Quantiles of a multiset given as (value, count) pairs, identical to expanding it (a log's
+    summary holds a pair per distinct throughput value: hundreds of thousands of them)."""
     pairs = sorted(counts)
-    n = sum(c for _, c in pairs)
+    ends = list(accumulate(c for _, c in pairs))  # ends[i]: values up to and including pairs[i]
+    n = ends[-1] if ends else 0
     if n == 0:
         return [None for _ in qs]
     out: list[float | None] = []
@@ -31,21 +35,10 @@ def weighted_quantiles(counts: Iterable[tuple[float, int]], qs: Sequence[float])
         pos = q * (n - 1)
         lo = math.floor(pos)
         hi = min(lo + 1, n - 1)
-        out.append(_interp(_nth(pairs, lo), _nth(pairs, hi), pos - lo))
+        a = pairs[bisect_right(ends, lo)][0]  # the value at sorted position lo
+        b = pairs[bisect_right(ends, hi)][0]
+        out.append(float(a + (b - a) * (pos - lo)))
     return out
-
-
-def _interp(a: float, b: float, frac: float) -> float:
-    return float(a + (b - a) * frac)
-
-
-def _nth(pairs: list[tuple[float, int]], k: int) -> float:
-    seen = 0
-    for value, count in pairs:
-        seen += count
-        if k < seen:
-            return value
-    return pairs[-1][0]
 
 
 def median(xs: Iterable[float]) -> float | None:
