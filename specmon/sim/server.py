@@ -927,6 +927,18 @@ class SimHandler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode())
 
+    def _start_stream(self, ctype: str = "text/event-stream") -> None:
+        """A streamed 200 reply: server-sent events in chunked encoding."""
+        self.send_response(200)
+        self.send_header("content-type", ctype)
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self._access(200)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
     def do_GET(self) -> None:  # noqa: N802
         self._route("GET")
 
@@ -1067,17 +1079,6 @@ def _make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._json(200, {"text": token_text(req.rid, 0, done_tokens),
                              "meta_info": srv.meta_info(req, True, done_tokens)})  # fmt: skip
-
-        def _start_stream(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            self._access(200)
-
-        def _chunk(self, data: bytes) -> None:
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
 
     return Handler
 

@@ -456,11 +456,7 @@ def _make_vllm_handler(srv: VllmSimServer) -> type[BaseHTTPRequestHandler]:
                                                      "stop_reason": None}]}
 
             if stream:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                self._access(200)
+                self._start_stream("text/event-stream; charset=utf-8")
             done = 0
             while True:
                 try:
@@ -492,9 +488,5 @@ def _make_vllm_handler(srv: VllmSimServer) -> type[BaseHTTPRequestHandler]:
             out = chunk(token_text(req.rid, 0, done), "length")
             out["usage"] = usage
             self._json(200, out)
-
-        def _chunk(self, data: bytes) -> None:
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
 
     return Handler
