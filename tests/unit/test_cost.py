@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import math
-import random
 import statistics
+import sys
 
 import pytest
+from kit.paths import ROOT
 
 import specmon.analysis.drift as drift
 from specmon.analysis.drift import DriftMonitor, DriftParams, baseline_from_records
 from specmon.parse.sglang import BatchRecord
 from specmon.session.state import RECENT_POINTS, TIER_POINTS, DecodePoint, ServerState
 
+sys.path.insert(0, str(ROOT / "bench"))
+from drift_cost import recs as spec_recs  # noqa: E402  (the benchmark's own records)
+
 P = DriftParams()
-
-
-def spec_recs(n: int, level: float, seed: int) -> list[BatchRecord]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        acc = 2.4 * math.exp(rng.gauss(0, 0.1))
-        out.append(BatchRecord("decode", running_req=1, tokens=1200, queue_req=0, cuda_graph=True,
-                               accept_len=acc, gen_throughput=level * acc * math.exp(rng.gauss(0, 0.01))))
-    return out
 
 
 def elements_per_live_record(monkeypatch, n_base: int) -> int:
