@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from kit.sshd import Sshd  # noqa: E402
+from tail_throughput import ssh_lines  # noqa: E402
 
 LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
         "0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, gen throughput (token/s): "
@@ -37,18 +38,7 @@ LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345,
 
 
 def raw_tail(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(sshd.ssh_argv(kh, f"tail -F -n +1 {path}"), stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    count = 0
-    for _ in proc.stdout:
-        count += 1
-        if count == n:
-            break
-    dt = time.perf_counter() - t0
-    proc.terminate()
-    proc.wait()
-    return dt
+    return ssh_lines(sshd, kh, f"tail -F -n +1 {path}", n)
 
 
 def raw_cat(sshd: Sshd, kh: Path, path: Path, n: int) -> float:

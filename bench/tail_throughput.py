@@ -32,7 +32,12 @@ LINE = (
 
 
 def raw_ssh(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
-    cmd = sshd.ssh_argv(kh, f"tail -c +1 {path}")
+    return ssh_lines(sshd, kh, f"tail -c +1 {path}", n)
+
+
+def ssh_lines(sshd: Sshd, kh: Path, remote: str, n: int) -> float:
+    """Seconds until `ssh HOST REMOTE` has printed n lines (then it is stopped)."""
+    cmd = sshd.ssh_argv(kh, remote)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
