@@ -34,30 +34,11 @@ def finite(obj: Any) -> Any:
     return obj
 
 
-# one encoder per set of options, not one per call (`record` and `parse --json` write a row per
-# log line, and json.dumps builds a new encoder whenever an option is given)
-_ENCODERS: dict[tuple[tuple[str, Any], ...], json.JSONEncoder] = {}
-
-
-def _encoder(kw: dict[str, Any]) -> json.JSONEncoder | None:
-    if "cls" in kw or "default" in kw:
-        return None
-    try:
-        key = tuple(sorted(kw.items()))
-        enc = _ENCODERS.get(key)
-    except TypeError:  # an unhashable option value
-        return None
-    if enc is None and len(_ENCODERS) < 16:
-        enc = _ENCODERS[key] = json.JSONEncoder(**kw)
-    return enc
-
-
 def dumps(obj: Any, **kw: Any) -> str:
     """`json.dumps` that never emits Infinity/NaN and never raises on a hostile number."""
     kw["allow_nan"] = False
     try:
-        enc = _encoder(kw)
-        return enc.encode(obj) if enc is not None else json.dumps(obj, **kw)
+        return json.dumps(obj, **kw)
     except ValueError:
         return json.dumps(finite(obj), **kw)
 

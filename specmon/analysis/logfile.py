@@ -164,16 +164,11 @@ def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard:
             rec = parse_line(raw)
             if rec is None:
                 continue
-            if in_order:
-                guard.check(rec, line_no)
-                if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
-                    v0.apply(rec)
-            else:  # a worker's piece: SGLang's lines only (the engine check is then a no-op)
-                engine = engine_of(rec)
-                if engine == "vllm":
-                    raise _InOrder(line_no)
-                if engine is not None and guard.first_line is None:
-                    guard.engine, guard.first_line = engine, line_no
+            if not in_order and engine_of(rec) == "vllm":
+                raise _InOrder(line_no)  # (a worker's piece holds SGLang's lines only)
+            guard.check(rec, line_no)
+            if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+                v0.apply(rec)
             found += 1
             if kind != "all" and rec.kind != kind:
                 continue

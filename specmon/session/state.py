@@ -351,10 +351,6 @@ class Run:
         # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
         # A round closes when every group that still logs is in it, or when one repeats.
         out: list[DecodePoint] = [closed] if closed is not None else []
-        if not self._round and len(self.groups) == 1:  # no DP: each line is a round (the rule
-            self._round[key] = pt  # below, without building the list of active groups)
-            out.append(self._close_round())
-            return out
         if key in self._round:
             out.append(self._close_round())
         self._round[key] = pt
