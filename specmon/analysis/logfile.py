@@ -9,6 +9,7 @@ in each; everything it computes is the pure `parse/` and `LogSummary` code.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import io
 import os
@@ -109,7 +110,7 @@ def open_input(name: str) -> BinaryIO:
 
 JSON_PIECE = 4 << 20  # bytes of log per piece that a worker of `parse --json` turns into rows
 JSON_ROWS = 512  # rows per chunk handed to the writer
-JsonChunk = tuple[str, int, int]  # rows (each ending in "\n"), records found, invalid values
+JsonChunk = tuple[bytes, int, int]  # ASCII rows (each ending in "\n"), records, invalid values
 
 
 class _InOrder(Exception):
@@ -180,17 +181,21 @@ def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard:
             # {"file": ..., "line_no": N, **record}, without building that dict
             rows.append(f"{head}{line_no},{dumps_line(obj, ascii_only=True)[1:]}")
             if len(rows) >= JSON_ROWS:
-                yield "\n".join(rows) + "\n", found, invalid
+                yield _joined(rows), found, invalid
                 rows.clear()
                 found = invalid = 0
     except _InOrder:
         raise  # (a worker's piece: none of it is written, the parent reads it in order)
     except Exception:  # a read error, mixed engines: what was read before it is written first
         if rows or found:
-            yield "\n".join(rows) + "\n" if rows else "", found, invalid
+            yield _joined(rows), found, invalid
         raise
     if rows or found:
-        yield "\n".join(rows) + "\n" if rows else "", found, invalid
+        yield _joined(rows), found, invalid
+
+
+def _joined(rows: list[str]) -> bytes:
+    return ("\n".join(rows) + "\n").encode("ascii") if rows else b""
 
 
 def _json_plan(name: str) -> tuple[int, list[tuple[int, int, int]]] | None:
@@ -246,6 +251,7 @@ def _json_parallel(name: str, kind: str, workers: int,
     children: list[tuple[int, BinaryIO]] = []
     for w in range(workers):
         r, wfd = os.pipe()
+        _widen(wfd)
         pid = os.fork()
         if pid == 0:  # the worker: rows of its pieces, then leave without any cleanup
             code = 0
@@ -274,7 +280,7 @@ def _json_parallel(name: str, kind: str, workers: int,
                 break
             if seen_at is None and first_rec:
                 seen_at = first_rec
-            yield text.decode("ascii"), found, invalid
+            yield text, found, invalid
     finally:
         for pid, rf in children:
             rf.close()  # a worker still writing gets EPIPE and leaves
@@ -284,6 +290,13 @@ def _json_parallel(name: str, kind: str, workers: int,
                     os.waitpid(pid, 0)
     if rest is not None:
         yield from _json_in_order(name, kind, rest[0], rest[1], seen_at)
+
+
+def _widen(fd: int) -> None:
+    """A pipe of 1 MiB (Linux; the default 64 KiB made a worker and the writer trade turns
+    ~550 times for 100k rows)."""
+    with contextlib.suppress(AttributeError, OSError):  # (not Linux, or over the user's limit)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
 
 
 _FRAME = struct.Struct("<BQQQQ")  # status (0: rows follow), found, invalid, first record, length
@@ -305,7 +318,7 @@ def _json_worker(name: str, kind: str, mine: list[tuple[int, int, int]], wfd: in
             except _InOrder:
                 out.write(_FRAME.pack(1, 0, 0, 0, 0))
                 return
-            text = "".join(p[0] for p in parts).encode("ascii")
+            text = b"".join(p[0] for p in parts)
             out.write(_FRAME.pack(0, sum(p[1] for p in parts), sum(p[2] for p in parts),
                                   guard.first_line or 0, len(text)))
             out.write(text)

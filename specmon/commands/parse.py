@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "runs", False):
         return list_runs(args.files, args.json)
     if args.json:
-        out = sys.stdout
+        sys.stdout.flush()
+        out = sys.stdout.buffer  # (rows are ASCII bytes: no decode and encode on the way)
         found = 0
         invalid = 0
         for name in args.files:  # rows come a few hundred at a time: one text-safety check each

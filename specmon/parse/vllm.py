@@ -156,7 +156,7 @@ NON_DEFAULT_KEYS = frozenset({
 })
 
 
-@dataclass(slots=True)
+@dataclass
 class VllmDecodeRecord(BatchRecord):
     """One `Engine NNN: Avg prompt throughput ...` line (kind "decode").
 

@@ -29,9 +29,10 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _both(path: Path, kind: str = "all") -> tuple[str, str, int, int]:
+    """(rows of the parallel path, rows of one process, records of each)."""
     par = list(json_rows(str(path), kind))
     one = list(_json_in_order(str(path), kind, 0, 1, None))
-    return ("".join(r for r, _, _ in par), "".join(r for r, _, _ in one),
+    return (b"".join(r for r, _, _ in par).decode(), b"".join(r for r, _, _ in one).decode(),
             sum(n for _, n, _ in par), sum(n for _, n, _ in one))
 
 
@@ -59,13 +60,13 @@ def test_a_vllm_line_mid_file_is_read_in_order_with_the_same_error(tmp_path: Pat
     assert _json_plan(str(path)) is not None  # workers start; the piece with the line falls back
     with pytest.raises(MixedEngines) as one:
         list(_json_in_order(str(path), "all", 0, 1, None))
-    rows: list[str] = []
+    rows: list[bytes] = []
     with pytest.raises(MixedEngines) as par:
         for r, _, _ in json_rows(str(path), "all"):
             rows.append(r)
     assert str(par.value) == str(one.value) and "line 9001" in str(par.value)
     # every row before the mixed line was written, once, in order
-    nums = [int(x.split('"line_no":')[1].split(",")[0]) for x in "".join(rows).splitlines()]
+    nums = [int(x.split('"line_no":')[1].split(",")[0]) for x in b"".join(rows).decode().splitlines()]
     assert nums == sorted(set(nums)) and nums[-1] < 9_001 and nums[-1] > 8_000
 
 
