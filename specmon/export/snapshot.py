@@ -176,7 +176,12 @@ def record_from_json(d: Any, where: str = "record") -> Record:
             if t is None:
                 raise SnapshotError(f"{where}: unknown record field {name!r}")
             kw[name] = _typed(name, t, v, where)
-        return VllmDecodeRecord(**kw) if vllm else BatchRecord(**kw)
+        cls = VllmDecodeRecord if vllm else BatchRecord
+        rec = cls.blank(kw.pop("kind"))
+        # a null stays the class's default, not a key of its own (a loaded snapshot's records
+        # take the memory and the `to_json` of parsed ones)
+        vars(rec).update((k, v) for k, v in kw.items() if v is not None or getattr(cls, k) is not None)
+        return rec
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")

@@ -43,16 +43,30 @@ _OTHER = rb"(?:#?[0-9b-fh-qs-zB-FH-QS-Z]|accept rate|#retracted-req)"
 # never needs to give back what they take (no piece they read can start a slot), so they
 # change no match; 3.10 reads the same pattern without them.
 _P = b"+" if sys.version_info >= (3, 11) else b""
-# After a slot value: nothing, or a piece with a key (it has ": ", so it is no `k=v` glued onto
-# the value), then any other pieces (glued `k=v` parts, fragments the parser drops).
-_AFTER = (rb"(?:, " + _OTHER + rb"[^,:\n]*" + _P + rb": [^,\n]*" + _P + rb"(?:, " + _OTHER +
-          rb"[^,\n]*" + _P + rb")*" + _P + rb")?" + _P)
+
+
+def _after(known: bytes, usual: bytes = b"") -> bytes:
+    """After a slot value: nothing, or a piece with a key (it has ": ", so it is no `k=v` glued
+    onto the value), then any other pieces (glued `k=v` parts, fragments the parser drops).
+    `known`, the keyed piece real logs print there, is tried first as literal text, then
+    `usual`, the pieces that mostly follow it: each is one instance of the generic piece (a key
+    that starts with a character of `_OTHER`, then `[^,\n]*`), so the match is the same, and
+    sre walks a literal piece faster than a turn of the generic loop (the pattern: -13%)."""
+    rest = rb"[^,\n]*" + _P
+    keyed = _OTHER + rb"[^,:\n]*" + _P + rb": " + rest
+    usual_pieces = b"".join(rb"(?:, " + k + rest + rb")?" + _P for k in usual.split(b"|") if k)
+    return (rb"(?:, (?:" + known + rest + rb"|" + keyed + rb")" + usual_pieces +
+            rb"(?:, " + _OTHER + rest + rb")*" + _P + rb")?" + _P)
+
+
 # One match per line that holds a batch marker, from its first marker to the end of the line.
 # Groups: running-req, 'a' if accept len, accept len, gen throughput, the prefill head's [.,].
 # All empty: a marker the scan cannot read exactly (the caller declines the buffer).
 _BATCH = re.compile(
-    rb"batch(?:(?<=Decode batch)(?:(?: \[\d+\])?[.,] #running-req: " + _V + _AFTER +
-    rb"(?:, (a)ccept len: " + _V + _AFTER + rb")?, gen throughput \(token/s\): " + _V + _AFTER +
+    rb"batch(?:(?<=Decode batch)(?:(?: \[\d+\])?[.,] #running-req: " + _V +
+    _after(rb"#token: ", rb"token usage: |cuda graph: ") +
+    rb"(?:, (a)ccept len: " + _V + _after(rb"accept rate: ", rb"cuda graph: ") +
+    rb")?, gen throughput \(token/s\): " + _V + _after(rb"#queue-req: ") +
     rb"(?:, |,| )?$|[^\n]*)"
     # prefill: the general parser prefers a decode marker anywhere in the line; `_scan` checks
     # that every decode marker starts a match (none hides in a line read as prefill)

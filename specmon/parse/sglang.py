@@ -248,7 +248,7 @@ class BatchRecord:
         # are always printed: their row is the template of those, in order, updated with what
         # the record set (the instance dict holds just that: `blank`).
         d = self.__dict__
-        if d.keys() <= _PLAIN_KEYS and not d["extra"] and not d["invalid"]:
+        if _PLAIN_KEYS.issuperset(d) and not d["extra"] and not d["invalid"]:
             plain = _JSON_PLAIN.copy()
             plain.update(d)
             del plain["extra"], plain["invalid"]
