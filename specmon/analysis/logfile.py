@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import gzip
 import io
+import mmap
 import os
 import re
 import signal
@@ -367,9 +368,7 @@ def summarise(name: str) -> LogSummary:
             if stat.S_ISREG(st.st_mode) and size > 0:  # (/proc files say 0: streamed)
                 workers = min(_usable_cpus(), 8)
                 if size >= PARALLEL_MIN and workers > 1:
-                    result = _summarise_parallel(name, size, workers)
-                    if result is not None:
-                        return result
+                    return _summarise_parallel(name, size, workers)
                 return _summarise_file(name, 0, size)
         return _summarise_stream(fh, name)
     finally:
@@ -650,12 +649,6 @@ class _Range:
     read = read1
 
 
-def _summarise_piece(args: tuple[str, int, int]) -> LogSummary:
-    """One line-aligned byte range (the file's last line may lack its newline: still a line)."""
-    name, start, end = args
-    return _summarise_file(name, start, end)
-
-
 def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
     bounds = [0]
     with open(name, "rb") as fh:
@@ -673,23 +666,32 @@ def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
     return bounds
 
 
-def _summarise_parallel(name: str, size: int, workers: int) -> LogSummary | None:
-    """Split the file into line-aligned ranges; forked children take all but the first range.
+def _summarise_parallel(name: str, size: int, workers: int) -> LogSummary:
+    """The file in `workers` line-aligned shares, summarised at once (`_summarise_ranges`)."""
+    total = LogSummary()
+    for part in _summarise_ranges(name, _line_aligned_bounds(name, size, workers), workers):
+        total.merge(part)
+    return total
 
-    Plain fork + pipes rather than a multiprocessing pool: the parent works too, and no pool
-    start-up is paid. Each child sends back its (small) LogSummary and exits.
-    """
-    if not hasattr(os, "fork"):
-        return None
+
+def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSummary]:
+    """The summary of each line-aligned range [bounds[i], bounds[i+1]) of a regular file, in
+    file order. Forked children take contiguous shares of about equal bytes, this process the
+    first: plain fork + pipes rather than a multiprocessing pool (no pool start-up is paid, the
+    parent works too); each child sends back its (small) summaries and exits. A child that
+    fails: its ranges are done here, nothing is lost."""
     import pickle
 
-    pieces = max(workers, -(-size // (4 * CHUNK)))
-    pieces = -(-pieces // workers) * workers  # a multiple of the workers keeps them all busy
-    bounds = _line_aligned_bounds(name, size, pieces)
-    ranges = [(name, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
-    per_worker = [ranges[i::workers] for i in range(workers)]
-    children: list[tuple[int, int]] = []
-    for mine in per_worker[1:]:
+    ranges = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    if not hasattr(os, "fork"):
+        workers = 1
+    span = max(bounds[-1] - bounds[0], 1)
+    share: list[list[int]] = [[] for _ in range(workers)]  # range indices of each worker
+    for i, (a, _) in enumerate(ranges):
+        share[min(workers - 1, (a - bounds[0]) * workers // span)].append(i)
+    out: list[LogSummary] = [LogSummary()] * len(ranges)
+    children: list[tuple[int, int, list[int]]] = []
+    for mine in share[1:]:
         if not mine:
             continue
         r, w = os.pipe()
@@ -698,27 +700,84 @@ def _summarise_parallel(name: str, size: int, workers: int) -> LogSummary | None
             code = 0
             try:
                 os.close(r)
-                part = LogSummary()
-                for rng in mine:
-                    part.merge(_summarise_piece(rng))
-                with os.fdopen(w, "wb") as out:
-                    pickle.dump(part, out, protocol=pickle.HIGHEST_PROTOCOL)
-            except BaseException:  # noqa: BLE001 - the parent redoes this range itself
+                parts = [_summarise_file(name, *ranges[i]) for i in mine]
+                with os.fdopen(w, "wb") as pipe:
+                    pickle.dump(parts, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            except BaseException:  # noqa: BLE001 - the parent redoes these ranges itself
                 code = 1
             finally:
                 os._exit(code)
         os.close(w)
-        children.append((pid, r))
-    total = LogSummary()
-    for rng in per_worker[0]:
-        total.merge(_summarise_piece(rng))
-    for (pid, r), mine in zip(children, [m for m in per_worker[1:] if m], strict=False):
+        children.append((pid, r, mine))
+    for i in share[0]:
+        out[i] = _summarise_file(name, *ranges[i])
+    for pid, r, mine in children:
         with os.fdopen(r, "rb") as inp:
             data = inp.read()
         _, status = os.waitpid(pid, 0)
-        if status == 0 and data:
-            total.merge(pickle.loads(data))
-        else:
-            for rng in mine:  # a child died: do its share here, nothing is lost
-                total.merge(_summarise_piece(rng))
-    return total
+        got = pickle.loads(data) if status == 0 and data else None
+        for k, i in enumerate(mine):  # (a child died: its share is done here)
+            out[i] = got[k] if got is not None else _summarise_file(name, *ranges[i])
+    return out
+
+
+# --- server runs of a plain file ------------------------------------------------------------
+
+RUN_MARK = b"server_args="
+MAX_RUN_HEADS = 10_000  # more server_args lines: read in order, one run in memory at a time
+
+
+def head_line(mm: mmap.mmap, start: int) -> bytes:
+    """The line at `start` as the streaming read yields it: cut at MAX_LINE with the marker,
+    ending in "\n"."""
+    end = mm.find(b"\n", start)
+    end = len(mm) if end < 0 else end
+    if end - start <= MAX_LINE:
+        return mm[start:end] + b"\n"
+    return mm[start:start + MAX_LINE] + cut_marker(MAX_LINE, end - start) + b"\n"
+
+
+def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
+    """A plain file cut before each line that holds `server_args=`, each piece summarised (at
+    once over the usable CPUs when the file is large, where reading it line by line in order
+    ran on one CPU at 2.7x the time): [(the line that starts the piece, as the in-order read
+    yields it, or None for the first piece; the piece's summary)]. The caller parses each such
+    line and applies the run rule (a line that is no server_args record starts no run). None
+    where the file is to be read in order: not a regular file, gzip, a CR in it (a lone CR ends
+    a line), or more than MAX_RUN_HEADS such lines."""
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or fh.read(2) == b"\x1f\x8b":
+            return None
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+        with mm:
+            size = len(mm)
+            if mm.find(b"\r") >= 0:
+                return None
+            heads: list[tuple[int, bytes]] = []  # (start, line) of each line with the mark
+            pos = mm.find(RUN_MARK)
+            while pos >= 0:
+                start = mm.rfind(b"\n", 0, pos) + 1
+                heads.append((start, head_line(mm, start)))
+                if len(heads) > MAX_RUN_HEADS:
+                    return None
+                nl = mm.find(b"\n", pos)
+                pos = mm.find(RUN_MARK, nl) if nl >= 0 else -1
+    workers = min(_usable_cpus(), 8) if size >= PARALLEL_MIN else 1
+    bounds = sorted({0, size, *(s for s, _ in heads),
+                     *(_line_aligned_bounds(name, size, workers) if workers > 1 else ())})
+    parts = _summarise_ranges(name, bounds, workers)
+    segments: list[tuple[bytes | None, LogSummary]] = [(None, LogSummary(name=name))]
+    starts = dict(heads)
+    for (a, _), part in zip(zip(bounds, bounds[1:], strict=False), parts, strict=True):
+        if a in starts:
+            segments.append((starts[a], LogSummary(name=name)))
+        segments[-1][1].merge(part)
+    return segments

@@ -21,6 +21,7 @@ from specmon.analysis.logfile import (
     json_rows,
     open_input,
     read_lines,
+    run_segments,
     summarise,
     summarise_buffer,
 )
@@ -128,11 +129,9 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
                 if isinstance(rec, EventRecord) and rec.kind == "server_args":
                     flush()
                     size = 0
-                    if cur.summary.recognised or cur.has_args:
-                        done, cur = cur, RunPart(cur.index + 1)
+                    done, cur = _run_at(cur, rec)
+                    if done is not None:
                         yield done
-                    cur.args, cur.has_args = dict(rec.data), True
-                    cur.start = cur.start or rec.timestamp or rec.time_of_day
             pending.append(line)
             size += len(line)
             if size >= RUN_CHUNK:
@@ -144,6 +143,41 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
         raise
     flush()
     yield cur
+
+
+def _run_at(cur: RunPart, rec: EventRecord) -> tuple[RunPart | None, RunPart]:
+    """The run rule at a `server_args` line: (the run it ended, if any; the run it is in)."""
+    done = None
+    if cur.summary.recognised or cur.has_args:
+        done, cur = cur, RunPart(cur.index + 1)
+    cur.args, cur.has_args = dict(rec.data), True
+    cur.start = cur.start or rec.timestamp or rec.time_of_day
+    return done, cur
+
+
+def runs_of_segments(segments: list[tuple[bytes | None, LogSummary]]) -> Iterator[RunPart]:
+    """`iter_runs` over a file already cut at its lines with the mark (`run_segments`)."""
+    cur = RunPart(1)
+    for head, summary in segments:
+        rec = parse_line(head) if head is not None else None
+        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+            done, cur = _run_at(cur, rec)
+            if done is not None:
+                yield done
+        cur.summary.merge(summary)
+    yield cur
+
+
+def _file_runs(name: str) -> Iterator[RunPart] | None:
+    """A plain file's runs from its pieces between server_args lines, summarised at once over
+    the usable CPUs; None: read it in order (stdin, gzip, CRs, a read error on the way)."""
+    if name == "-":
+        return None
+    try:
+        segments = run_segments(name)
+    except PartialRead:
+        return None  # the in-order read reports the error, after what it read before it
+    return runs_of_segments(segments) if segments is not None else None
 
 
 def _may_hold_runs(name: str) -> bool:
@@ -190,11 +224,15 @@ def summary_by_run(files: list[str]) -> int:
     summary without a run header)."""
     found = False
     for name in files:
-        fh = open_input(name)
+        runs = _file_runs(name)
+        fh = None
+        if runs is None:  # in order, one run in memory at a time
+            fh = open_input(name)
+            runs = iter_runs(read_lines(fh, name))
         first: RunPart | None = None
         n = 0
         try:
-            for part in iter_runs(read_lines(fh, name)):
+            for part in runs:
                 n += 1
                 found = found or bool(part.summary.recognised or part.has_args)
                 if n == 1:
@@ -206,7 +244,7 @@ def summary_by_run(files: list[str]) -> int:
                     print(section(first))
                 print(section(part))
         finally:
-            if fh is not sys.stdin.buffer:
+            if fh is not None and fh is not sys.stdin.buffer:
                 fh.close()
             if n == 1 and first is not None:
                 print(f"{name}: 1 run\n" + first.summary.render())

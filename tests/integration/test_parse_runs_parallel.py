@@ -1,0 +1,105 @@
+"""`specmon parse` of a plain log with several server runs cuts the file at its server_args lines
+and summarises the pieces at once (forked workers on a large file): every run, its args, start
+and summary are what the in-order read (`iter_runs`, one line at a time) gives; files that must
+be read in order (CRs, gzip) are."""
+
+from __future__ import annotations
+
+import gzip
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from kit.paths import ROOT
+
+from specmon.analysis import logfile
+from specmon.analysis.logfile import open_input, read_lines, run_segments
+from specmon.commands.parse import RunPart, iter_runs, runs_of_segments
+
+sys.path.insert(0, str(ROOT / "bench"))
+from loggen import generate_lines  # noqa: E402
+
+ARGS = ("[2026-02-26 19:16:{s:02d}] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size={tp}, "
+        "port=30000)")
+# the parser reads this as a server_args line too (both paths must agree on what starts a run)
+QUOTED = "[2026-02-26 19:16:41] INFO: a request that quotes server_args=ServerArgs(tp_size=9) as text"
+# a line with the mark that is no server_args record: cut there, no run starts
+NO_RUN = ("[2026-02-26 19:16:41] Decode batch, #running-req: 1, #token: 9, token usage: 0.01, "
+          "gen throughput (token/s): 5.5, #queue-req: 0, server_args=3")
+
+
+def _view(parts: list[RunPart]) -> list[tuple[object, ...]]:
+    return [(p.index, p.args, p.has_args, p.start, p.summary.comparable()) for p in parts]
+
+
+def _in_order(path: Path) -> list[RunPart]:
+    fh = open_input(str(path))
+    try:
+        return list(iter_runs(read_lines(fh, str(path))))
+    finally:
+        fh.close()
+
+
+def _log(seed: int) -> list[str]:
+    """Real-format lines with runs: start-up lines before the first server_args, two server_args
+    lines in a row (one run), the mark in free text and in a batch line, runs of any length."""
+    rnd = random.Random(seed)
+    lines = generate_lines(6_000)
+    out: list[str] = lines[:rnd.randrange(0, 50)]
+    for i, line in enumerate(lines[len(out):]):
+        if rnd.random() < 0.002:
+            out.append(ARGS.format(s=i % 60, tp=rnd.choice((1, 2, 4))))
+            if rnd.random() < 0.3:
+                out.append(ARGS.format(s=i % 60, tp=8))  # before any batch line: the same run
+        if rnd.random() < 0.002:
+            out.append(rnd.choice((QUOTED, NO_RUN)))
+        out.append(line)
+    return out
+
+
+@pytest.fixture
+def workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logfile, "PARALLEL_MIN", 1 << 16)  # workers on a small file
+    monkeypatch.setattr(logfile, "_usable_cpus", lambda: 3)  # even on one CPU
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_summarised_at_once_are_the_runs_read_in_order(tmp_path: Path, workers: None,
+                                                            seed: int) -> None:
+    lines = _log(seed)
+    path = tmp_path / "runs.log"
+    path.write_text("\n".join(lines) + ("\n" if seed % 2 else ""))  # odd: the last line ends
+    segments = run_segments(str(path))
+    assert segments is not None and len(segments) > 3  # the cut path is what is tested
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert len(fast) >= 3 and sum(p.summary.lines for p in fast) == len(lines)
+
+
+def test_a_server_args_line_as_the_streaming_read_cuts_it(tmp_path: Path) -> None:
+    """A line longer than MAX_LINE: a mark within its first MAX_LINE bytes starts a run, one
+    past them is cut away (as the in-order read sees it); the first line's mark starts run 1."""
+    long_args = ARGS.format(s=1, tp=2)[:-1] + ", note='" + "x" * logfile.MAX_LINE + "')"
+    hidden = "[2026-02-26 19:16:02] " + "y" * logfile.MAX_LINE + " " + ARGS.format(s=2, tp=4)
+    body = generate_lines(400)
+    path = tmp_path / "long.log"
+    path.write_text("\n".join([ARGS.format(s=0, tp=1), *body, long_args, *body, hidden, *body])
+                    + "\n")
+    segments = run_segments(str(path))
+    assert segments is not None
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert [p.args.get("tp_size") for p in fast] == [1, 2]  # the cut mark starts no run
+
+
+@pytest.mark.parametrize("kind", ["cr", "gzip"])
+def test_files_that_need_order_are_read_in_order(tmp_path: Path, kind: str) -> None:
+    text = "\n".join(_log(1)) + "\n"
+    path = tmp_path / "x.log"
+    if kind == "cr":
+        path.write_text(text.replace("\n", "\r"))  # CR-only line ends
+    else:
+        path.write_bytes(gzip.compress(text.encode()))
+    assert run_segments(str(path)) is None
+    assert len(_in_order(path)) >= 3  # (and the in-order read still finds the runs)
