@@ -724,7 +724,9 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
 # --- server runs of a plain file ------------------------------------------------------------
 
 RUN_MARK = b"server_args="
-MAX_RUN_HEADS = 10_000  # more server_args lines: read in order, one run in memory at a time
+# more lines with the mark, or more of their bytes: read in order, one run in memory at a time
+MAX_RUN_HEADS = 10_000
+MAX_HEAD_BYTES = 64 << 20
 
 
 def head_line(mm: mmap.mmap, start: int) -> bytes:
@@ -744,7 +746,7 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
     yields it, or None for the first piece; the piece's summary)]. The caller parses each such
     line and applies the run rule (a line that is no server_args record starts no run). None
     where the file is to be read in order: not a regular file, gzip, a CR in it (a lone CR ends
-    a line), or more than MAX_RUN_HEADS such lines."""
+    a line), or more than MAX_RUN_HEADS such lines or MAX_HEAD_BYTES of them."""
     try:
         fh = open(name, "rb")  # noqa: SIM115 - closed below
     except OSError:
@@ -762,11 +764,13 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
             if mm.find(b"\r") >= 0:
                 return None
             heads: list[tuple[int, bytes]] = []  # (start, line) of each line with the mark
+            held = 0
             pos = mm.find(RUN_MARK)
             while pos >= 0:
                 start = mm.rfind(b"\n", 0, pos) + 1
                 heads.append((start, head_line(mm, start)))
-                if len(heads) > MAX_RUN_HEADS:
+                held += len(heads[-1][1])
+                if len(heads) > MAX_RUN_HEADS or held > MAX_HEAD_BYTES:
                     return None
                 nl = mm.find(b"\n", pos)
                 pos = mm.find(RUN_MARK, nl) if nl >= 0 else -1

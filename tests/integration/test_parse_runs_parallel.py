@@ -93,13 +93,17 @@ def test_a_server_args_line_as_the_streaming_read_cuts_it(tmp_path: Path) -> Non
     assert [p.args.get("tp_size") for p in fast] == [1, 2]  # the cut mark starts no run
 
 
-@pytest.mark.parametrize("kind", ["cr", "gzip"])
-def test_files_that_need_order_are_read_in_order(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["cr", "gzip", "heads"])
+def test_files_that_need_order_are_read_in_order(tmp_path: Path, kind: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     text = "\n".join(_log(1)) + "\n"
     path = tmp_path / "x.log"
     if kind == "cr":
         path.write_text(text.replace("\n", "\r"))  # CR-only line ends
-    else:
+    elif kind == "gzip":
         path.write_bytes(gzip.compress(text.encode()))
+    else:  # the marked lines are held while the pieces are read: bounded
+        monkeypatch.setattr(logfile, "MAX_HEAD_BYTES", 200)
+        path.write_text(text)
     assert run_segments(str(path)) is None
     assert len(_in_order(path)) >= 3  # (and the in-order read still finds the runs)
