@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from specmon.feeds.common import cancel_all, pump_gpus, pump_tail
+from specmon.feeds.common import cancel_all, live_gc, pump_gpus, pump_tail
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
 from specmon.parse.gpu_sample import GpuSample
@@ -242,7 +242,8 @@ class HostFeeds:
     async def run(self, sink: FeedSink) -> None:
         tasks = [asyncio.create_task(self._one(f, sink)) for f in self.feeds]
         try:
-            await asyncio.gather(*tasks)
+            with live_gc():
+                await asyncio.gather(*tasks)
         finally:
             await cancel_all(tasks)
             # Local children (agents, tails) were just sent SIGTERM; let them be reaped before
