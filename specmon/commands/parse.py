@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return list_runs(args.files, args.json)
     if args.json:
         sys.stdout.flush()
-        out = sys.stdout.buffer  # (rows are ASCII bytes: no decode and encode on the way)
+        out = sys.stdout.buffer  # ASCII rows as bytes (the CLI's stdout checks them as bytes)
         found = 0
         invalid = 0
         for name in args.files:  # rows come a few hundred at a time: one text-safety check each
