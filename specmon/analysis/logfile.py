@@ -723,13 +723,13 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
 
 # --- server runs of a plain file ------------------------------------------------------------
 
-RUN_MARK = b"server_args="
+RUN_MARK = b"server_args="  # (a line with it may start a server run)
 # more lines with the mark, or more of their bytes: read in order, one run in memory at a time
 MAX_RUN_HEADS = 10_000
 MAX_HEAD_BYTES = 64 << 20
 
 
-def head_line(mm: mmap.mmap, start: int) -> bytes:
+def _head_line(mm: mmap.mmap, start: int) -> bytes:
     """The line at `start` as the streaming read yields it: cut at MAX_LINE with the marker,
     ending in "\n"."""
     end = mm.find(b"\n", start)
@@ -768,7 +768,7 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
             pos = mm.find(RUN_MARK)
             while pos >= 0:
                 start = mm.rfind(b"\n", 0, pos) + 1
-                heads.append((start, head_line(mm, start)))
+                heads.append((start, _head_line(mm, start)))
                 held += len(heads[-1][1])
                 if len(heads) > MAX_RUN_HEADS or held > MAX_HEAD_BYTES:
                     return None

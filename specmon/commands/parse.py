@@ -17,6 +17,7 @@ from typing import Any
 
 from specmon.analysis.logfile import (
     NO_LINES,
+    RUN_MARK,
     PartialRead,
     json_rows,
     open_input,
@@ -30,7 +31,6 @@ from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
-MARK = b"server_args="
 SCAN_BLOCK = 8 * 1024 * 1024
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
 
@@ -124,7 +124,7 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
         for line in lines:
             if not line.endswith(b"\n"):
                 line += b"\n"
-            if MARK in line:
+            if RUN_MARK in line:
                 rec = parse_line(line)
                 if isinstance(rec, EventRecord) and rec.kind == "server_args":
                     flush()
@@ -194,8 +194,8 @@ def _may_hold_runs(name: str) -> bool:
             return True
         try:  # mapped: no read, no copy (read in 8 MiB blocks: 0.3 s CPU for a 159 MB log)
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                first = mm.find(MARK)
-                return first >= 0 and (mm.find(MARK, first + 1) >= 0
+                first = mm.find(RUN_MARK)
+                return first >= 0 and (mm.find(RUN_MARK, first + 1) >= 0
                                        or mm.find(b" batch", 0, first) >= 0)
         except (OSError, ValueError):  # empty, or not a regular file
             pass
@@ -206,17 +206,17 @@ def _may_hold_runs(name: str) -> bool:
             if not block:
                 return False
             buf = tail + block
-            pos = buf.find(MARK)
+            pos = buf.find(RUN_MARK)
             while pos >= 0:
                 seen += 1
                 if seen == 1:
                     batch_before = batch_before or b" batch" in buf[:pos]
                 if seen >= 2 or batch_before:
                     return True
-                pos = buf.find(MARK, pos + 1)
+                pos = buf.find(RUN_MARK, pos + 1)
             if seen == 0 and b" batch" in buf:
                 batch_before = True
-            tail = buf[-(len(MARK) - 1):]  # a mark cut by the block edge, never a whole one
+            tail = buf[-(len(RUN_MARK) - 1):]  # a mark cut by the block edge, never a whole one
 
 
 def summary_by_run(files: list[str]) -> int:
