@@ -178,7 +178,8 @@ class BatchRecord:
     the wall time since then, idle time included); it is not a benchmark's end-to-end tok/s.
 
     No slots: the defaults live on the class, so `blank` makes a record by setting only what a
-    line holds (the generated __init__ stores all 42 fields: 2.5 us, most of a line's parse).
+    line holds (the generated __init__ stores all 42 fields: 0.45 us, twice `blank`), and
+    `to_json` builds most rows from a template and the few fields set (0.6 us, was 1.4 us).
     """
 
     kind: str  # "decode" | "prefill"
