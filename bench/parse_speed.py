@@ -16,7 +16,8 @@ turn, best of --repeat; wall = elapsed, CPU = user + sys of the process and its 
   * with --against, the same command of another version: a wheel file, or a git rev (a commit,
     a tag, or a version with a `v` tag) built here into a wheel;
   * `specmon parse --json` on the first --json-lines lines against bench/json_reference.py,
-    which only reads each line and json.dumps a small dict (target: within 1.5x).
+    which only reads each line and json.dumps a small dict (target: within 1.5x), and with
+    --against against that version's `parse --json`.
 
 With --steps it also prints where the summary's CPU goes: each step of the scan of one 64 MiB
 chunk (the unit `specmon parse` reads), timed in a fresh process per repeat (objects and
@@ -231,6 +232,7 @@ def main() -> int:
         cases = [Case("grep -c 'gen throughput'", [grep, "-c", "gen throughput", str(path)]),
                  Case("specmon parse (this tree)", [py, "-m", "specmon", "parse", str(path)],
                       here)]
+        site: Path | None = None
         if args.against:
             site, label = install_against(args.against, tmp)
             cases.append(Case(f"specmon parse ({label})", [py, "-m", "specmon", "parse",
@@ -243,6 +245,10 @@ def main() -> int:
                      here, to_pipe=False),
                 Case("specmon parse --json", [py, "-m", "specmon", "parse", "--json", str(small)],
                      here, to_pipe=False)]
+            if site is not None:  # the other version's --json, in the same interleaved runs
+                json_cases.append(Case(f"--json ({label})", [py, "-m", "specmon", "parse",
+                                                            "--json", str(small)],
+                                       env_with(site), to_pipe=False))
             interleaved(json_cases, args.repeat)
         if args.steps:
             print_steps(path, args.repeat)
@@ -268,13 +274,19 @@ def main() -> int:
         ratios += [("parse_wall_vs_against", ours.wall / old.wall),
                    ("parse_cpu_vs_against", ours.cpu / old.cpu)]
     if json_cases:
-        ref, js = json_cases
+        ref, js = json_cases[:2]
         print(f"JSON, {args.json_lines:,} lines to /dev/null: reference {ref.wall:.3f} s wall "
               f"{ref.cpu:.3f} s CPU; specmon parse --json {js.wall:.3f} s wall {js.cpu:.3f} s CPU;"
               f" ratio wall {js.wall / ref.wall:.2f}x CPU {js.cpu / ref.cpu:.2f}x (target: "
               f"within 1.5x: {'met' if js.wall <= 1.5 * ref.wall else 'NOT met'})")
         ratios += [("json_wall_vs_reference", js.wall / ref.wall),
                    ("json_cpu_vs_reference", js.cpu / ref.cpu)]
+        if len(json_cases) > 2:
+            jold = json_cases[2]
+            print(f"parse --json, this tree / {jold.name[8:-1]}: wall {js.wall / jold.wall:.2f}x, "
+                  f"CPU {js.cpu / jold.cpu:.2f}x (below 1: this tree is faster)")
+            ratios += [("json_wall_vs_against", js.wall / jold.wall),
+                       ("json_cpu_vs_against", js.cpu / jold.cpu)]
     for name, value in ratios:
         print(f"ratio {name} {value:.2f}")
     return 0

@@ -48,6 +48,7 @@ BENCHES = [
         Ratio(r"ratio parse_cpu_vs_against ([\d.]+)", "specmon parse CPU / --against's CPU"),
         Ratio(r"ratio json_wall_vs_reference ([\d.]+)",
               "parse --json wall / json_reference.py wall, 100k lines"),
+        Ratio(r"ratio json_cpu_vs_against ([\d.]+)", "parse --json CPU / --against's CPU"),
     ]),
     Bench("ui_cost", ["ui_cost.py", "--seconds", "8", "--warmup", "4", "--logs", "2,8"], [
         Ratio(r"^\s*2\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$",
