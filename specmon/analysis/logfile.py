@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import gzip
 import io
-import mmap
 import os
 import re
 import signal
@@ -729,14 +728,68 @@ MAX_RUN_HEADS = 10_000
 MAX_HEAD_BYTES = 64 << 20
 
 
-def _head_line(mm: mmap.mmap, start: int) -> bytes:
-    """The line at `start` as the streaming read yields it: cut at MAX_LINE with the marker,
-    ending in "\n"."""
-    end = mm.find(b"\n", start)
-    end = len(mm) if end < 0 else end
-    if end - start <= MAX_LINE:
-        return mm[start:end] + b"\n"
-    return mm[start:start + MAX_LINE] + cut_marker(MAX_LINE, end - start) + b"\n"
+SCAN_READ = 8 << 20  # bytes per read when a file is searched for a marker
+
+
+def find_all(fh: BinaryIO, needle: bytes, start: int = 0, end: int | None = None,
+             most: int | None = None) -> list[int]:
+    """Offsets of `needle` within bytes [start, end) of a file (at most `most`), read block by
+    block. Never mapped: touching a mapped page past the end of a file truncated meanwhile (a
+    log rotated by copytruncate) kills the process with SIGBUS; a read just ends early."""
+    found: list[int] = []
+    keep = len(needle) - 1  # a match cut by a block edge: the next block starts with its head
+    carry = b""
+    pos = start
+    while end is None or pos < end:
+        fh.seek(pos)
+        block = fh.read(SCAN_READ if end is None else min(SCAN_READ, end - pos))
+        if not block:
+            break
+        data = carry + block if carry else block
+        base = pos - len(carry)
+        i = data.find(needle)
+        while i >= 0:
+            found.append(base + i)
+            if most is not None and len(found) >= most:
+                return found
+            i = data.find(needle, i + 1)
+        carry = data[len(data) - keep:] if keep else b""
+        pos += len(block)
+    return found
+
+
+def _line_start(fh: BinaryIO, pos: int, floor: int) -> int | None:
+    """Where the line holding a mark at `pos` starts, if the mark ends within the line's first
+    MAX_LINE bytes (else the in-order read cuts it away: None). `floor`: a line start at or
+    before `pos` (no read goes below it, so all reads back stay within the file's size)."""
+    low = max(0, pos + len(RUN_MARK) - MAX_LINE)
+    bottom = max(low, floor)
+    while pos > bottom:
+        back = max(bottom, pos - (4 << 10))
+        fh.seek(back)
+        nl = fh.read(pos - back).rfind(b"\n")
+        if nl >= 0:
+            return back + nl + 1
+        pos = back
+    return bottom if bottom == floor or low == 0 else None
+
+
+def _head_line(fh: BinaryIO, start: int, size: int) -> tuple[bytes, int]:
+    """The line at `start` as the in-order read yields it (cut at MAX_LINE with the marker,
+    ending in "\n"), and where the next line starts."""
+    fh.seek(start)
+    data = fh.read(4 << 10)
+    nl = data.find(b"\n")
+    if nl < 0 and len(data) == 4 << 10:  # (a long line: up to what the in-order read keeps)
+        data += fh.read(MAX_LINE + 1 - len(data))
+        nl = data.find(b"\n")
+    if nl >= 0:
+        return data[:nl + 1], start + nl + 1
+    if len(data) <= MAX_LINE:  # the last line, without its newline
+        return data + b"\n", start + len(data)
+    rest = find_all(fh, b"\n", start + len(data), size, most=1)
+    full = (rest[0] if rest else size) - start
+    return data[:MAX_LINE] + cut_marker(MAX_LINE, full) + b"\n", start + full + 1
 
 
 def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
@@ -753,27 +806,29 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
         return None
     with fh:
         st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or fh.read(2) == b"\x1f\x8b":
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode) or size == 0 or fh.read(2) == b"\x1f\x8b":
             return None
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):
+        if find_all(fh, b"\r", end=size, most=1):
             return None
-        with mm:
-            size = len(mm)
-            if mm.find(b"\r") >= 0:
+        marks = find_all(fh, RUN_MARK, end=size, most=4 * MAX_RUN_HEADS)
+        if len(marks) >= 4 * MAX_RUN_HEADS:
+            return None
+        heads: list[tuple[int, bytes]] = []  # (start, line) of each line with a mark it shows
+        held = next_line = 0  # (next_line: where the line after the last one looked at starts)
+        for pos in marks:
+            if pos < next_line:
+                continue  # a second mark in a line already looked at
+            start = _line_start(fh, pos, next_line)
+            if start is None:  # the in-order read cuts this mark away, and all after it in
+                nl = find_all(fh, b"\n", pos, size, most=1)  # its line: none starts a run
+                next_line = nl[0] + 1 if nl else size
+                continue
+            line, next_line = _head_line(fh, start, size)
+            heads.append((start, line))
+            held += len(line)
+            if len(heads) > MAX_RUN_HEADS or held > MAX_HEAD_BYTES:
                 return None
-            heads: list[tuple[int, bytes]] = []  # (start, line) of each line with the mark
-            held = 0
-            pos = mm.find(RUN_MARK)
-            while pos >= 0:
-                start = mm.rfind(b"\n", 0, pos) + 1
-                heads.append((start, _head_line(mm, start)))
-                held += len(heads[-1][1])
-                if len(heads) > MAX_RUN_HEADS or held > MAX_HEAD_BYTES:
-                    return None
-                nl = mm.find(b"\n", pos)
-                pos = mm.find(RUN_MARK, nl) if nl >= 0 else -1
     workers = min(_usable_cpus(), 8) if size >= PARALLEL_MIN else 1
     bounds = sorted({0, size, *(s for s, _ in heads),
                      *(_line_aligned_bounds(name, size, workers) if workers > 1 else ())})

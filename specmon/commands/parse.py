@@ -9,7 +9,8 @@ same `summarise_buffer` fast path as a one-run log.
 from __future__ import annotations
 
 import argparse
-import mmap
+import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from specmon.analysis.logfile import (
     NO_LINES,
     RUN_MARK,
     PartialRead,
+    find_all,
     json_rows,
     open_input,
     read_lines,
@@ -31,7 +33,6 @@ from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, parse_line
 
-SCAN_BLOCK = 8 * 1024 * 1024
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
 
 
@@ -181,8 +182,9 @@ def _file_runs(name: str) -> Iterator[RunPart] | None:
 
 
 def _may_hold_runs(name: str) -> bool:
-    """Whether FILE may hold more than one run (stdin and .gz: yes, they are read once). A plain
-    file is scanned for `server_args=` lines: two, or one after a batch line, mean runs."""
+    """Whether FILE may hold more than one run (stdin, a pipe and .gz: yes, they are read once,
+    in order). A plain file is searched for `server_args=` (read, never mapped: see
+    `find_all`): two, or one after a batch line, mean runs."""
     if name == "-":
         return True
     try:
@@ -190,33 +192,14 @@ def _may_hold_runs(name: str) -> bool:
     except OSError:
         return False  # summarise() reports the error in its own words
     with fh:
-        if fh.read(2) == b"\x1f\x8b":
-            return True
-        try:  # mapped: no read, no copy (read in 8 MiB blocks: 0.3 s CPU for a 159 MB log)
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                first = mm.find(RUN_MARK)
-                return first >= 0 and (mm.find(RUN_MARK, first + 1) >= 0
-                                       or mm.find(b" batch", 0, first) >= 0)
-        except (OSError, ValueError):  # empty, or not a regular file
-            pass
-        fh.seek(0)
-        seen, batch_before, tail = 0, False, b""
-        while True:
-            block = fh.read(SCAN_BLOCK)
-            if not block:
-                return False
-            buf = tail + block
-            pos = buf.find(RUN_MARK)
-            while pos >= 0:
-                seen += 1
-                if seen == 1:
-                    batch_before = batch_before or b" batch" in buf[:pos]
-                if seen >= 2 or batch_before:
-                    return True
-                pos = buf.find(RUN_MARK, pos + 1)
-            if seen == 0 and b" batch" in buf:
-                batch_before = True
-            tail = buf[-(len(RUN_MARK) - 1):]  # a mark cut by the block edge, never a whole one
+        try:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode) or fh.read(2) == b"\x1f\x8b":
+                return True
+            marks = find_all(fh, RUN_MARK, most=2)
+            return bool(marks) and (len(marks) == 2
+                                    or bool(find_all(fh, b" batch", end=marks[0], most=1)))
+        except OSError:
+            return False  # the summary reads it again and says what is wrong
 
 
 def summary_by_run(files: list[str]) -> int:
