@@ -9,6 +9,7 @@ import gzip
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kit.paths import ROOT
@@ -107,3 +108,29 @@ def test_files_that_need_order_are_read_in_order(tmp_path: Path, kind: str,
         path.write_text(text)
     assert run_segments(str(path)) is None
     assert len(_in_order(path)) >= 3  # (and the in-order read still finds the runs)
+
+
+def test_marks_the_in_order_read_cuts_away_are_passed_over_line_by_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """30,000 marks past the first MAX_LINE bytes of one line: the first one is seen to be cut
+    away and the rest of its line is skipped at once (a look back per mark read 30 GB); no run
+    starts there, as in the in-order read."""
+    looked: list[int] = []
+    line_start = logfile._line_start
+
+    def counted(fh: Any, pos: int, floor: int) -> int | None:
+        looked.append(pos)
+        return line_start(fh, pos, floor)
+
+    monkeypatch.setattr(logfile, "_line_start", counted)
+    junk = "[2026-02-26 19:16:02] " + "y" * logfile.MAX_LINE + " server_args=x," * 30_000
+    body = generate_lines(300)
+    path = tmp_path / "marks.log"
+    path.write_text("\n".join([ARGS.format(s=0, tp=1), *body, junk, *body,
+                               ARGS.format(s=3, tp=2), *body]) + "\n")
+    segments = run_segments(str(path))
+    assert segments is not None and len(segments) == 3  # (None), the first run, the second
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert [p.args.get("tp_size") for p in fast] == [1, 2]
+    assert len(looked) == 3  # the two runs' lines and the first mark of the long line
