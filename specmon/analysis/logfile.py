@@ -689,7 +689,36 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
     for i, (a, _) in enumerate(ranges):
         share[min(workers - 1, (a - bounds[0]) * workers // span)].append(i)
     out: list[LogSummary] = [LogSummary()] * len(ranges)
-    children: list[tuple[int, int, list[int]]] = []
+    children: list[tuple[int, BinaryIO, list[int]]] = []
+    reaped: set[int] = set()
+    try:
+        _fork_shares(name, ranges, share, children)
+        for i in share[0]:
+            out[i] = _summarise_file(name, *ranges[i])
+        for pid, inp, mine in children:
+            data = inp.read()
+            inp.close()
+            _, status = os.waitpid(pid, 0)
+            reaped.add(pid)
+            got = pickle.loads(data) if status == 0 and data else None
+            for k, i in enumerate(mine):  # (a child died: its share is done here)
+                out[i] = got[k] if got is not None else _summarise_file(name, *ranges[i])
+    finally:  # stopped early (SIGINT, SIGTERM, an error): our own forks do not outlive this
+        for pid, inp, _ in children:
+            inp.close()
+            if pid not in reaped:
+                with contextlib.suppress(ChildProcessError, ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+    return out
+
+
+def _fork_shares(name: str, ranges: list[tuple[int, int]], share: list[list[int]],
+                 children: list[tuple[int, BinaryIO, list[int]]]) -> None:
+    """A forked child per share after the first (this process's), each sending its ranges'
+    summaries back through a pipe; `children` gets (pid, the pipe's read end, its ranges)."""
+    import pickle
+
     for mine in share[1:]:
         if not mine:
             continue
@@ -707,17 +736,7 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
             finally:
                 os._exit(code)
         os.close(w)
-        children.append((pid, r, mine))
-    for i in share[0]:
-        out[i] = _summarise_file(name, *ranges[i])
-    for pid, r, mine in children:
-        with os.fdopen(r, "rb") as inp:
-            data = inp.read()
-        _, status = os.waitpid(pid, 0)
-        got = pickle.loads(data) if status == 0 and data else None
-        for k, i in enumerate(mine):  # (a child died: its share is done here)
-            out[i] = got[k] if got is not None else _summarise_file(name, *ranges[i])
-    return out
+        children.append((pid, os.fdopen(r, "rb"), mine))
 
 
 # --- server runs of a plain file ------------------------------------------------------------

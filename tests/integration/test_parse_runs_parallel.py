@@ -6,8 +6,10 @@ be read in order (CRs, gzip) are."""
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from kit.paths import ROOT
 
 from specmon.analysis import logfile
 from specmon.analysis.logfile import open_input, read_lines, run_segments
+from specmon.analysis.logsummary import LogSummary
 from specmon.commands.parse import RunPart, iter_runs, runs_of_segments
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -134,3 +137,36 @@ def test_marks_the_in_order_read_cuts_away_are_passed_over_line_by_line(
     assert _view(fast) == _view(_in_order(path))
     assert [p.args.get("tp_size") for p in fast] == [1, 2]
     assert len(looked) == 3  # the two runs' lines and the first mark of the long line
+
+
+def test_stopped_while_summarising_no_worker_outlives_it(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM, raised the same way by the CLI) while this process does its share:
+    the forked workers, busy with theirs, are stopped and reaped before the error goes on."""
+    parent = os.getpid()
+    real = logfile._summarise_file
+
+    def share(name: str, start: int, end: int) -> LogSummary:
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        time.sleep(60)  # a worker still busy
+        return real(name, start, end)
+
+    forked: list[int] = []
+    fork = os.fork
+
+    def noted() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    path = tmp_path / "s.log"
+    path.write_text("\n".join(generate_lines(3_000)) + "\n")
+    monkeypatch.setattr(logfile, "_summarise_file", share)
+    monkeypatch.setattr(os, "fork", noted)
+    size = path.stat().st_size
+    with pytest.raises(KeyboardInterrupt):
+        logfile._summarise_ranges(str(path), [0, size // 3, size * 2 // 3, size], 3)
+    assert len(forked) == 2  # (what is checked: workers were busy when it stopped)
+    assert not [p for p in forked if Path(f"/proc/{p}").exists()]  # none running, no zombie
