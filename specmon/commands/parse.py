@@ -171,13 +171,13 @@ def runs_of_segments(segments: list[tuple[bytes | None, LogSummary]]) -> Iterato
 
 def _file_runs(name: str) -> Iterator[RunPart] | None:
     """A plain file's runs from its pieces between server_args lines, summarised at once over
-    the usable CPUs; None: read it in order (stdin, gzip, CRs, a read error on the way)."""
+    the usable CPUs; None: read it in order (stdin, gzip, CRs, an error on the way)."""
     if name == "-":
         return None
     try:
         segments = run_segments(name)
-    except PartialRead:
-        return None  # the in-order read reports the error, after what it read before it
+    except CliError:  # a read error, engines mixed in a run: the in-order read prints the
+        return None  # runs before it, then says what is wrong, where
     return runs_of_segments(segments) if segments is not None else None
 
 

@@ -19,6 +19,8 @@ from kit.paths import ROOT
 from specmon.analysis import logfile
 from specmon.analysis.logfile import open_input, read_lines, run_segments
 from specmon.analysis.logsummary import LogSummary
+from specmon.cli import main
+from specmon.commands import parse as parse_cmd
 from specmon.commands.parse import RunPart, iter_runs, runs_of_segments
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -170,3 +172,27 @@ def test_stopped_while_summarising_no_worker_outlives_it(tmp_path: Path,
         logfile._summarise_ranges(str(path), [0, size // 3, size * 2 // 3, size], 3)
     assert len(forked) == 2  # (what is checked: workers were busy when it stopped)
     assert not [p for p in forked if Path(f"/proc/{p}").exists()]  # none running, no zombie
+
+
+VLLM = ("INFO 06-01 12:00:09 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+        "Avg generation throughput: 120.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV "
+        "cache usage: 0.1%, Prefix cache hit rate: 0.0%")
+
+
+def test_an_error_in_a_later_run_comes_after_the_runs_before_it(
+        tmp_path: Path, workers: None, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run 2 mixes vLLM and SGLang stats lines: the first run's summary is printed, then the
+    error, exactly as the in-order read prints them (the cut path found it first: it gives
+    way to the in-order read)."""
+    body = generate_lines(3_000)
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join([ARGS.format(s=0, tp=1), *body, ARGS.format(s=1, tp=2),
+                               *body[:1_500], VLLM, *body[1_500:]]) + "\n")
+    assert main(["parse", str(path)]) == 2
+    cut = capsys.readouterr()
+    monkeypatch.setattr(parse_cmd, "run_segments", lambda name: None)  # the in-order read
+    assert main(["parse", str(path)]) == 2
+    in_order = capsys.readouterr()
+    assert (cut.out, cut.err) == (in_order.out, in_order.err)
+    assert "lines read: 3,001" in cut.out and "mixes engines" in cut.err  # run 1, then why
