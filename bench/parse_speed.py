@@ -268,11 +268,7 @@ def main() -> int:
     print(f"target: within 10x grep, wall and CPU: "
           f"{'met' if max(r for _, r in ratios) <= 10 else 'NOT met'}")
     if len(cases) > 2:
-        old = cases[2]
-        print(f"this tree / {old.name[15:-1]}: wall {ours.wall / old.wall:.2f}x, CPU "
-              f"{ours.cpu / old.cpu:.2f}x (below 1: this tree is faster)")
-        ratios += [("parse_wall_vs_against", ours.wall / old.wall),
-                   ("parse_cpu_vs_against", ours.cpu / old.cpu)]
+        ratios += against("parse", ours, cases[2])
     if json_cases:
         ref, js = json_cases[:2]
         print(f"JSON, {args.json_lines:,} lines to /dev/null: reference {ref.wall:.3f} s wall "
@@ -282,14 +278,20 @@ def main() -> int:
         ratios += [("json_wall_vs_reference", js.wall / ref.wall),
                    ("json_cpu_vs_reference", js.cpu / ref.cpu)]
         if len(json_cases) > 2:
-            jold = json_cases[2]
-            print(f"parse --json, this tree / {jold.name[8:-1]}: wall {js.wall / jold.wall:.2f}x, "
-                  f"CPU {js.cpu / jold.cpu:.2f}x (below 1: this tree is faster)")
-            ratios += [("json_wall_vs_against", js.wall / jold.wall),
-                       ("json_cpu_vs_against", js.cpu / jold.cpu)]
+            ratios += against("json", js, json_cases[2])
     for name, value in ratios:
         print(f"ratio {name} {value:.2f}")
     return 0
+
+
+def against(what: str, ours: Case, old: Case) -> list[tuple[str, float]]:
+    """This tree against the --against version's same command: printed, and its ratio rows."""
+    label = old.name[old.name.index("(") + 1:-1]
+    print(f"{'parse --json' if what == 'json' else 'parse'}, this tree / {label}: wall "
+          f"{ours.wall / old.wall:.2f}x, CPU {ours.cpu / old.cpu:.2f}x (below 1: this tree is "
+          "faster)")
+    return [(f"{what}_wall_vs_against", ours.wall / old.wall),
+            (f"{what}_cpu_vs_against", ours.cpu / old.cpu)]
 
 
 if __name__ == "__main__":
