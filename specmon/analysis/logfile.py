@@ -793,22 +793,12 @@ def _line_start(fh: BinaryIO, pos: int, floor: int) -> int | None:
     return bottom if bottom == floor or low == 0 else None
 
 
-def _head_line(fh: BinaryIO, start: int, size: int) -> tuple[bytes, int]:
-    """The line at `start` as the in-order read yields it (cut at MAX_LINE with the marker,
-    ending in "\n"), and where the next line starts."""
+def _line_at(fh: BinaryIO, start: int) -> tuple[bytes, int]:
+    """The line at `start` as the in-order read yields it (`capped_lines`: cut at MAX_LINE with
+    the marker; here always ending in "\n"), and where the next line starts."""
     fh.seek(start)
-    data = fh.read(4 << 10)
-    nl = data.find(b"\n")
-    if nl < 0 and len(data) == 4 << 10:  # (a long line: up to what the in-order read keeps)
-        data += fh.read(MAX_LINE + 1 - len(data))
-        nl = data.find(b"\n")
-    if nl >= 0:
-        return data[:nl + 1], start + nl + 1
-    if len(data) <= MAX_LINE:  # the last line, without its newline
-        return data + b"\n", start + len(data)
-    rest = find_all(fh, b"\n", start + len(data), size, most=1)
-    full = (rest[0] if rest else size) - start
-    return data[:MAX_LINE] + cut_marker(MAX_LINE, full) + b"\n", start + full + 1
+    line = next(capped_lines(fh), b"")
+    return (line if line.endswith(b"\n") else line + b"\n"), fh.tell()
 
 
 def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
@@ -840,10 +830,9 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
                 continue  # a second mark in a line already looked at
             start = _line_start(fh, pos, next_line)
             if start is None:  # the in-order read cuts this mark away, and all after it in
-                nl = find_all(fh, b"\n", pos, size, most=1)  # its line: none starts a run
-                next_line = nl[0] + 1 if nl else size
+                next_line = _line_at(fh, pos)[1]  # its line: none starts a run
                 continue
-            line, next_line = _head_line(fh, start, size)
+            line, next_line = _line_at(fh, start)
             heads.append((start, line))
             held += len(line)
             if len(heads) > MAX_RUN_HEADS or held > MAX_HEAD_BYTES:
