@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import signal
+import threading
 from pathlib import Path
 
 from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
 from specmon.session.fleet import FleetSession
+
+# After SIGHUP or SIGTERM, how long the app may take to end before the servers are stopped and
+# the process ends without it: with the terminal gone, Textual's writer thread dies on EIO and
+# the next screen refresh blocks the event loop for good, so the exit it was asked for never runs.
+QUIT_GRACE_S = 3.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,8 +65,20 @@ def run(args: argparse.Namespace) -> int:
                      store_note=None if args.keep else
                      "demo: temporary store, deleted at exit")
 
-    def _quit(_signum: int, _frame: object) -> None:
+    watchdog: list[threading.Timer] = []
+
+    def _force_quit(signum: int) -> None:
+        feed.stop_all_sync()
+        if not args.keep:
+            shutil.rmtree(feed.workdir, ignore_errors=True)
+        os._exit(128 + signum)
+
+    def _quit(signum: int, _frame: object) -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started
+        if not watchdog:
+            watchdog.append(threading.Timer(QUIT_GRACE_S, _force_quit, (signum,)))
+            watchdog[0].daemon = True
+            watchdog[0].start()
         try:
             asyncio.get_running_loop().call_soon_threadsafe(app.exit)
         except RuntimeError:  # not inside the app's loop: stop now
@@ -70,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         app.run()
     finally:
+        for timer in watchdog:
+            timer.cancel()  # (the app ended: the cleanup below is the whole way out)
         for sig, handler in old.items():
             signal.signal(sig, handler)
         feed.stop_all_sync()
