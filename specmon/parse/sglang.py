@@ -12,6 +12,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -489,6 +490,14 @@ _KNOWN_LINE = re.compile(
 _TAG_ATTR = {"DP": "dp_rank", "PP": "pp_rank", "TP": "tp_rank", "EP": "ep_rank"}
 
 
+@lru_cache(maxsize=256)
+def _tag_fields(tags: str) -> dict[str, int]:
+    """The rank fields of a prefix's tags (` DP0 TP0 EP0`: a log prints a handful of distinct
+    ones), for one `__dict__.update` per line: setting them tag by tag was a quarter of a known
+    line's cost (2.7 of 10 us)."""
+    return {_TAG_ATTR[tag[:2]]: int(tag[2:]) for tag in tags.split()}
+
+
 def _known_line(text: str) -> BatchRecord | None:
     """The record of a line of a known shape (see `_KNOWN_LINE`), else None."""
     m = _KNOWN_LINE.match(text)
@@ -504,8 +513,8 @@ def _known_line(text: str) -> BatchRecord | None:
         rec.pid = int(pid)
     if stamp is not None:
         rec.timestamp = f"{stamp}.{ms}" if ms else stamp
-        for tag in tags.split():
-            setattr(rec, _TAG_ATTR[tag[:2]], int(tag[2:]))
+        if tags:
+            rec.__dict__.update(_tag_fields(tags))
     if rr is not None:
         if it is not None:
             rec.iteration = int(it)
