@@ -18,7 +18,7 @@ from typing import Any
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_known
 from specmon.session.events import FeedSink, LineItem
-from specmon.sources.tail import LogLine, LogTailer, TailNotice
+from specmon.sources.tail import LogLine, LogTailer, TailEvent, TailNotice
 
 NOTICE_TEXT = {
     "truncated": "log truncated: reading from the start again",
@@ -29,8 +29,8 @@ NOTICE_TEXT = {
     "disconnected": "disconnected",
     "resumed": "resumed at the exact byte where it stopped",
 }
-MAX_BATCH = 2000
-QUEUE_MAX = 2 * MAX_BATCH  # events held between the tail and the session, at most
+MAX_BATCH = 2000  # lines per sink call
+QUEUE_MESSAGES = 2  # agent messages held between the tail and the session, at most
 
 
 # The collector's thresholds while feeds run. The live path allocates a few container objects
@@ -72,21 +72,25 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
     text: `parse_known`): `specmon record` writes them out while the sink keeps the live state.
     """
     # Bounded: when the sink falls behind, the reader waits, the tailer stops crediting the
-    # agent, and the agent stops reading the file (memory stays flat while catching up).
-    queue: asyncio.Queue[LogLine | TailNotice | None] = asyncio.Queue(QUEUE_MAX)
+    # agent, and the agent stops reading the file (memory stays flat while catching up). An
+    # item is one agent message's events (`LogTailer.batches`: at most BATCH_BYTES of text).
+    queue: asyncio.Queue[list[TailEvent] | None] = asyncio.Queue(QUEUE_MESSAGES)
+
+    holding = False  # the reader has a message it could not put yet: we are behind
 
     async def reader() -> None:
+        nonlocal holding
         try:
-            events = tailer.events()
+            batches = tailer.batches()
             try:
-                async for ev in events:
-                    await queue.put(ev)  # bounded: a slow consumer slows the tail, not memory
+                async for evs in batches:
+                    holding = True
+                    await queue.put(evs)  # bounded: a slow consumer slows the tail, not memory
+                    holding = False
             finally:
                 # cancelled while waiting on the queue, the generator is closed here (its
                 # cleanup stops the agent process), not at garbage collection after the loop
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                await batches.aclose()
         except Exception:
             await queue.put(None)  # the end marker, then the error for pump_tail to raise
             raise
@@ -94,34 +98,39 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
 
     task = asyncio.create_task(reader())
     try:
-        done = False
-        while not done:
-            ev = await queue.get()
+        evs: list[TailEvent] | None = []
+        i = 0  # the next event of `evs` (a message is taken MAX_BATCH lines at a time)
+        while evs is not None:
+            if i >= len(evs):
+                evs, i = await queue.get(), 0
             batch: dict[str, list[LineItem]] = {}
             n = 0
-            while ev is not None:
-                if isinstance(ev, LogLine):
-                    rec, whole = parse_known(ev.text)
-                    if tap is not None:
-                        tap(ev, rec, whole)
-                    batch.setdefault(ev.server, []).append(LineItem(ev.text, rec, ev.received_at))
-                    n += 1
-                elif isinstance(ev, TailNotice) and ev.kind in NOTICE_TEXT:
-                    if ev.kind == "missing":
-                        sink.tail_missing(host, ev.server, ev.path, "no such file")
-                    elif ev.kind == "error":  # e.g. permission denied: the tail retries
-                        sink.tail_missing(host, ev.server, ev.path,
-                                          str(ev.detail.get("error") or "cannot read"))
-                    sink.notice(host, ev.server, notice_text(ev))
-                if n >= MAX_BATCH or queue.empty():
-                    break
-                ev = queue.get_nowait()
-            if ev is None:
-                done = True
+            while evs is not None:
+                while i < len(evs) and n < MAX_BATCH:
+                    ev = evs[i]
+                    i += 1
+                    if isinstance(ev, LogLine):
+                        rec, whole = parse_known(ev.text)
+                        if tap is not None:
+                            tap(ev, rec, whole)
+                        batch.setdefault(ev.server, []).append(
+                            LineItem(ev.text, rec, ev.received_at))
+                        n += 1
+                    elif ev.kind in NOTICE_TEXT:
+                        if ev.kind == "missing":
+                            sink.tail_missing(host, ev.server, ev.path, "no such file")
+                        elif ev.kind == "error":  # e.g. permission denied: the tail retries
+                            sink.tail_missing(host, ev.server, ev.path,
+                                              str(ev.detail.get("error") or "cannot read"))
+                        sink.notice(host, ev.server, notice_text(ev))
+                if i < len(evs) or queue.empty():
+                    break  # a full batch, or all that has come
+                evs, i = queue.get_nowait(), 0
             for server, items in batch.items():
                 sink.lines(host, server, items)
-            if not done:  # caught up: wait to batch; behind (a backlog): go on at once
-                await asyncio.sleep(flush_s if queue.empty() else 0)
+            if evs is not None:  # caught up: wait to batch; behind (a backlog): go on at once
+                behind = i < len(evs) or not queue.empty() or holding
+                await asyncio.sleep(0 if behind else flush_s)
         await asyncio.wait({task}, timeout=5.0)  # it has put the end marker: finishing
         exc = task.exception() if task.done() and not task.cancelled() else None
         if exc is not None:

@@ -715,7 +715,10 @@ def parse_known(line: str | bytes, *, known: bool = True) -> tuple[Record | None
                     return rec, True
             rec = _find_batch(text)
             if rec is not None:
-                return rec, False
+                from specmon.parse.vllm import vllm_owns
+
+                if not vllm_owns(text):  # (a vLLM stats line quoting "Prefill batch." is vLLM's)
+                    return rec, False
         if ("throughput" in text or "metrics" in text or "LLM engine (v" in text
                 or "non-default args:" in text or "vLLM API server" in text):
             # maybe vLLM's line: the same record model (parse/vllm.py)

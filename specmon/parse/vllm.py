@@ -249,6 +249,8 @@ class VllmEventRecord(EventRecord):
 
 def engine_of(rec: Record | None) -> str | None:
     """"vllm" / "sglang" for records only one engine prints; None for neutral events."""
+    if type(rec) is BatchRecord:  # (most lines: checked per line, live and in parse --json)
+        return "sglang"
     if isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
         return ENGINE
     if isinstance(rec, BatchRecord):
@@ -553,6 +555,15 @@ def _non_default(head: _Head, msg: str) -> VllmEventRecord | None:
             and not (isinstance(v, float) and not math.isfinite(v))}
     return VllmEventRecord("vllm_args", head.timestamp, head.time_of_day, data={"args": safe},
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)
+
+
+def vllm_owns(text: str) -> bool:
+    """Whether `text` is one of vLLM's own stats or config lines (its logger's head, then one
+    of MARKERS): what else it quotes, an SGLang batch marker included, is its free text."""
+    if not any(mark in text for mark in MARKERS):
+        return False
+    head = _head(text)
+    return head is not None and any(mark in head.msg for mark in MARKERS)
 
 
 def parse_vllm_line(line: str | bytes) -> Record | None:

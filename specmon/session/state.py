@@ -354,6 +354,9 @@ class Run:
         if key in self._round:
             out.append(self._close_round())
         self._round[key] = pt
+        if len(self.groups) == 1:  # (most servers: no DP groups; the round is this line)
+            out.append(self._close_round())
+            return out
         active = [k for k, gg in self.groups.items() if not gg.silent or k in self._round]
         if all(k in self._round for k in active):
             out.append(self._close_round())

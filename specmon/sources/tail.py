@@ -14,7 +14,7 @@ import base64
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +201,16 @@ class LogTailer:
         return client, sub
 
     async def events(self) -> AsyncIterator[TailEvent]:
+        """The tail's events one by one (see `batches`)."""
+        async for evs in self.batches():
+            for ev in evs:
+                yield ev
+
+    async def batches(self) -> AsyncGenerator[list[TailEvent], None]:
+        """The tail's events, a list per agent message: the lines of one "lines" message are
+        checked whole and handed over together (the position is past all of them), so the
+        consumer pays the async machinery once per message, not per line (~10% of `record`
+        while catching up)."""
         failures = 0
         while not self._stopped:
             try:
@@ -212,19 +222,21 @@ class LogTailer:
                 failures += 1
                 if failures >= self.max_agent_failures:
                     raise
-                for spec in self.specs:
-                    yield TailNotice(spec.name, spec.path, "error", {"error": str(exc)})
+                yield [TailNotice(spec.name, spec.path, "error", {"error": str(exc)})
+                       for spec in self.specs]
                 await asyncio.sleep(min(5.0, 0.2 * 2**failures))
                 continue
             self._client, self._sub = client, sub
             failures = 0
             self.sessions += 1
             if self.sessions > 1:
+                notices: list[TailEvent] = []
                 for spec in self.specs:
                     pos = self.positions.get(spec.name)
-                    yield TailNotice(spec.name, spec.path, "resumed",
-                                     {"inode": pos.inode if pos else None,
-                                      "offset": pos.offset if pos else None})
+                    notices.append(TailNotice(spec.name, spec.path, "resumed",
+                                              {"inode": pos.inode if pos else None,
+                                               "offset": pos.offset if pos else None}))
+                yield notices
             index = {k: i for i, k in enumerate(sub.keys)}
             try:
                 # stopped: what the agent already sent is still delivered (record writes every
@@ -240,8 +252,8 @@ class LogTailer:
                         client.fail(str(exc))
                         break
                     self.max_outstanding = max(self.max_outstanding, sub.max_outstanding)
-                    for ev in evs:
-                        yield ev
+                    if evs:
+                        yield evs
                     if msg["t"] == "lines" and not self._stopped:
                         sub.outstanding[msg["tail"]] -= msg["cost"]
                         with contextlib.suppress(HostError):
@@ -261,14 +273,13 @@ class LogTailer:
                 break
             if error is not None:
                 self.protocol_errors += 1
-                for spec in self.specs:
-                    yield TailNotice(spec.name, spec.path, "error", {"error": error})
+                yield [TailNotice(spec.name, spec.path, "error", {"error": error})
+                       for spec in self.specs]
             else:
-                for spec in self.specs:
-                    yield TailNotice(spec.name, spec.path, "disconnected",
-                                     {"state": self.host.state.describe()})
+                yield [TailNotice(spec.name, spec.path, "disconnected",
+                                  {"state": self.host.state.describe()}) for spec in self.specs]
 
-    def _lines(self, spec: TailSpec, msg: dict[str, Any], now: float) -> Iterator[LogLine]:
+    def _lines(self, spec: TailSpec, msg: dict[str, Any], now: float) -> list[LogLine]:
         """Decode one checked "lines" message; ProtocolError when it does not continue the
         file where the last message ended (nothing of it is delivered then)."""
         ino = msg["ino"]
@@ -305,30 +316,34 @@ class LogTailer:
                                end <= hist_end, cut, noeol))
         if any(b"\r" in ln.data for ln in out):
             out = [piece for ln in out for piece in split_cr(ln)]
-        ends = [(ln.end, ln) for ln in out]
-        checks = self._checks(pos.check, out)  # (a cut line's sent bytes end before `end`:
-        # no check there)
-        for (end, ln), chk in zip(ends, checks, strict=True):
-            # the position moves line by line, as each is handed over: exact resume
-            self.positions[spec.name] = FilePosition(ino, end, chk)
-            yield ln
+        # the lines are handed over together (`batches`): the position moves past all of them
+        # at once, exact resume from the end of the message
+        self.positions[spec.name] = FilePosition(ino, out[-1].end, self._end_check(pos.check, out))
+        return out
 
     @staticmethod
-    def _checks(check: bytes, lines: list[LogLine]) -> list[bytes]:
-        """The check bytes after each line (see FilePosition.check)."""
-        out = []
-        for ln in lines:
+    def _end_check(check: bytes, lines: list[LogLine]) -> bytes:
+        """The check bytes after the last line (see FilePosition.check): its last CHECK_BYTES
+        bytes read, none before a cut line (its sent bytes end before its `end`)."""
+        parts: list[bytes] = []
+        size = 0
+        for ln in reversed(lines):
             if ln.cut is not None:
                 check = b""
-            else:
-                check = (check + ln.data + (b"" if ln.noeol else ln.eol))[-CHECK_BYTES:]
-            out.append(check)
-        return out
+                break
+            part = ln.data + (b"" if ln.noeol else ln.eol)
+            parts.append(part)
+            size += len(part)
+            if size >= CHECK_BYTES:
+                check = b""
+                break
+        parts.append(check)
+        return b"".join(reversed(parts))[-CHECK_BYTES:]
 
     def _handle(self, spec: TailSpec, msg: dict[str, Any]) -> Iterator[TailEvent]:
         now = time.time()
         if msg["t"] == "lines":
-            yield from list(self._lines(spec, msg, now))  # checked whole before delivery
+            yield from self._lines(spec, msg, now)  # checked whole before delivery
             return
         kind = msg["ev"]
         detail = {k: v for k, v in msg.items() if k not in ("t", "tail", "ev", "path")}

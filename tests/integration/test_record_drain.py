@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
+from specmon.commands import record
 from specmon.commands.hostargs import HostPlan
 from specmon.commands.record import RecordOut, record_fleet
 from specmon.hosts.local import LocalHost
@@ -24,15 +25,17 @@ async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypat
     log = tmp_path / "big.log"
     log.write_text("".join(LINE % i for i in range(n)))
     received: list[int] = []  # offsets of the lines the tail handed to the feed
-    events = tail.LogTailer.events
+    batches = tail.LogTailer.batches
 
-    async def counting(self: tail.LogTailer) -> AsyncIterator[TailEvent]:
-        async for ev in events(self):
-            if isinstance(ev, LogLine):
-                received.append(ev.offset)
-            yield ev
+    async def counting(self: tail.LogTailer) -> AsyncGenerator[list[TailEvent], None]:
+        async for evs in batches(self):
+            received.extend(ev.offset for ev in evs if isinstance(ev, LogLine))
+            yield evs
 
-    monkeypatch.setattr(tail.LogTailer, "events", counting)
+    monkeypatch.setattr(tail.LogTailer, "batches", counting)
+    # what is checked is that nothing handed over is dropped, not how fast: on a slow or busy
+    # machine the default deadline (0.7 s) could cut the drain short
+    monkeypatch.setattr(record, "DRAIN_S", 60.0)
     stop = asyncio.Event()
 
     class StopAt(RecordOut):

@@ -5,14 +5,14 @@ in-flight line bytes, the feed pump's parsed-ahead events), not on wall time or 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 from specmon.feeds import common
 from specmon.feeds.common import pump_tail
 from specmon.hosts.local import LocalHost
-from specmon.hostside.protocol import CREDIT_SLACK
+from specmon.hostside.protocol import BATCH_BYTES, CREDIT_SLACK
 from specmon.sources.tail import LogLine, LogTailer, TailEvent, TailSpec
 
 LINE = b"[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 100, gen throughput " \
@@ -33,10 +33,10 @@ class CountingTailer(LogTailer):
         super().__init__(*a, **kw)
         self.yielded = 0
 
-    async def events(self) -> AsyncIterator[TailEvent]:
-        async for ev in super().events():
-            self.yielded += 1
-            yield ev
+    async def batches(self) -> AsyncGenerator[list[TailEvent], None]:
+        async for evs in super().batches():
+            self.yielded += len(evs)
+            yield evs
 
 
 class SlowSink:
@@ -71,8 +71,10 @@ async def test_catch_up_of_a_large_log_is_bounded(tmp_path):
     assert all(t.endswith(f"line {i:08d}") for i, t in enumerate(sink.got))
     # agent -> tailer: at most the window plus one small read's worth of lines in flight
     assert 0 < tailer.max_outstanding <= window + CREDIT_SLACK + len(LINE) + 16
-    # tailer -> sink: at most the pump's queue plus one batch
-    assert sink.max_ahead <= common.QUEUE_MAX + common.MAX_BATCH + 2
+    # tailer -> sink: at most the pump's queue, the message the reader holds and the one being
+    # delivered (a message: at most BATCH_BYTES of text and one more line)
+    per_message = BATCH_BYTES // len(LINE) + 2
+    assert sink.max_ahead <= (common.QUEUE_MESSAGES + 2) * per_message
 
 
 class BacklogTailer:
@@ -82,10 +84,11 @@ class BacklogTailer:
         self.n = n
         self.stopped = False
 
-    async def events(self) -> AsyncIterator[TailEvent]:
-        for i in range(self.n):
-            yield LogLine("big", "/big.log", 1, i * len(LINE), (i + 1) * len(LINE), LINE % i,
-                          (LINE % i).decode().rstrip("\n"), 1.0)
+    async def batches(self) -> AsyncGenerator[list[TailEvent], None]:
+        for start in range(0, self.n, 700):  # (messages of 700 lines: not batch-aligned)
+            yield [LogLine("big", "/big.log", 1, i * len(LINE), (i + 1) * len(LINE), LINE % i,
+                           (LINE % i).decode().rstrip("\n"), 1.0)
+                   for i in range(start, min(self.n, start + 700))]
 
     def stop(self) -> None:
         self.stopped = True
