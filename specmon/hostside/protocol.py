@@ -50,11 +50,11 @@ TAIL_EVENTS = ("opened", "truncated", "rotated", "missing", "lost", "history_end
 MAX_LINE = 1 << 20  # longer lines are cut, with a marker, instead of filling memory
 READ_CHUNK = 1 << 20
 TICK_BUDGET = 8 << 20  # bytes read per tail per tick, so one busy file cannot starve the rest
-# line bytes a tail may have in flight before the client credits them: 1 MiB per round trip is
-# 10 MB/s (~55k lines/s) at 100 ms, more than the client parses; and what is in flight when
-# `record` is told to stop is written before it exits (4 MiB was ~25k lines: over a second of
-# work on a slow machine, past the drain's deadline)
-DEFAULT_WINDOW = 1 << 20
+# line bytes a tail may have in flight before the client credits them. What is in flight when
+# `record` is told to stop is written before it exits: 4 MiB was ~25k lines, over a second of
+# work on a slow machine (past the 0.7 s drain); 1 MiB kept up with a log written at 20k lines/s
+# less often than 2 or 4 MiB there (after the last write: all in 1.2-2.4 s against 0.6-1.2 s)
+DEFAULT_WINDOW = 2 << 20
 CREDIT_SLACK = 1 << 16  # the smallest read while credit is left (lines may overshoot it)
 CHECK_BYTES = 64  # bytes before a resume offset that the client hashes (copytruncate check)
 GPU_SCHEMA = 1
