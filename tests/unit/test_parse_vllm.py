@@ -344,3 +344,19 @@ def test_f1_accept_length_from_k_only_for_full_length_drafts(method: str | None,
         assert dec.accept_len is None  # not measured, not invented
     else:
         assert dec.accept_len == pytest.approx(want) and "k = 3" in (dec.accept_len_note or "")
+
+
+def test_a_vllm_stats_line_quoting_an_sglang_marker_is_vllms() -> None:
+    """Hypothesis found it: `SpecDecoding metrics: Prefill batch.` was read as an SGLang prefill
+    record (the SGLang batch search ran first); a line with vLLM's head and marker is vLLM's, so
+    it can never be counted as the other engine's line (nor trip the mixed-engines error)."""
+    head = "(APIServer pid=1) INFO 05-01 10:00:00 [m.py:1] "
+    for body in ("SpecDecoding metrics: Prefill batch.",
+                 "SpecDecoding metrics: Decode batch. #running-req: 1, gen throughput "
+                 "(token/s): 5.00, #queue-req: 0"):
+        rec = parse_line(head + body)
+        assert rec is None or rec.to_json()["engine"] == "vllm"
+    # an SGLang line stays SGLang's, even one that says "throughput" and "metrics"
+    rec = parse_line("[2026-01-01 00:00:00] Prefill batch. #new-seq: 1, #new-token: 42, "
+                     "input throughput (token/s): 9.00, metrics: on")
+    assert isinstance(rec, BatchRecord) and rec.kind == "prefill" and rec.new_seq == 1
