@@ -242,8 +242,7 @@ class BatchRecord:
     @property
     def rank_key(self) -> tuple[int | None, ...]:
         """Series key: with DP attention one file interleaves one stream per rank."""
-        return (self.dp_rank, self.pp_rank, self.attn_cp_rank, self.moe_dp_rank, self.tp_rank,
-                self.ep_rank)
+        return _get_ranks(self)
 
     def to_json(self) -> dict[str, Any]:
         # (`record` and `parse --json` pay this per line.) Most records set only fields that
@@ -298,6 +297,8 @@ _JSON_PLAIN: dict[str, Any] = dict.fromkeys((
     "new_token", "cached_token", "input_throughput", "pending_token"))
 _PLAIN_KEYS = frozenset(_JSON_PLAIN) | {"extra", "invalid"}
 _get_mid = attrgetter(*_JSON_MID)
+# (rank_key, per decode line live: one C call)
+_get_ranks = attrgetter("dp_rank", "pp_rank", "attn_cp_rank", "moe_dp_rank", "tp_rank", "ep_rank")
 _get_optional = attrgetter(*_OPTIONAL_JSON)
 _NO_MID = (None,) * len(_JSON_MID)
 _NO_OPTIONAL = (None,) * len(_OPTIONAL_JSON)

@@ -142,9 +142,15 @@ class Tier:
             else:
                 self._close()
         self._bucket = b
-        self._vals.setdefault(rr, []).append(thr)
+        vals = self._vals.get(rr)  # (not setdefault: that makes a list every call, x3 tiers)
+        if vals is None:
+            vals = self._vals[rr] = []
+        vals.append(thr)
         if accept is not None:
-            self._acc.setdefault(rr, []).append(accept)
+            acc = self._acc.get(rr)
+            if acc is None:
+                acc = self._acc[rr] = []
+            acc.append(accept)
 
     def _close(self) -> None:
         if self._bucket is None:
@@ -353,10 +359,11 @@ class Run:
         out: list[DecodePoint] = [closed] if closed is not None else []
         if key in self._round:
             out.append(self._close_round())
-        self._round[key] = pt
-        if len(self.groups) == 1:  # (most servers: no DP groups; the round is this line)
-            out.append(self._close_round())
+        if len(self.groups) == 1 and not self._round:  # (most servers: no DP groups; the
+            g.missed_rounds = 0  # round is this line, as `_close_round` makes it)
+            out.append(self._add_point(pt))
             return out
+        self._round[key] = pt
         active = [k for k, gg in self.groups.items() if not gg.silent or k in self._round]
         if all(k in self._round for k in active):
             out.append(self._close_round())
@@ -398,13 +405,18 @@ class Run:
             sp = combine(members)
             sp.seg = max(p.seg for p in members)
             sp.epoch = max(p.epoch for p in members)
+        return self._add_point(sp)
+
+    def _add_point(self, sp: DecodePoint) -> DecodePoint:
+        """A server-level point: kept, and counted in the history tiers."""
         self.decode.append(sp)
         self.decode_total += 1
-        self.last = sp.rec
-        r = sp.rec
-        if r.running_req is not None and r.gen_throughput is not None and r.gen_throughput > 0:
+        r = self.last = sp.rec
+        rr, gt = r.running_req, r.gen_throughput
+        if rr is not None and gt is not None and gt > 0:
+            t, acc = sp.t, r.accept_len
             for tier in self.tiers:
-                tier.add(sp.t, r.running_req, r.gen_throughput, r.accept_len)
+                tier.add(t, rr, gt, acc)
         return sp
 
     def silent_groups(self) -> list[int | None]:
@@ -573,7 +585,8 @@ class ServerState:
                 self.notices.append(f"this log mixes {_ENGINE_NAME[self._engine_seen]} and "
                                     f"{_ENGINE_NAME[eng]} stats lines: they are not one server; "
                                     "tail each server's own log")
-        if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
+        if self._joiner is not None or (type(rec) is not BatchRecord
+                                        and isinstance(rec, (VllmDecodeRecord, VllmEventRecord))):
             return self._apply_vllm(rec, t)
         self.last_released = [(rec, t)] if rec is not None else []
         return self._apply_record(rec, t)
@@ -640,7 +653,8 @@ class ServerState:
             if self.runs:
                 self.runs[-1].last_received = t
             return []
-        lt = log_time(rec, t)
+        stamp = rec.timestamp
+        lt = _stamp_seconds(stamp) if stamp else log_time(rec, t)
         if isinstance(rec, EventRecord) and rec.kind == "server_args":
             run = self._run_boundary("server_args", lt, t)
         else:
