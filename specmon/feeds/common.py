@@ -113,8 +113,10 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                         rec, whole = parse_known(ev.text)
                         if tap is not None:
                             tap(ev, rec, whole)
-                        batch.setdefault(ev.server, []).append(
-                            LineItem(ev.text, rec, ev.received_at))
+                        items = batch.get(ev.server)  # (setdefault made a list per line)
+                        if items is None:
+                            items = batch[ev.server] = []
+                        items.append(LineItem(ev.text, rec, ev.received_at))
                         n += 1
                     elif ev.kind in NOTICE_TEXT:
                         if ev.kind == "missing":

@@ -194,10 +194,10 @@ class HostFeed:
             if self.specs:
                 tap = None
                 if self.tap is not None:
-                    outer = self.tap
+                    outer, name = self.tap, self.name
 
                     def tap(ev: LogLine, rec: Record | None, whole: bool) -> None:
-                        outer(self.name, ev, rec, whole)
+                        outer(name, ev, rec, whole)
 
                 tailer = LogTailer(self.host, self.specs, history_lines=self.history_lines)
                 self._tailers.append(tailer)

@@ -314,7 +314,7 @@ class LogTailer:
                                     f"{off}..{end} in {spec.path}")
             out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
                                end <= hist_end, cut, noeol))
-        if any(b"\r" in ln.data for ln in out):
+        if b"\r" in b"".join([ln.data for ln in out]):  # (one C search per message)
             out = [piece for ln in out for piece in split_cr(ln)]
         # the lines are handed over together (`batches`): the position moves past all of them
         # at once, exact resume from the end of the message
