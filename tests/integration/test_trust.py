@@ -39,7 +39,11 @@ FAKE_LAUNCH = textwrap.dedent("""
     print("ready", flush=True)
     time.sleep(300)
 """)
-PORT_EVIL, PORT_ALICE, PORT_ALICE_SECRET = 31871, 31872, 31873
+# the servers' --port (labels only: nothing listens), distinct per test process: with -n 2
+# each xdist worker makes its own world, and a shared port made the other world's mallory the
+# one a test read (`user 1003` where its own was 1004)
+_PORT0 = 20000 + (os.getpid() % 15000) * 3
+PORT_EVIL, PORT_ALICE, PORT_ALICE_SECRET = _PORT0, _PORT0 + 1, _PORT0 + 2
 
 
 @dataclass
