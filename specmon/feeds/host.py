@@ -73,6 +73,10 @@ class HostFeed:
         if self._tail_tasks:
             await asyncio.wait(self._tail_tasks, timeout=timeout)
 
+    def lines_received(self) -> int:
+        """Log lines its tails have handed over so far."""
+        return sum(t.lines_out for t in self._tailers)
+
     @property
     def name(self) -> str:
         return self.host.name
@@ -234,6 +238,9 @@ class HostFeeds:
             text = str(exc).strip().splitlines()
             sink.host_state(feed.name, ConnectionState(
                 "failed", reason=text[0] if text else type(exc).__name__))
+
+    def lines_received(self) -> int:
+        return sum(f.lines_received() for f in self.feeds)
 
     async def drain(self, timeout: float) -> None:
         """Every host's `HostFeed.drain`, at once."""

@@ -170,6 +170,7 @@ class LogTailer:
         self.sessions = 0  # agent sessions (1 + number of resumes)
         self.protocol_errors = 0
         self.max_outstanding = 0  # most line bytes queued between agent and consumer
+        self.lines_out = 0  # lines handed over (`record` says if any went unwritten)
 
     def stop(self) -> None:
         """End events() soon (from a signal handler or another task)."""
@@ -253,6 +254,8 @@ class LogTailer:
                         break
                     self.max_outstanding = max(self.max_outstanding, sub.max_outstanding)
                     if evs:
+                        if msg["t"] == "lines":
+                            self.lines_out += len(evs)
                         yield evs
                     if msg["t"] == "lines" and not self._stopped:
                         sub.outstanding[msg["tail"]] -= msg["cost"]

@@ -9,6 +9,8 @@ import os
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
+import pytest
+
 from specmon.commands import record
 from specmon.commands.hostargs import HostPlan
 from specmon.commands.record import RecordOut, record_fleet
@@ -20,23 +22,34 @@ LINE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345,
         "0.05, cuda graph: True, gen throughput (token/s): 61.3, #queue-req: 0, n=%07d\n")
 
 
-async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(("drain_s", "drop"), [(60.0, False), (0.0, False), (60.0, True)])
+async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypatch, capsys,
+                                                       drain_s: float, drop: bool) -> None:
+    """With time enough, every line received is written; with none (a deadline that ran out),
+    what is written is still a prefix of the log, whole and in order; and received lines that
+    never reach the writer (`drop`: the messages handed over after the stop are lost on the
+    way, as when the deadline cancels the pump with them queued) are counted and said."""
     n = 60_000
     log = tmp_path / "big.log"
     log.write_text("".join(LINE % i for i in range(n)))
     received: list[int] = []  # offsets of the lines the tail handed to the feed
+    stop = asyncio.Event()
     batches = tail.LogTailer.batches
+
+    dropped: list[int] = []
 
     async def counting(self: tail.LogTailer) -> AsyncGenerator[list[TailEvent], None]:
         async for evs in batches(self):
+            if drop and stop.is_set():
+                dropped.extend(ev.offset for ev in evs if isinstance(ev, LogLine))
+                continue
             received.extend(ev.offset for ev in evs if isinstance(ev, LogLine))
             yield evs
 
     monkeypatch.setattr(tail.LogTailer, "batches", counting)
     # what is checked is that nothing handed over is dropped, not how fast: on a slow or busy
     # machine the default deadline (0.7 s) could cut the drain short
-    monkeypatch.setattr(record, "DRAIN_S", 60.0)
-    stop = asyncio.Event()
+    monkeypatch.setattr(record, "DRAIN_S", drain_s)
 
     class StopAt(RecordOut):
         def write(self, row: str) -> None:
@@ -54,8 +67,20 @@ async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypat
         os.close(fd)
     rows = [json.loads(x) for x in out_path.read_text().splitlines()]
     assert 5_000 <= len(rows) < n  # stopped part-way (the test means something)
-    # every line received was written, once, in order; none was dropped at the stop
-    assert [r["offset"] for r in rows] == received
     assert count == len(rows)
     step = len(LINE % 0)
     assert received == [i * step for i in range(len(received))]
+    said = capsys.readouterr().err
+    if drop:
+        assert dropped and [r["offset"] for r in rows] == received
+        assert f"stopped with {len(dropped)} received line(s) not written" in said
+    elif drain_s:
+        # every line received was written, once, in order; none was dropped at the stop
+        assert [r["offset"] for r in rows] == received
+        assert "not written" not in said
+    else:
+        # no time to write: a whole, in-order prefix of what was received, and what was not
+        # written (if anything) is said, with its count
+        assert [r["offset"] for r in rows] == received[:len(rows)]
+        lost = len(received) - len(rows)
+        assert (f"stopped with {lost} received line(s) not written" in said) == (lost > 0)
