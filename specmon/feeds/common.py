@@ -119,6 +119,9 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                         items.append(LineItem(ev.text, rec, ev.received_at))
                         n += 1
                     elif ev.kind in NOTICE_TEXT:
+                        for server, items in batch.items():  # the lines before it go first
+                            sink.lines(host, server, items)
+                        batch = {}
                         if ev.kind == "missing":
                             sink.tail_missing(host, ev.server, ev.path, "no such file")
                         elif ev.kind == "error":  # e.g. permission denied: the tail retries

@@ -13,7 +13,7 @@ from specmon.feeds import common
 from specmon.feeds.common import pump_tail
 from specmon.hosts.local import LocalHost
 from specmon.hostside.protocol import BATCH_BYTES, CREDIT_SLACK
-from specmon.sources.tail import LogLine, LogTailer, TailEvent, TailSpec
+from specmon.sources.tail import LogLine, LogTailer, TailEvent, TailNotice, TailSpec
 
 LINE = b"[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, #token: 100, gen throughput " \
     b"(token/s): 88.80, #queue-req: 0, line %08d\n"
@@ -106,3 +106,44 @@ async def test_a_backlog_is_delivered_without_waiting_between_batches():
     await asyncio.wait_for(pump_tail(tailer, "local", sink, flush_s=3600), timeout=120)  # type: ignore[arg-type]
     assert len(sink.got) == n
     assert all(t.endswith(f"line {i:08d}") for i, t in enumerate(sink.got))
+
+
+class _OneMessage:
+    """A tailer handing over one message: lines, a notice, more lines (as a rotation or a
+    vanished file reads in the middle of a message's events)."""
+
+    def __init__(self, events: list[TailEvent]) -> None:
+        self.events = events
+
+    async def batches(self) -> AsyncGenerator[list[TailEvent], None]:
+        yield self.events
+
+    def stop(self) -> None: ...
+
+
+class _OrderSink:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def lines(self, host: str, server: str, items: list) -> None:
+        self.calls.extend(f"line {it.text[-8:]}" for it in items)
+
+    def notice(self, host: str, server: str, text: str) -> None:
+        self.calls.append(f"notice {text}")
+
+    def tail_missing(self, host: str, server: str, path: str, reason: str) -> None:
+        self.calls.append(f"missing {reason}")
+
+
+async def test_a_notice_reaches_the_sink_after_the_lines_before_it():
+    """The session sees a tail's events in their order: the lines read before a "missing"
+    notice are applied before the log is marked missing (they were batched and delivered after
+    the notice, so a vanished log's last lines came in after it was marked gone)."""
+    lines = [LogLine("s", "/l", 1, i * len(LINE), (i + 1) * len(LINE), LINE % i,
+                     (LINE % i).decode().rstrip("\n"), 1.0) for i in range(3)]
+    gone = TailNotice("s", "/l", "missing")
+    sink = _OrderSink()
+    await asyncio.wait_for(pump_tail(_OneMessage([lines[0], lines[1], gone, lines[2]]),  # type: ignore[arg-type]
+                                     "local", sink, flush_s=0.01), timeout=60)  # type: ignore[arg-type]
+    assert sink.calls == ["line 00000000", "line 00000001", "missing no such file",
+                          "notice log file missing", "line 00000002"]
