@@ -128,12 +128,16 @@ def paced(sshd: Sshd, kh: Path, cfg: Path, root: Path, rate: int, seconds: int) 
                 lag_tail.append(written - got[0])
         total = seconds * 10 * per_block
         t_end = time.monotonic()
-        while _count_rows(out, seen) < total and time.monotonic() - t_end < 120:
+        drain = drain_tail = None  # each follower's own time to have every line, in one loop
+        while (drain is None or drain_tail is None) and time.monotonic() - t_end < 120:
+            now = time.monotonic() - t_end
+            if drain is None and _count_rows(out, seen) >= total:
+                drain = now
+            if drain_tail is None and got[0] >= total:
+                drain_tail = now
             time.sleep(0.02)
-        drain = time.monotonic() - t_end
-        while got[0] < total and time.monotonic() - t_end < 120:
-            time.sleep(0.02)
-        drain_tail = time.monotonic() - t_end
+        drain = time.monotonic() - t_end if drain is None else drain
+        drain_tail = time.monotonic() - t_end if drain_tail is None else drain_tail
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
