@@ -96,6 +96,10 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
             raise
         await queue.put(None)
 
+    def deliver(batch: dict[str, list[LineItem]]) -> None:
+        for server, items in batch.items():
+            sink.lines(host, server, items)
+
     task = asyncio.create_task(reader())
     try:
         evs: list[TailEvent] | None = []
@@ -119,8 +123,7 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                         items.append(LineItem(ev.text, rec, ev.received_at))
                         n += 1
                     elif ev.kind in NOTICE_TEXT:
-                        for server, items in batch.items():  # the lines before it go first
-                            sink.lines(host, server, items)
+                        deliver(batch)  # the lines before it go first
                         batch = {}
                         if ev.kind == "missing":
                             sink.tail_missing(host, ev.server, ev.path, "no such file")
@@ -131,8 +134,7 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                 if i < len(evs) or queue.empty():
                     break  # a full batch, or all that has come
                 evs, i = queue.get_nowait(), 0
-            for server, items in batch.items():
-                sink.lines(host, server, items)
+            deliver(batch)
             if evs is not None:  # caught up: wait to batch; behind (a backlog): go on at once
                 behind = i < len(evs) or not queue.empty() or holding
                 await asyncio.sleep(0 if behind else flush_s)

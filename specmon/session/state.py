@@ -585,8 +585,7 @@ class ServerState:
                 self.notices.append(f"this log mixes {_ENGINE_NAME[self._engine_seen]} and "
                                     f"{_ENGINE_NAME[eng]} stats lines: they are not one server; "
                                     "tail each server's own log")
-        if self._joiner is not None or (type(rec) is not BatchRecord
-                                        and isinstance(rec, (VllmDecodeRecord, VllmEventRecord))):
+        if self._joiner is not None or isinstance(rec, (VllmDecodeRecord, VllmEventRecord)):
             return self._apply_vllm(rec, t)
         self.last_released = [(rec, t)] if rec is not None else []
         return self._apply_record(rec, t)
@@ -653,8 +652,7 @@ class ServerState:
             if self.runs:
                 self.runs[-1].last_received = t
             return []
-        stamp = rec.timestamp
-        lt = _stamp_seconds(stamp) if stamp else log_time(rec, t)
+        lt = log_time(rec, t)
         if isinstance(rec, EventRecord) and rec.kind == "server_args":
             run = self._run_boundary("server_args", lt, t)
         else:
