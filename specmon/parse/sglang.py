@@ -471,9 +471,11 @@ _STAMP = r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d{3}))?"
 _TAGS = r"((?: (?:DP|PP|TP|EP)\d{1,18})*)"
 _GRAPH = r"(cuda|npu) graph: (True|False)"
 _KNOWN_LINE = re.compile(
-    # SGLang's two prefixes: `[2025-06-01 12:00:00(.123)( DP0)( TP0)( EP0)] ` and the logging
-    # format of 0.5.x `2025-06-01 12:00:00 INFO 8901 [ DP1 TP1 EP1 scheduler_metrics_mixin.py:222] `
-    rf"(?:\[{_STAMP}{_TAGS}\] |{_STAMP} INFO {_I} \[{_TAGS} [a-z_]{{1,64}}\.py:\d{{1,9}}\] )?"
+    # SGLang's prefixes: `[2025-06-01 12:00:00(.123)( DP0)( TP0)( EP0)] `, the logging format of
+    # 0.5.x `2025-06-01 12:00:00 INFO 8901 [ DP1 TP1 EP1 scheduler_metrics_mixin.py:222] ` and
+    # 0.3.x's clock only `[14:02:11 TP0] `
+    rf"(?:\[{_STAMP}{_TAGS}\] |{_STAMP} INFO {_I} \[{_TAGS} [a-z_]{{1,64}}\.py:\d{{1,9}}\] "
+    rf"|\[(\d{{2}}:\d{{2}}:\d{{2}}){_TAGS}\] )?"
     rf"(?:Decode batch(?: \[{_I}\])?[.,] "
     rf"#running-req: {_I}, (?:#token: {_I}, token usage: {_F}|#full token: {_I}, "
     rf"full token usage: {_F}, mamba num: {_I}, mamba usage: {_F}), "
@@ -504,7 +506,7 @@ def _known_line(text: str) -> BatchRecord | None:
     m = _KNOWN_LINE.match(text)
     if m is None:
         return None
-    (stamp, ms, tags, stamp2, ms2, pid, tags2,
+    (stamp, ms, tags, stamp2, ms2, pid, tags2, clock, tags3,
      it, rr, tok, usage, ftok, fusage, mnum, musage, acc, rate, pre, prealloc, transfer,
      retracted, graph, cuda, gt, queue,
      pit, mixed, seqs, new, cached, pusage, prr, pqueue, pending, pgraph, pcuda, thr) = m.groups()
@@ -512,10 +514,13 @@ def _known_line(text: str) -> BatchRecord | None:
     if stamp2 is not None:
         stamp, ms, tags = stamp2, ms2, tags2
         rec.pid = int(pid)
+    elif clock is not None:
+        stamp, tags = None, tags3
+        rec.time_of_day = clock
     if stamp is not None:
         rec.timestamp = f"{stamp}.{ms}" if ms else stamp
-        if tags:
-            rec.__dict__.update(_tag_fields(tags))
+    if tags:
+        rec.__dict__.update(_tag_fields(tags))
     if rr is not None:
         if it is not None:
             rec.iteration = int(it)

@@ -74,6 +74,11 @@ def test_real_lines_read_the_same_and_most_decode_lines_take_the_known_path() ->
      "input throughput (token/s): 5210.55",
      {"kind": "prefill", "new_token": 812, "running_req": 3, "input_throughput": 5210.55,
       "cuda_graph": False}),
+    # 0.3.0's clock-only prefix (tests/data/sglang-samples.jsonl, n 1)
+    ("[14:02:11 TP0] Decode batch. #running-req: 8, #token: 5120, token usage: 0.02, "
+     "gen throughput (token/s): 612.34, #queue-req: 0",
+     {"kind": "decode", "timestamp": None, "time_of_day": "14:02:11", "tp_rank": 0,
+      "dp_rank": None, "running_req": 8, "tokens": 5120, "gen_throughput": 612.34}),
 ])
 def test_a_default_line_is_read_whole_with_every_field(line: str, want: dict[str, object]) -> None:
     rec, whole = _same(line)
