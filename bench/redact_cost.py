@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from specmon.export.redact import redact_text
+from specmon.redact import redact_text
 
 DECODE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 12345, token usage: "
           "0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, gen throughput "

@@ -90,27 +90,32 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command_name(argv))
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # reported with the command's own usage, not the top-level one
-        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
-    func: Handler | None = getattr(args, "func", None)
-    if func is None:
-        getattr(args, "parser", parser).print_help()
-        return 0
-    if args.command in FULL_SCREEN:
-        return _run(func, args)
-    old = signal.getsignal(signal.SIGTERM)
-    if args.command in OFFLINE_COMMANDS:
-        signal.signal(signal.SIGTERM, _terminate)
     out, err = sys.stdout, sys.stderr
+    # from the start: argparse's errors echo the arguments (a file name from `logs/*` is text
+    # someone else chose)
     sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
     try:
-        return _run(func, args)
+        parser = build_parser(_command_name(argv))
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # reported with the command's own usage, not the top-level one
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        func: Handler | None = getattr(args, "func", None)
+        if func is None:
+            getattr(args, "parser", parser).print_help()
+            return 0
+        if args.command in FULL_SCREEN:
+            sys.stdout, sys.stderr = out, err
+            return _run(func, args)
+        old = signal.getsignal(signal.SIGTERM)
+        if args.command in OFFLINE_COMMANDS:
+            signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return _run(func, args)
+        finally:
+            if args.command in OFFLINE_COMMANDS:
+                signal.signal(signal.SIGTERM, old)
     finally:
         sys.stdout, sys.stderr = out, err
-        if args.command in OFFLINE_COMMANDS:
-            signal.signal(signal.SIGTERM, old)
 
 
 def _run(func: Handler, args: argparse.Namespace) -> int:

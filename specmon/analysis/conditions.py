@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specmon.analysis.fingerprint import Fingerprint
+from specmon.redact import MASK, is_secret_name, redact_text
 
 # Arguments that name the process, where it listens or logs, not how fast it decodes.
 IDENTITY_ARGS = frozenset({
@@ -36,8 +37,13 @@ BATCH_LIMITS = frozenset({"cuda_graph_max_bs", "max_running_requests"})
 MAX_ITEMS = 4  # names listed per difference (the rest counted)
 
 
-def _val(v: Any) -> str:
-    text = repr(v) if isinstance(v, str) else str(v)
+def _val(v: Any, name: str = "") -> str:
+    """A value as a difference shows it: a secret masked before it is cut to 40 characters
+    (a cut URL would lose the `@` that tells its password)."""
+    if name and v not in (None, "") and not isinstance(v, bool | int | float) \
+            and is_secret_name(name):
+        return MASK
+    text = redact_text(repr(v) if isinstance(v, str) else str(v))
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -60,7 +66,7 @@ def args_differ(base: Mapping[str, Any], spec: Mapping[str, Any],
                 and isinstance(s, int) and running_req <= min(b, s):
             continue
         if b != s:
-            out.append(f"{k}: {_val(b)} vs {_val(s)}")
+            out.append(f"{k}: {_val(b, k)} vs {_val(s, k)}")
     return out
 
 
@@ -77,6 +83,10 @@ def _nccl_seen(fp: Fingerprint) -> dict[str, str] | None:
     for rank_vars in fp.nccl_debug.values():
         env.update(rank_vars)
     return env
+
+
+def _env_val(env: dict[str, str], name: str) -> str:
+    return _val(env[name], name).strip("'") if name in env else "unset"
 
 
 def _set(xs: set[float] | set[int]) -> str:
@@ -98,7 +108,7 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
         keys = sorted(k for k in set(bn) | set(sn) if bn.get(k) != sn.get(k))
         more = f" (+{len(keys) - MAX_ITEMS} more)" if len(keys) > MAX_ITEMS else ""
         out.append("NCCL env seen by workers: " + ", ".join(
-            f"{k} {bn.get(k, 'unset')} vs {sn.get(k, 'unset')}" for k in keys[:MAX_ITEMS]) + more)
+            f"{k} {_env_val(bn, k)} vs {_env_val(sn, k)}" for k in keys[:MAX_ITEMS]) + more)
     bl = {g.power_limit_w for g in base.gpus if g.power_limit_w is not None}
     sl = {g.power_limit_w for g in spec.gpus if g.power_limit_w is not None}
     if bl and sl and bl != sl:

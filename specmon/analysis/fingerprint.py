@@ -30,6 +30,7 @@ from specmon.numfmt import num
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
+from specmon.redact import MASK, is_secret_name, redact_text
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
 NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
@@ -614,10 +615,18 @@ def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | Non
     return out, checked
 
 
+def _shown(name: str, value: Any) -> Any:
+    """A value as a cause shows it: masked under a secret name (`--api-key X`, NCCL_IB_PASSWORD)."""
+    if value in (None, True, False, "") or not is_secret_name(name):
+        return value
+    return MASK
+
+
 def _dict_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    removed = [f"{k}={old[k]}" for k in sorted(old) if k not in new]
-    added = [f"{k}={new[k]}" for k in sorted(new) if k not in old]
-    changed = [f"{k} {old[k]} -> {new[k]}" for k in sorted(old) if k in new and new[k] != old[k]]
+    removed = [f"{k}={_shown(k, old[k])}" for k in sorted(old) if k not in new]
+    added = [f"{k}={_shown(k, new[k])}" for k in sorted(new) if k not in old]
+    changed = [f"{k} {_shown(k, old[k])} -> {_shown(k, new[k])}" for k in sorted(old)
+               if k in new and new[k] != old[k]]
     return removed, added, changed
 
 
@@ -626,11 +635,11 @@ def _flags_diff(old: Sequence[str], new: Sequence[str]) -> list[str]:
     parts = []
     for k in sorted(set(a) | set(b)):
         if k not in b:
-            parts.append(f"removed {k}" + ("" if a[k] is True else f" {a[k]}"))
+            parts.append(f"removed {k}" + ("" if a[k] is True else f" {_shown(k, a[k])}"))
         elif k not in a:
-            parts.append(f"added {k}" + ("" if b[k] is True else f" {b[k]}"))
+            parts.append(f"added {k}" + ("" if b[k] is True else f" {_shown(k, b[k])}"))
         elif a[k] != b[k]:
-            parts.append(f"{k} {a[k]} -> {b[k]}")
+            parts.append(f"{k} {_shown(k, a[k])} -> {_shown(k, b[k])}")
     return parts
 
 
@@ -832,7 +841,9 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
         causes.append(f"no cause found in: {what}")
     if split:
         causes.append(split)
-    return causes
+    # every front end shows these (UI, check, report, record): values from the host are masked
+    # once here (`NAME=value` pairs, URL credentials, token shapes)
+    return [redact_text(c) for c in causes]
 
 
 def make_explainer(recorded: Fingerprint | None, live_fp: Any) -> Any:

@@ -26,7 +26,8 @@ from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.jsonout import dumps_line
 from specmon.parse.fastscan import scan_buffer
-from specmon.parse.sglang import BatchRecord, parse_line
+from specmon.parse.sglang import BatchRecord, parse_known, parse_line
+from specmon.redact import redact_obj
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -162,7 +163,7 @@ def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard:
     head = '{"file":' + dumps_line(name, ascii_only=True) + ',"line_no":'  # (a row's first keys)
     try:
         for line_no, raw in lines:
-            rec = parse_line(raw)
+            rec, whole = parse_known(raw)
             if rec is None:
                 continue
             if not in_order and engine_of(rec) == "vllm":
@@ -174,6 +175,8 @@ def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard:
             if kind != "all" and rec.kind != kind:
                 continue
             obj = rec.to_json()
+            if not whole:  # free text of the line (server_args, NCCL values) is a way out
+                obj = redact_obj(obj)
             if "invalid" in obj:
                 invalid += len(obj["invalid"])
             if "file" in obj or "line_no" in obj:  # a log line's own field of that name: the

@@ -13,10 +13,10 @@ from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
-from specmon.export.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.jsonout import dumps
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
+from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
 
 
@@ -63,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
     if action == "record":
         return record(store, args)
     if action == "list":
-        rows = store.list(host=args.host, server=args.server)
+        # redacted on the way out, as `show` is (a name may come from a log or an old store)
+        rows = [redact_obj(r) for r in store.list(host=args.host, server=args.server)]
         if args.json:
             print(dumps(rows))
             return 0

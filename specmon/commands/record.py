@@ -32,12 +32,12 @@ from specmon.commands.hostargs import (
 )
 from specmon.commands.options import add_config, add_hosts
 from specmon.errors import CliError
-from specmon.export.redact import redact_text
 from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
 from specmon.jsonout import dumps_line
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
+from specmon.redact import redact_text
 from specmon.sources.tail import LogLine
 
 if TYPE_CHECKING:

@@ -80,7 +80,7 @@ def _progress(p: Any) -> None:
 
 def _say(text: str, file: Any = None) -> None:
     """Every line this command prints: secrets masked (HF_TOKEN=..., --api-key ...)."""
-    from specmon.export.redact import redact_text
+    from specmon.redact import redact_text
 
     print(redact_text(text), file=file or sys.stdout)
 
@@ -116,7 +116,7 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                 if args.action == "status":
                     st = await ctl.status()
                     if args.json:
-                        from specmon.export.redact import redact_obj
+                        from specmon.redact import redact_obj
 
                         print(dumps(redact_obj({"status": st.__dict__}), default=str))
                     else:

@@ -20,12 +20,12 @@ from typing import Any
 
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import median, quantile_sorted
-from specmon.export.redact import redact_obj, redact_text
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.hosts.base import ConnectionState
 from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
+from specmon.redact import redact_obj, redact_text
 from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.offline import play
@@ -685,8 +685,11 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
 
 
 def _md_text(text: str) -> str:
-    """Markdown passes raw HTML through: `<script>` from a snapshot must arrive as text."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Markdown passes raw HTML through: `<script>` from a snapshot must arrive as text; and no
+    link or image can form from a snapshot's text (`![x](https://...)` in a server name would
+    load a remote image): brackets are escaped (a backslash first, so `\\[` stays text)."""
+    return (str(text).replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("[", "\\[").replace("]", "\\]"))
 
 
 def _md_cell(text: str) -> str:

@@ -13,7 +13,7 @@ is bounded.
 
 Written atomically (temp file in the same folder, fsync, rename, fsync of the folder): a crash or
 kill -9 mid-write leaves the previous file intact. Secrets are redacted in every string by
-default (see `specmon.export.redact`).
+default (see `specmon.redact`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from specmon import __version__
-from specmon.export.redact import redact_obj
 from specmon.jsonout import dumps
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
+from specmon.redact import redact_obj
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
 
 SCHEMA_NAME = "specmon.snapshot"

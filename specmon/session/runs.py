@@ -21,6 +21,7 @@ from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
+from specmon.redact import redact_text
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -62,7 +63,9 @@ def args_summary(args: dict[str, Any]) -> str:
     spec = spec_config_text(args)
     if spec:
         parts.append(spec)
-    return ", ".join(parts) if parts else "no server_args line"
+    # a way out of the run's args (parse --runs, run headers, the UI): a model path may be a
+    # URL with credentials, a draft path an hf_ token
+    return redact_text(", ".join(parts)) if parts else "no server_args line"
 
 
 def run_row(run: Run) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from textual.worker import Worker
 
 from specmon.analysis.drift import Alert
 from specmon.control.server import ServerControls
-from specmon.export.redact import redact_fingerprint
 from specmon.keymap import ACTIONS, GROUPS
 from specmon.parse.sglang import Record
+from specmon.redact import redact_fingerprint
 from specmon.resources import stylesheet
 from specmon.session.baselines import Baseline, BaselineStore, StoreError
 from specmon.session.drift_watch import alert_lines

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from specmon.export.redact import redact_svg
 from specmon.export.snapshot import (
     atomic_write_bytes,
     snapshot_from_session,
     snapshot_path,
     write_snapshot,
 )
+from specmon.redact import redact_svg
 from specmon.session.state import HostState
 
 

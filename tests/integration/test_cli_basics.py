@@ -20,3 +20,16 @@ def test_help_lists_parse_command():
     res = run_cli("--help")
     assert res.returncode == 0
     assert "parse" in res.stdout
+
+
+def test_an_argument_error_echoes_no_escape_sequence(tmp_path):
+    """argparse repeats the bad argument; a file name from `specmon parse logs/*` that starts
+    with `-` is text someone else chose: it is shown as text, before any command runs."""
+    log = tmp_path / "a.log"
+    log.write_text("x\n")
+    res = subprocess.run([sys.executable, "-m", "specmon", "parse", str(log),
+                          "--zz\x1b]0;pwned\x07\x1b[2J\u202e"], capture_output=True, timeout=60)
+    assert res.returncode == 2
+    assert b"\x1b" not in res.stderr and b"\x07" not in res.stderr
+    assert b"\xe2\x80\xae" not in res.stderr  # U+202E
+    assert b"unrecognized arguments: --zz\\x1b]0;pwned\\x07\\x1b[2J\\u202e" in res.stderr

@@ -10,13 +10,13 @@ import pytest
 from kit.snapshots import T0, decode_line, reference_session, timed, write_record
 
 from specmon.cli import main
-from specmon.export.redact import MASK, is_secret_name, redact_argv, redact_obj, redact_text
 from specmon.export.snapshot import (
     export_session,
     read_snapshot,
     snapshot_from_session,
     write_snapshot,
 )
+from specmon.redact import MASK, is_secret_name, redact_argv, redact_obj, redact_text
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWx12"
 SK = "sk-proj-9f8e7d6c5b4a3210zz"
@@ -131,7 +131,7 @@ def test_report_of_an_unredacted_snapshot_still_redacts_what_it_prints(tmp_path,
 _COST_CHILD = r"""
 import json, resource, sys, time
 resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # quadratic would take hours: die instead
-from specmon.export.redact import redact_text
+from specmon.redact import redact_text
 out = {}
 for unit in json.loads(sys.argv[1]):
     costs = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 from kit.snapshots import BASE_ARGS, T0, decode_line
 
 from specmon.commands.record import line_json
-from specmon.export.redact import MASK, redact_text
+from specmon.redact import MASK, redact_text
 from specmon.sources.tail import LogLine
 
 HF = "hf_PlantedSecretAbCdEf123456"

@@ -49,3 +49,17 @@ def test_fuzzed_snapshots_load_or_fail_with_one_line(tmp_path_factory) -> None:
         json.loads(encode(snap), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
 
     check()
+
+
+def test_markdown_of_a_snapshot_forms_no_link_or_image(tmp_path_factory) -> None:
+    """A server name or model path of `![x](https://...)` would load a remote image in a
+    Markdown viewer: brackets from a snapshot are escaped (and a backslash before them too)."""
+    doc = _base_doc(tmp_path_factory)
+    evil = "m![t](https://evil.example/p.png)[c](javascript:alert(1))\\[d](x)"
+    doc["servers"][0]["name"] = evil
+    doc["servers"][0]["lines"][0][2]["data"]["model_path"] = evil
+    md = render_markdown(build_blocks(decode(json.dumps(doc).encode(), "s.json")))
+    assert md.count("evil.example") >= 2  # the text is shown
+    body = md.replace("\\\\", "")  # escaped backslashes; what is left before a bracket escapes it
+    unescaped = [i for i, c in enumerate(body) if c in "[]" and body[i - 1:i] != "\\"]
+    assert not unescaped, [body[max(0, i - 30):i + 30] for i in unescaped[:3]]

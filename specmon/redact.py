@@ -1,5 +1,7 @@
 """Secret redaction for everything specmon writes out: snapshots, reports, record JSONL, the
-baseline store and `baseline show`, SVG screenshots, `server start`'s env audit.
+baseline store, SVG screenshots, `server start`'s env audit, and what the offline commands print
+(`parse --json` rows, run args, drift causes, "conditions differ"). A leaf module, so that the
+parse and analysis code that makes those texts masks them where they are made.
 
 Snapshots get pasted into team threads, so every string in them passes through here: values of
 env vars and arguments whose *names* look secret (HF_TOKEN, *_API_KEY, --api-key, *PASSWORD*),
@@ -22,6 +24,7 @@ _SECRET_WORDS = {
     "credentials", "apikey", "auth", "authorization", "cookie", "signature",
 }
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
+_RE_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # the boundary in accessToken
 
 # Every pattern here runs on untrusted lines up to MAX_LINE long, so each must be linear in the
 # line length: a match may start only where a run of its characters starts (a lookbehind),
@@ -48,12 +51,12 @@ _RE_TOKEN_SHAPES = re.compile(
     r"|gh[pousr]_[A-Za-z0-9]{16,}"
     r"|github_pat_[A-Za-z0-9_]{16,}"
     r"|xox[abposr]-[A-Za-z0-9\-]{8,}"
-    r"|AKIA[0-9A-Z]{16}"
+    r"|A[KS]IA[0-9A-Z]{16}"  # AWS access keys (ASIA: temporary ones)
     r"|AIza[0-9A-Za-z_\-]{30,}"
     r"|glpat-[A-Za-z0-9_\-]{16,})"
 )
 # the literal starts of the shapes above: one cheap search decides whether the shapes can match
-_RE_SHAPE_HINT = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|AIza|glpat-")
+_RE_SHAPE_HINT = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|A[KS]IA|AIza|glpat-")
 _RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s++[A-Za-z0-9._~+/=\-]{8,}")
 # Authorization / Proxy-Authorization header values whatever the scheme ("Token abc", "Digest")
 _RE_AUTH_HEADER = re.compile(
@@ -78,7 +81,7 @@ _RE_PROSE = re.compile(
 )
 # words that must occur (in the lower-cased text) for any name-based rule to mask anything
 _NAME_HINTS = ("token", "secret", "passw", "passphrase", "pwd", "credential", "auth", "cookie",
-               "key", "sig", "code=")
+               "key", "sig", "code=", "bearer")
 # SGLang's counts ("#token: 900", "token usage: 0.04", "(token/s)"): no rule masks these, so
 # a line whose only hint word is in them needs no name rule (decode lines, 20k a second)
 _RE_COUNTS = re.compile(r"token(?: usage|/s\)|: [0-9.]++(?![^\s,;)}\]'\"]))")
@@ -97,6 +100,9 @@ _RE_SLACK_HOOK = re.compile(r"(?P<lead>hooks\.slack(?:-gov)?\.com/(?:services|wo
 _RE_CURL_USER = re.compile(r"""(?<![A-Za-z0-9_\-])(?P<lead>(?:-u\s*+|--user(?:=|\s++))['"]?"""
                            r"""[^\s:'"]++:)(?P<val>[^\s'"]++)""")
 # mysql -pPASSWORD (the password glued to -p); only on lines that name a MySQL client
+# NCCL's "NCCL_IB_PASSWORD set by environment to X" (and the CUDA/TORCH ones it prints alike)
+_RE_SET_BY_ENV = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*+)"
+                            r"(?P<sep> set by environment to )(?P<val>[^\s'\"]++)")
 _RE_MYSQL_P = re.compile(r"(?<![A-Za-z0-9_\-])(?P<lead>-p)(?P<val>[^\s'\"-][^\s'\"]*+)")
 _MYSQL_WORDS = ("mysql", "mariadb")
 
@@ -126,13 +132,17 @@ def _secret_name_cached(name: str) -> bool:
 
 
 def _secret_name(name: str) -> bool:
-    low = name.strip().strip("-").lower()
-    words = [w for w in _WORD_SPLIT.split(low) if w]
+    name = name.strip().strip("-")
+    low = name.lower()
+    # camelCase words are words too: accessToken, openaiApiKey, privateKey
+    words = [w for w in _WORD_SPLIT.split(_RE_CAMEL.sub("_", name).lower()) if w]
     if not words:
         return False
     if any(w in _SECRET_WORDS for w in words):
         return True
     if "password" in low or "passwd" in low or "secret" in low:  # MYPASSWORD, DBSECRET
+        return True
+    if low.endswith(("token", "apikey")):  # HFTOKEN, OPENAIAPIKEY (not MAXTOKENS)
         return True
     # *_KEY / api-key / access_key / private_key; a bare "key" alone is too common to mean secret
     return words[-1] in ("key", "keys") and len(words) >= 2
@@ -153,8 +163,24 @@ def _mask_value(val: str) -> str:
     return MASK
 
 
+# a terminal escape sequence (CSI colour codes, OSC titles, two-byte ESC forms): a log's colour
+# code glued to a secret ("\x1b[32mhf_...") hides the secret's start from the word checks
+_RE_ESC = re.compile(r"(\x1b(?:\[[0-?]*+[ -/]*+[@-~]?|\][^\x07\x1b]*+(?:\x07|\x1b\\)?|[ -/]*+[0-~]?))")
+
+
 def redact_text(text: str) -> str:
-    """Every secret in a free text (log line, command line, URL) replaced by the mask."""
+    """Every secret in a free text (log line, command line, URL) replaced by the mask. Escape
+    sequences stay as they are; the text between them is redacted piece by piece."""
+    if not text:
+        return text
+    if "\x1b" in text:
+        parts = _RE_ESC.split(text)  # text, escape, text, ...
+        parts[::2] = map(_redact_plain, parts[::2])
+        return "".join(parts)
+    return _redact_plain(text)
+
+
+def _redact_plain(text: str) -> str:
     if not text:
         return text
 
@@ -181,6 +207,13 @@ def redact_text(text: str) -> str:
     def auth(m: re.Match[str]) -> str:
         return (f"{m.group('name')}{m.group('q')}{m.group('sep')}{m.group('scheme') or ''}"
                 f"{MASK}")
+
+    def env(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group("name")):
+            return m.group(0)
+        val = m.group("val")
+        core = val.rstrip(".")  # NCCL ends an integer param with "."
+        return f"{m.group('name')}{m.group('sep')}{_mask_value(core)}{val[len(core):]}"
 
     def prose(m: re.Match[str]) -> str:
         val = m.group("val")
@@ -219,6 +252,8 @@ def redact_text(text: str) -> str:
         out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
     if "=" in out:
         out = _RE_QUERY.sub(query, out)
+    if " set by environment to " in out:
+        out = _RE_SET_BY_ENV.sub(env, out)
     out = _RE_PROSE.sub(prose, out)
     out = _RE_PAIR.sub(pair, out)
     if "-" in out:
@@ -256,8 +291,14 @@ def redact_obj(obj: Any, *, key: str | None = None) -> Any:
     """A JSON-like tree with every secret masked: values under secret-looking keys, and any
     secret inside any string (keys included)."""
     if isinstance(obj, dict):
-        return {_redact_key(str(k)) if len(str(k)) <= 256 else redact_text(str(k)):
-                redact_obj(v, key=str(k)) for k, v in obj.items()}
+        out = {_redact_key(str(k)) if len(str(k)) <= 256 else redact_text(str(k)):
+               redact_obj(v, key=str(k)) for k, v in obj.items()}
+        # {"var": "NCCL_IB_PASSWORD", "value": ...} (an nccl_env record), {"name": ..., "value": ...}
+        for tag in ("var", "name"):
+            named = obj.get(tag)
+            if isinstance(named, str) and "value" in out and is_secret_name(named):
+                out["value"] = redact_obj(out["value"], key=named)
+        return out
     if isinstance(obj, list | tuple):
         if key is not None and is_secret_name(key):
             return [MASK if x not in (None, "") else x for x in obj]
