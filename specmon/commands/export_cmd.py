@@ -25,6 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep secrets (tokens, keys, passwords) in the snapshot; off by default")
 
 
+def _warn(message: str) -> None:
+    """A problem that cost part of the input, not the export (a torn last row): one line."""
+    print(f"specmon export: {message}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.log_lines < 0:
         raise CliError(f"--log-lines must be >= 0, got {args.log_lines}")
@@ -32,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--gpu-max-samples must be >= 1, got {args.gpu_max_samples}")
     try:
         snap = snapshot_from_record(args.record, host=args.host, log_lines=args.log_lines,
-                                    gpu_max_per_gpu=args.gpu_max_samples)
+                                    gpu_max_per_gpu=args.gpu_max_samples, warn=_warn)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
     try:

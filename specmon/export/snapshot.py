@@ -27,7 +27,7 @@ import re
 import secrets
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,18 @@ from specmon.jsonout import dumps
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
-from specmon.redact import redact_obj
+from specmon.redact import redact_obj, redact_text
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
 
 SCHEMA_NAME = "specmon.snapshot"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 LINE_COLUMNS = ["t", "line", "record"]
+# how a server's row times were taken (ServerSnap.line_times): from a record file, every row's
+# own receive time; from a live session, decode rows exact and the rest borrowed
+LINE_TIMES_EXACT = "exact"
+LINE_TIMES_SESSION = "decode lines exact; other lines take the time of the nearest earlier decode line"
+LINE_TIMES = (LINE_TIMES_EXACT, LINE_TIMES_SESSION)
 DEFAULT_GPU_MAX_PER_GPU = 2000
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -122,8 +127,50 @@ def _typed(name: str, type_text: str, v: Any, where: str) -> Any:
     else:
         ok = True
     if not ok:
-        raise SnapshotError(f"{where}: field {name!r} has a {type(v).__name__}, expected {type_text}")
+        raise SnapshotError(f"{where}: field {name!r} should be {_type_words(type_text)}, "
+                            f"got {_got(v)}")
     return v
+
+
+def _type_words(type_text: str) -> str:
+    """A record field's annotation ("float | None") in words ("a number")."""
+    for prefix, words in (("bool", "true or false"), ("int", "an integer"), ("float", "a number"),
+                          ("str", "a string")):
+        if type_text.startswith(prefix):
+            return words
+    return type_text
+
+
+_KIND_WORDS: dict[type, str] = {str: "a string", int: "an integer", float: "a number",
+                                bool: "true or false", list: "a list", dict: "an object"}
+
+
+def _expected(types: type | tuple[type, ...]) -> str:
+    """What `_want` asked for, in words: "a string", "a number", "a list or an object"."""
+    ts = _as_tuple(types)
+    if set(ts) == {int, float}:
+        return "a number"
+    return " or ".join(_KIND_WORDS.get(t, t.__name__) for t in ts)
+
+
+def _got(v: Any) -> str:
+    """A JSON value a field should not hold, in words with a short (redacted) view of it:
+    "an integer (5)", "a string ('s')", "a list of 3 items", "true"."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"an integer ({_short(v)})"
+    if isinstance(v, float):
+        return f"a number ({_short(v)})"
+    if isinstance(v, str):
+        return f"a string ({_short(redact_text(v))})"
+    if isinstance(v, list):
+        return f"a list of {len(v)} item{'' if len(v) == 1 else 's'}"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
 
 
 def _short(v: Any) -> str:
@@ -185,14 +232,15 @@ def record_from_json(d: Any, where: str = "record") -> Record:
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")
-    return EventRecord(kind=d["kind"], timestamp=_opt_str(d.get("timestamp"), where),
-                       time_of_day=_opt_str(d.get("time_of_day"), where), data=dict(data))
+    return EventRecord(kind=d["kind"], timestamp=_opt_str(d, "timestamp", where),
+                       time_of_day=_opt_str(d, "time_of_day", where), data=dict(data))
 
 
-def _opt_str(v: Any, where: str) -> str | None:
+def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
+    v = d.get(key)
     if v is None or isinstance(v, str):
         return v
-    raise SnapshotError(f"{where}: expected a string, got {type(v).__name__}")
+    raise SnapshotError(f"{where}: {key!r} should be a string, got {_got(v)}")
 
 
 # --- the in-memory snapshot ---------------------------------------------------------------------
@@ -219,7 +267,7 @@ class ServerSnap:
     notices: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # in the source: lines, decode, prefill
     log_limit: int = MAX_LOG_LINES
-    line_times: str = "exact"
+    line_times: str = LINE_TIMES_EXACT
     entries: list[Entry] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # launcher and workers (GPU ownership)
 
@@ -317,7 +365,7 @@ def _want(d: Mapping[str, Any], key: str, types: type | tuple[type, ...], where:
         return default
     v = d[key]
     if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
-        raise SnapshotError(f"{where}: {key!r} has a {type(v).__name__}")
+        raise SnapshotError(f"{where}: {key!r} should be {_expected(types)}, got {_got(v)}")
     return v
 
 
@@ -382,8 +430,8 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             notices=[str(x) for x in _want(sd, "notices", list, w, [])],
             counts={str(k): int(v) for k, v in _want(sd, "counts", dict, w, {}).items()
                     if isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_INT},
-            log_limit=_small(_want(sd, "log_limit", int, w, MAX_LOG_LINES), f"{w}: log_limit"),
-            line_times=_want(sd, "line_times", str, w, "exact"),
+            log_limit=_log_limit(_want(sd, "log_limit", int, w, MAX_LOG_LINES), w),
+            line_times=_line_times(_want(sd, "line_times", str, w, LINE_TIMES_EXACT), w),
             pids=_pids(_want(sd, "pids", list, w, []), f"{w}: pids"),
         )
         cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
@@ -441,6 +489,20 @@ def _pids(v: list[Any], where: str) -> list[int]:
                                   and 0 < p < 2 ** 32 for p in v):
         raise SnapshotError(f"{where}: expected at most 65536 process ids (positive integers)")
     return [int(p) for p in v]
+
+
+def _log_limit(v: int, where: str) -> int:
+    if not 0 <= v < MAX_INT:
+        raise SnapshotError(f"{where}: 'log_limit' should be a non-negative integer, "
+                            f"got {_short(v)}")
+    return v
+
+
+def _line_times(v: str, where: str) -> str:
+    if v not in LINE_TIMES:
+        raise SnapshotError(f"{where}: 'line_times' should be {LINE_TIMES_EXACT!r} (a record "
+                            f"file's) or {LINE_TIMES_SESSION!r} (a live session's), got {_got(v)}")
+    return v
 
 
 def _small(v: Any, where: str) -> Any:
@@ -748,10 +810,8 @@ def snapshot_from_session(session: HostState, *, log_lines: int = MAX_LOG_LINES,
         entries = _session_entries(state, session.started_at, log_lines)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
-        servers.append(_server_snap_from_state(
-            state, entries, log_lines,
-            "decode lines exact; other lines take the time of the nearest earlier decode line",
-            counts, "session"))
+        servers.append(_server_snap_from_state(state, entries, log_lines, LINE_TIMES_SESSION,
+                                               counts, "session"))
     history = [g for dq in session.gpu_history.values() for g in dq]
     if not history:
         history = list(session.gpus)
@@ -808,25 +868,32 @@ class RecordLine:
     received_at: float
 
 
-def iter_record_file(path: str | Path) -> Iterator[RecordLine | tuple[float, list[GpuSample]]]:
+def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = None
+                     ) -> Iterator[RecordLine | tuple[float, list[GpuSample]]]:
     """Lines of a record file: {"server","path","offset","line","received_at","record"}.
 
     Also accepts `{"gpus": [sample, ...], "received_at": t}` rows (GPU samples in agent JSON).
-    A final line without its newline that does not parse (the recorder was killed mid-write) is
-    skipped; any other bad line is an error naming the file and line number.
+    "\n", "\r\n" and a lone "\r" (CR-only line endings) each end a row. A final row without
+    its line end that does not parse but starts like one (`{`: the recorder was killed
+    mid-write) is torn: skipped, and `on_torn` is called with its line number; any other bad
+    row is an error naming the file and line number.
     """
     p = Path(path)
-    for n, bline, last in _record_lines(p):
+    for n, bline, ended in _record_lines(p):
         if not bline.strip():
             continue
         where = f"{p}:{n}"
         try:
             obj = json.loads(bline, parse_constant=_no_constant)
-        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-            if last and not bline.endswith(b"\n"):
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            # (JSONDecodeError is a ValueError; RecursionError: nested past the parser's depth)
+            if not ended and bline.lstrip().startswith(b"{"):
+                if on_torn is not None:
+                    on_torn(n)
                 return  # truncated tail of a killed recorder
-            raise SnapshotError(f"{where}: not a JSON record line "
-                                f"({str(exc).split(';')[0]})") from None
+            why = ("nested too deeply" if isinstance(exc, RecursionError)
+                   else str(exc).split(";")[0])
+            raise SnapshotError(f"{where}: not a JSON record line ({why})") from None
         if not isinstance(obj, dict):
             raise SnapshotError(f"{where}: not a JSON object")
         t = _time(obj.get("received_at"), f"{where}: 'received_at'")
@@ -852,15 +919,20 @@ def iter_record_file(path: str | Path) -> Iterator[RecordLine | tuple[float, lis
         yield RecordLine(server, fpath, off, text, float(t))
 
 
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
 def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, line, is it the last) of a record file, plain or gzip, streamed: memory
-    is one line, and a bomb stops at MAX_RECORD_BYTES decompressed or MAX_RECORD_LINE a line."""
+    """(line number, line without its end, did it have an end) of a record file, plain or
+    gzip, streamed: "\n", "\r\n" and a lone "\r" each end a line. Memory is one line and one
+    read; a bomb stops at MAX_RECORD_BYTES decompressed or MAX_RECORD_LINE a line."""
     try:
         raw = open(p, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise SnapshotError(f"{p}: cannot read ({exc.strerror or exc})") from None
     with raw:
         fh: Any = raw
+        n = 0
         try:
             if raw.read(2) == GZIP_MAGIC:
                 raw.seek(0)
@@ -868,42 +940,72 @@ def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
             else:
                 raw.seek(0)
             total = 0
-            n = 0
-            line = fh.readline(MAX_RECORD_LINE + 1)
-            while line:
-                n += 1
-                total += len(line)
-                if len(line) > MAX_RECORD_LINE:
-                    raise SnapshotError(f"{p}:{n}: line longer than {MAX_RECORD_LINE >> 20} MiB, "
-                                        "the limit for a record line "
-                                        "(specmon.export.snapshot.MAX_RECORD_LINE)")
+            head = b""  # the start of a line whose end is not read yet
+            while True:
+                chunk = fh.read(_CHUNK)
+                total += len(chunk)
                 if total > MAX_RECORD_BYTES:
                     raise SnapshotError(f"{p}: more than {MAX_RECORD_BYTES >> 20} MiB of records "
                                         "(decompressed), the limit for a record file "
                                         "(specmon.export.snapshot.MAX_RECORD_BYTES)")
-                nxt = fh.readline(MAX_RECORD_LINE + 1)
-                yield n, line, not nxt
-                line = nxt
+                eof = not chunk
+                buf = head + chunk if head else chunk
+                if b"\r" not in buf:  # the usual file: split in C
+                    lines = buf.split(b"\n")
+                    head = lines.pop()
+                    for line in lines:
+                        n += 1
+                        _check_line_length(p, n, len(line))
+                        yield n, line, True
+                else:
+                    # a CR that ends the read may be the first half of a CRLF: wait for the next
+                    stop = len(buf) - 1 if not eof and buf.endswith(b"\r") else len(buf)
+                    begin = 0
+                    for m in _EOL.finditer(buf, max(0, len(head) - 1), stop):
+                        n += 1
+                        _check_line_length(p, n, m.start() - begin)
+                        yield n, buf[begin:m.start()], True
+                        begin = m.end()
+                    head = buf[begin:]
+                _check_line_length(p, n + 1, len(head) - (1 if head.endswith(b"\r") else 0))
+                if eof:
+                    if head:
+                        n += 1
+                        yield n, head, False
+                    return
         except (OSError, EOFError, zlib.error) as exc:
             raise SnapshotError(f"{p}: read error after line {n} ({exc or type(exc).__name__})"
                                 ) from None
 
 
+def _check_line_length(p: Path, n: int, size: int) -> None:
+    if size > MAX_RECORD_LINE:
+        raise SnapshotError(f"{p}:{n}: line longer than {MAX_RECORD_LINE >> 20} MiB, "
+                            "the limit for a record line (specmon.export.snapshot.MAX_RECORD_LINE)")
+
+
 def snapshot_from_record(path: str | Path, *, host: str | None = None,
                          log_lines: int = MAX_LOG_LINES,
-                         gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU) -> Snapshot:
+                         gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU,
+                         warn: Callable[[str], None] | None = None) -> Snapshot:
     """A record file as a snapshot: every line re-parsed with this specmon's parser (the raw line
     is the truth; the file's `record` field may come from an older parser or be null).
 
     Lines seen twice (same server, file, byte offset and text: `record --append` re-reading its
-    history) are kept once.
+    history) are kept once. A torn last row (the recorder was killed mid-write) is left out and
+    `warn` gets one line saying so (the snapshot's source keeps its line number); a file with no
+    row to show (empty, blank, or only a torn row) is a SnapshotError.
     """
+    p = Path(path)
     per_server: dict[str, list[RecordLine]] = {}
     seen: set[tuple[str, str | None, int, str]] = set()
     dups = 0
     gpus: list[GpuSample] = []
     rows = 0
-    for item in iter_record_file(path):
+    read = 0  # rows read whole: log lines and GPU rows, duplicates too
+    torn: list[int] = []
+    for item in iter_record_file(p, on_torn=torn.append):
+        read += 1
         if isinstance(item, tuple):
             gpus.extend(item[1])
             if len(gpus) > MAX_GPU_SAMPLES * 4:
@@ -925,6 +1027,18 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
                 continue
             seen.add(key)
         per_server.setdefault(item.server, []).append(item)
+    if not per_server and not gpus:
+        if torn and not read:
+            why = f"its only row (line {torn[0]}) is torn"
+        elif read:
+            why = (f"{read:,} row{'' if read == 1 else 's'} but no log line or GPU sample in them"
+                   + (f"; the last row (line {torn[0]}) is torn" if torn else ""))
+        else:
+            why = "empty file, no rows"
+        raise SnapshotError(f"{p}: nothing to export: {why}")
+    if torn and warn is not None:
+        warn(f"{p}: last row (line {torn[0]}) is torn, ignored; "
+             f"{read:,} row{'' if read == 1 else 's'} read")
     session = HostState(host=host or "unknown")
     servers = []
     for name, items in per_server.items():
@@ -940,13 +1054,15 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
         state.flush()  # a vLLM engine line still waiting for its spec line (the entries hold it)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
-        servers.append(_server_snap_from_state(state, entries, log_lines, "exact", counts, "log"))
+        servers.append(_server_snap_from_state(state, entries, log_lines, LINE_TIMES_EXACT,
+                                               counts, "log"))
     gpus.sort(key=lambda g: (g.ts if g.ts is not None else -math.inf,
                              g.index if g.index is not None else -1))
     kept, rule = downsample_gpu(gpus, gpu_max_per_gpu)
     snap = Snapshot(
         host=session.host, hosts=[session.host],
-        source={"kind": "record", "file": Path(path).name, "duplicate_lines_dropped": dups},
+        source={"kind": "record", "file": p.name, "duplicate_lines_dropped": dups,
+                **({"torn_last_row": torn[0]} if torn else {})},
         servers=servers, gpu_samples=kept, gpu_downsampling=rule,
     )
     snap.time_range = snap.compute_time_range()

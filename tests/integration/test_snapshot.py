@@ -237,7 +237,8 @@ def _corrupt_files(tmp_path: Path, good: bytes) -> dict[str, tuple[bytes, str]]:
         "other.json": (json.dumps(other).encode(), "not a specmon snapshot (schema is"),
         "badrow.json": (json.dumps(bad_row).encode(), "servers[0].lines[3]: time is not a number"),
         "badrec.json": (json.dumps(bad_rec).encode(),
-                        "servers[0].lines[2]: field 'gen_throughput' has a str"),
+                        "servers[0].lines[2]: field 'gen_throughput' should be a number, "
+                        "got a string ('fast')"),
     }
 
 

@@ -1,0 +1,201 @@
+"""`specmon export` on damaged record files and snapshot loading on damaged documents, through
+the real CLI: CR-only line endings are line breaks, a torn last row is reported in one line
+while the good rows are kept, a file with nothing to export is a one-line error (exit 2), a row
+nested past the parser's depth is a malformed row at its line, and a snapshot field of the wrong
+type or value is refused in one grammatical line naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kit.snapshots import BASE_ARGS, T0, decode_line, write_record
+
+from specmon.cli import main
+from specmon.export import snapshot as snapmod
+from specmon.export.snapshot import read_snapshot
+
+pytestmark = pytest.mark.unit
+
+THROUGHPUTS = [80.0, 81.0, 82.0, 83.0]
+
+
+def _rows(tmp_path: Path) -> list[str]:
+    """The rows of a good record file (a server_args line, then four decode lines)."""
+    rows = [("b", BASE_ARGS, T0)] + [("b", decode_line(gt), T0 + 1 + i)
+                                     for i, gt in enumerate(THROUGHPUTS)]
+    return write_record(tmp_path / "rows.jsonl", rows).read_text().splitlines()
+
+
+def _export(tmp_path: Path, capsys, data: bytes, name: str = "r.jsonl"
+            ) -> tuple[int, list[str], Path, Path]:
+    src = tmp_path / name
+    src.write_bytes(data)
+    out = tmp_path / (name + ".snap.json")
+    rc = main(["export", str(src), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return rc, err.splitlines(), src, out
+
+
+def _throughputs(path: Path) -> list[float]:
+    snap = read_snapshot(path)
+    return [e.record.gen_throughput for s in snap.servers for e in s.decode_entries()]
+
+
+# --- 1. line endings ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ends", [["\r"], ["\r\n"], ["\r", "\n", "\r\n"]],
+                         ids=["cr-only", "crlf", "mixed"])
+def test_cr_only_and_mixed_line_endings_are_line_breaks(tmp_path, capsys, ends):
+    rows = _rows(tmp_path)
+    text = "".join(row + ends[i % len(ends)] for i, row in enumerate(rows))
+    rc, err, _, out = _export(tmp_path, capsys, text.encode())
+    assert rc == 0, err
+    assert _throughputs(out) == THROUGHPUTS  # every row once, in order
+    assert read_snapshot(out).servers[0].counts["lines"] == len(rows)
+    assert err == [f"specmon export: 1 server(s), 4 decode records, 0 GPU samples -> {out}"]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 64])
+def test_a_crlf_split_between_two_reads_is_one_line_end(tmp_path, capsys, monkeypatch, chunk):
+    """The reader takes the file in pieces: a CR that ends one piece and the LF that starts the
+    next are one line end (no empty line, no row counted twice, line numbers right)."""
+    monkeypatch.setattr(snapmod, "_CHUNK", chunk)
+    rows = _rows(tmp_path)
+    text = "\r\n".join(rows) + "\r\n" + "\r".join(rows[1:]) + "\r" + "not json\r\n"
+    rc, err, src, _ = _export(tmp_path, capsys, text.encode())
+    # rows 1-5, then rows 2-5 again (same offsets: dropped as duplicates), then the bad row: 10
+    assert rc == 2 and err == [f"specmon export: {src}:10: not a JSON record line "
+                               "(Expecting value: line 1 column 1 (char 0))"]
+    good = ("\r\n".join(rows) + "\r\n" + "\r".join(rows[1:]) + "\r").encode()
+    rc, err, _, out = _export(tmp_path, capsys, good, "good.jsonl")
+    assert rc == 0, err
+    assert _throughputs(out) == THROUGHPUTS
+    assert "4 duplicate lines dropped" in err[-1]
+
+
+# --- 2. a torn last row ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("end", ["\n", "\r"])
+def test_a_torn_last_row_is_reported_in_one_line_and_the_good_rows_are_kept(tmp_path, capsys,
+                                                                           end):
+    rows = _rows(tmp_path)
+    torn = rows[-1][: len(rows[-1]) // 2]  # the recorder was killed mid-row
+    rc, err, src, out = _export(tmp_path, capsys, (end.join(rows) + end + torn).encode())
+    assert rc == 0, err
+    assert err == [
+        f"specmon export: {src}: last row (line 6) is torn, ignored; 5 rows read",
+        f"specmon export: 1 server(s), 4 decode records, 0 GPU samples -> {out}",
+    ]
+    assert _throughputs(out) == THROUGHPUTS
+    assert read_snapshot(out).source["torn_last_row"] == 6
+
+
+def test_a_whole_file_has_no_torn_row_message(tmp_path, capsys):
+    rc, err, _, out = _export(tmp_path, capsys, ("\n".join(_rows(tmp_path)) + "\n").encode())
+    assert rc == 0
+    assert err == [f"specmon export: 1 server(s), 4 decode records, 0 GPU samples -> {out}"]
+    assert "torn_last_row" not in read_snapshot(out).source
+
+
+# --- 3. nothing to export -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data, why", [
+    (b"", "empty file, no rows"),
+    (b"\n  \n\r\n\r", "empty file, no rows"),
+    (b'{"server": "b", "line": "[2026-02-26 19:16:45 TP0] Deco', "its only row (line 1) is torn"),
+    (b'\n\n{"server": "b", "li', "its only row (line 3) is torn"),
+    (b'{"gpus": [], "received_at": 1772000000}\n', "1 row but no log line or GPU sample in them"),
+    (b'{"gpus": [], "received_at": 1772000000}\r{"gpus": [{"ind',
+     "1 row but no log line or GPU sample in them; the last row (line 2) is torn"),
+], ids=["empty", "blank", "only-torn", "blank-then-torn", "no-samples", "no-samples-then-torn"])
+def test_a_record_file_with_nothing_to_export_is_a_one_line_error(tmp_path, capsys, data, why):
+    rc, err, src, out = _export(tmp_path, capsys, data)
+    assert rc == 2
+    assert err == [f"specmon export: {src}: nothing to export: {why}"]
+    assert not out.exists()
+
+
+def test_gpu_rows_alone_are_something_to_export(tmp_path, capsys):
+    row = {"gpus": [{"index": 0, "ts": T0, "clock_sm": 1980}], "received_at": T0}
+    rc, err, _, out = _export(tmp_path, capsys, (json.dumps(row) + "\n").encode())
+    assert rc == 0, err
+    assert len(read_snapshot(out).gpu_samples) == 1
+
+
+# --- 4. rows nested past the parser's depth -------------------------------------------------------
+
+@pytest.mark.parametrize("deep, end", [("[" * 100_000, "\n"), ("[" * 100_000, ""),
+                                       ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "\n")],
+                         ids=["array", "array-last-unended", "in-an-object"])
+def test_a_deeply_nested_row_is_a_malformed_row_at_its_line(tmp_path, capsys, deep, end):
+    rows = _rows(tmp_path)
+    rc, err, src, out = _export(tmp_path, capsys, (rows[0] + "\n" + deep + end).encode())
+    assert rc == 2
+    assert err == [f"specmon export: {src}:2: not a JSON record line (nested too deeply)"]
+    assert not out.exists()
+
+
+# --- 5. snapshot loading: wrong types and values, one line naming the field ----------------------
+
+def _snapshot_doc(tmp_path: Path, capsys) -> dict:
+    rc, err, _, out = _export(tmp_path, capsys, ("\n".join(_rows(tmp_path)) + "\n").encode(),
+                              "good.jsonl")
+    assert rc == 0, err
+    return json.loads(out.read_text())
+
+
+def _server(**kw):
+    return lambda d: d["servers"][0].update(kw)
+
+
+@pytest.mark.parametrize("damage, what", [
+    (_server(name=5), ": servers[0]: 'name' should be a string, got an integer (5)"),
+    (_server(log_limit=-5), ": servers[0]: 'log_limit' should be a non-negative integer, got -5"),
+    (_server(log_limit="5"), ": servers[0]: 'log_limit' should be an integer, got a string ('5')"),
+    (_server(log_limit=True), ": servers[0]: 'log_limit' should be an integer, got true"),
+    (_server(line_times="s"), ": servers[0]: 'line_times' should be 'exact' (a record file's) or "
+                              "'decode lines exact; other lines take the time of the nearest "
+                              "earlier decode line' (a live session's), got a string ('s')"),
+    (_server(line_times=[1, 2]), ": servers[0]: 'line_times' should be a string, got a list of "
+                                 "2 items"),
+    (_server(args=[1]), ": servers[0]: 'args' should be an object, got a list of 1 item"),
+    (lambda d: d.update(host={"a": 1}), ": 'host' should be a string, got an object"),
+    (lambda d: d.update(created_at="now"), ": 'created_at' should be a number, got a string "
+                                           "('now')"),
+    (lambda d: d["servers"][0]["lines"][1][2].update(gen_throughput="fast"),
+     ": servers[0].lines[1]: field 'gen_throughput' should be a number, got a string ('fast')"),
+    (lambda d: d["servers"][0]["lines"][0][2].update(timestamp=7),
+     ": servers[0].lines[0]: 'timestamp' should be a string, got an integer (7)"),
+], ids=["name-int", "log_limit-negative", "log_limit-str", "log_limit-bool", "line_times-word",
+        "line_times-list", "args-list", "host-object", "created_at-str", "record-field",
+        "event-timestamp"])
+def test_a_snapshot_field_of_the_wrong_type_or_value_is_one_clear_line(tmp_path, capsys,
+                                                                       damage, what):
+    doc = _snapshot_doc(tmp_path, capsys)
+    damage(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "r.md"
+    assert main(["report", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"specmon report: {bad}{what}"], err
+    assert not out.exists()
+    # replay loads the snapshot before anything else (here --speed 0 would be refused next, so a
+    # snapshot that loads gives that message instead, and no UI starts either way)
+    assert main(["replay", str(bad), "--speed", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"specmon replay: {bad}{what}"]
+
+
+def test_good_snapshot_fields_still_load(tmp_path, capsys):
+    doc = _snapshot_doc(tmp_path, capsys)
+    assert doc["servers"][0]["line_times"] == "exact"
+    session_rule = "decode lines exact; other lines take the time of the nearest earlier decode line"
+    for log_limit, line_times in ((0, "exact"), (5000, session_rule)):
+        doc["servers"][0].update(log_limit=log_limit, line_times=line_times)
+        p = tmp_path / "ok.json"
+        p.write_text(json.dumps(doc))
+        s = read_snapshot(p).servers[0]
+        assert (s.log_limit, s.line_times) == (log_limit, line_times)
