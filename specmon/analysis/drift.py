@@ -83,6 +83,53 @@ class DriftParams:
 # --------------------------------------------------------------------------------------------
 
 
+_MAX_CTX = 62  # a context bucket is log2(tokens per request) / width: far below this
+_MAX_LOG = 700.0  # a sample's y is a log: exp(y) must not overflow a float
+
+
+def json_kind(x: Any) -> str:
+    """What a decoded JSON value is, for messages ("null", "a string", ...)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "a boolean"
+    if isinstance(x, (int, float)):
+        return "a number"
+    if isinstance(x, str):
+        return "a string"
+    return "a list" if isinstance(x, list) else "an object" if isinstance(x, dict) else type(x).__name__
+
+
+def _brief(x: Any, width: int = 40) -> str:
+    text = repr(x) if not isinstance(x, (list, dict)) else json_kind(x)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _finite(x: Any, where: str) -> float:
+    """`x` as a finite float; ValueError naming `where` for anything else (bool, string,
+    NaN, Infinity, an int too large for a float)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {json_kind(x)}")
+    try:
+        f = float(x)
+    except OverflowError:
+        raise ValueError(f"{where}: number out of range") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{where}: not a finite number ({f})")
+    return f
+
+
+def _numbers(xs: Any, where: str, positive: bool = False) -> list[float]:
+    if not isinstance(xs, list):
+        raise ValueError(f"{where}: expected a list of numbers, got {json_kind(xs)}")
+    out = [_finite(x, f"{where}[{i}]") for i, x in enumerate(xs)]
+    if positive:
+        bad = next((i for i, f in enumerate(out) if f <= 0), None)
+        if bad is not None:
+            raise ValueError(f"{where}[{bad}]: expected a positive number, got {out[bad]}")
+    return out
+
+
 def rr_bucket(rr: int) -> int:
     """#running-req exact up to 8, then the next power of two (9-16 -> 16, 17-32 -> 32)."""
     if rr <= 8:
@@ -108,7 +155,15 @@ class Stratum:
 
     @classmethod
     def from_key(cls, key: str) -> Stratum:
-        rr, ctx, spec, graph = key.split("|")
+        """The inverse of `key`; ValueError (saying what) for anything `key` never writes."""
+        parts = key.split("|") if isinstance(key, str) else []
+        if (len(parts) != 4 or not parts[0].isdigit() or not (parts[1] == "" or parts[1].isdigit())
+                or len(parts[0]) > 9 or len(parts[1]) > 2 or parts[2] not in ("0", "1")
+                or parts[3] not in ("", "0", "1")):
+            raise ValueError(f"not a stratum key ({_brief(key)})")
+        rr, ctx, spec, graph = parts
+        if not (1 <= int(rr) and (ctx == "" or int(ctx) <= _MAX_CTX)):
+            raise ValueError(f"stratum key out of range ({_brief(key)})")
         return cls(int(rr), int(ctx) if ctx else None, spec == "1", None if graph == "" else graph == "1")
 
     def describe(self, width: int = 2) -> str:
@@ -339,11 +394,37 @@ class StratumBaseline:
                             "t_cycle_ms": self.t_cycle_ms}}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], params: DriftParams | None = None) -> StratumBaseline:
+    def from_json(cls, d: Any, params: DriftParams | None = None,
+                  where: str = "stratum") -> StratumBaseline:
+        """One stratum as `to_json` wrote it; ValueError naming the field (`where`) for anything
+        else: a wrong type, a missing list, a non-finite or out-of-range number."""
         p = params or DriftParams()
-        return cls(Stratum.from_key(d["stratum"]), [float(x) for x in d["y"]],
-                   [float(x) for x in d["thr"]], d.get("accept"), [int(x) for x in d.get("rr", [])],
-                   d.get("t_first"), d.get("t_last"), p.sig_floor, p.rho_max)
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected an object, got {json_kind(d)}")
+        key = d.get("stratum")
+        if not isinstance(key, str):
+            raise ValueError(f"{where}.stratum: expected a stratum key, got {json_kind(key)}")
+        try:
+            stratum = Stratum.from_key(key)
+        except ValueError as exc:
+            raise ValueError(f"{where}.stratum: {exc}") from None
+        y = _numbers(d.get("y"), f"{where}.y")
+        big = next((i for i, v in enumerate(y) if abs(v) > _MAX_LOG), None)
+        if big is not None:  # log tok/s: exp() of it must stay a float
+            raise ValueError(f"{where}.y[{big}]: out of range ({y[big]})")
+        thr = _numbers(d.get("thr"), f"{where}.thr", positive=True)
+        if not y or len(thr) != len(y):
+            raise ValueError(f"{where}: expected as many throughputs as samples, at least one "
+                             f"(y {len(y)}, thr {len(thr)})")
+        acc = d.get("accept")
+        accept = None if acc is None else _numbers(acc, f"{where}.accept", positive=True)
+        rr_f = _numbers(d.get("rr", []), f"{where}.rr", positive=True)
+        if any(x != int(x) for x in rr_f):
+            raise ValueError(f"{where}.rr: expected whole numbers")
+        rr = [int(x) for x in rr_f]
+        t_first, t_last = (None if d.get(k) is None else _finite(d.get(k), f"{where}.{k}")
+                           for k in ("t_first", "t_last"))
+        return cls(stratum, y, thr, accept or None, rr, t_first, t_last, p.sig_floor, p.rho_max)
 
 
 @dataclass
@@ -368,9 +449,29 @@ class BaselineStats:
         return {"strata": [b.to_json() for b in self.strata.values()], "excluded": self.excluded}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], params: DriftParams | None = None) -> BaselineStats:
-        strata = [StratumBaseline.from_json(x, params) for x in d.get("strata", [])]
-        return cls({b.stratum.key: b for b in strata}, dict(d.get("excluded", {})))
+    def from_json(cls, d: Any, params: DriftParams | None = None,
+                  where: str = "stats") -> BaselineStats:
+        """What `to_json` wrote; ValueError (one line naming the field, e.g.
+        "stats.strata[2].y[5]: not a finite number") for anything else, never another error."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected an object, got {json_kind(d)}")
+        raw = d.get("strata", [])
+        if not isinstance(raw, list):
+            raise ValueError(f"{where}.strata: expected a list, got {json_kind(raw)}")
+        strata = [StratumBaseline.from_json(x, params, f"{where}.strata[{i}]")
+                  for i, x in enumerate(raw)]
+        ex = d.get("excluded", {})
+        if ex is None:
+            ex = {}
+        if not isinstance(ex, dict):
+            raise ValueError(f"{where}.excluded: expected an object, got {json_kind(ex)}")
+        excluded: dict[str, int] = {}
+        for k, v in ex.items():
+            n = _finite(v, f"{where}.excluded.{_brief(k)}")
+            if n < 0 or n != int(n):
+                raise ValueError(f"{where}.excluded.{_brief(k)}: expected a count, got {_brief(v)}")
+            excluded[str(k)] = int(n)
+        return cls({b.stratum.key: b for b in strata}, excluded)
 
     @classmethod
     def fixed_value(cls, toks: float, spread_pct: float | None, running_req: int | None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -43,8 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sh = bs.add_parser("show", help="show one baseline: strata and fingerprint")
     sh.add_argument("name", metavar="NAME")
     add_json(sh, "print JSON")
-    d = bs.add_parser("delete", help="delete a baseline")
-    d.add_argument("name", metavar="NAME")
+    d = bs.add_parser("delete", help="delete a baseline (a damaged one too)")
+    d.add_argument("name", metavar="NAME", nargs="?")
+    d.add_argument("--id", type=int, metavar="ROW",
+                   help="delete by row id instead (a damaged row whose name cannot be typed)")
     for q in (r, ls, sh, d):
         q.set_defaults(parser=q)
     p.set_defaults(baseline_action=None)
@@ -57,11 +60,17 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
+def _warn(line: str) -> None:
+    """A damaged row a read skipped: one line on stderr (redacted, made visible by the CLI)."""
+    print(f"specmon baseline: {redact_text(line)}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
-    store = BaselineStore.open_default()
     action = args.baseline_action
-    if action == "record":
-        return record(store, args)
+    if action == "record":  # created now: a folder that cannot take it fails before the work
+        return record(BaselineStore.open_default(create=True), args)
+    # reading (and delete) opens an existing store only; reads never write it
+    store = BaselineStore.open_default(warn=_warn)
     if action == "list":
         # redacted on the way out, as `show` is (a name may come from a log or an old store)
         rows = [redact_obj(r) for r in store.list(host=args.host, server=args.server)]
@@ -86,6 +95,13 @@ def _run(args: argparse.Namespace) -> int:
               else "\n".join(redact_text(x) for x in show_lines(b)))
         return 0
     if action == "delete":
+        if (args.name is None) == (args.id is None):
+            raise CliError("delete needs a NAME or --id ROW (one of them)")
+        if args.id is not None:
+            if not store.delete(row_id=args.id):
+                raise CliError(f"no baseline in row {args.id}")
+            print(f"deleted row {args.id}")
+            return 0
         if not store.delete(args.name):
             raise CliError(f"no baseline named {args.name!r}")
         print(f"deleted {args.name}")
