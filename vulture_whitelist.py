@@ -162,3 +162,5 @@ callback  # Protocol parameter: Textual's App.push_screen (specmon/ui/control_ke
 exclusive  # Protocol parameter: Textual's App.run_worker (specmon/ui/control_keys.py ControlApp)
 exit_on_error  # Protocol parameter: Textual's App.run_worker (specmon/ui/control_keys.py, snapshot_keys.py)
 thread  # Protocol parameter: Textual's App.run_worker (specmon/ui/snapshot_keys.py SnapshotApp)
+_.readinto  # io.RawIOBase protocol: io.BufferedReader calls it (specmon/analysis/logfile.py _Inflated)
+_.text_factory  # sqlite3.Connection setting (specmon/session/baselines.py)

@@ -287,12 +287,16 @@ def redact_fingerprint(fp: Any) -> Any:
     return type(fp).from_json(redact_obj(fp.to_json()))
 
 
+_NUMBERS = (int, float, bool)
+
+
 def redact_obj(obj: Any, *, key: str | None = None) -> Any:
     """A JSON-like tree with every secret masked: values under secret-looking keys, and any
     secret inside any string (keys included)."""
-    if isinstance(obj, dict):
+    if isinstance(obj, dict):  # (a number or None is kept under any key: no call for it)
         out = {_redact_key(str(k)) if len(str(k)) <= 256 else redact_text(str(k)):
-               redact_obj(v, key=str(k)) for k, v in obj.items()}
+               v if v is None or type(v) in _NUMBERS else redact_obj(v, key=str(k))
+               for k, v in obj.items()}
         # {"var": "NCCL_IB_PASSWORD", "value": ...} (an nccl_env record), {"name": ..., "value": ...}
         for tag in ("var", "name"):
             named = obj.get(tag)

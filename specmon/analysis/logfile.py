@@ -64,6 +64,9 @@ def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
         line = fh.readline(MAX_LINE + 1)
         if not line:
             return
+        if len(line) > MAX_LINE and not line.endswith(b"\n") and b"\r" in line:
+            yield from _any_ends(fh, line)  # CR-only line endings: no newline in sight
+            return
         if len(line) <= MAX_LINE or line.endswith(b"\n"):
             if b"\r" in line:
                 yield from cr_lines(line)
@@ -73,11 +76,58 @@ def capped_lines(fh: BinaryIO) -> Iterator[bytes]:
         full = len(line)
         while True:  # skip to the end of this line
             rest = fh.readline(MAX_LINE)
+            if b"\r" in rest:  # it may end at a lone CR: lines after it are not skipped
+                yield from _any_ends(fh, rest, line[:MAX_LINE], full)
+                return
             full += len(rest)
             if not rest or rest.endswith(b"\n"):
                 break
         yield line[:MAX_LINE] + cut_marker(MAX_LINE, full - (1 if rest.endswith(b"\n") else 0)) \
             + b"\n"
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
+def _any_ends(fh: BinaryIO, buf: bytes, kept: bytes | None = None,
+              skipped: int = 0) -> Iterator[bytes]:
+    """`capped_lines` from `buf` (read from `fh`) on, where lines may end at a lone CR far from
+    any newline: each line ends at LF, CRLF or CR, is yielded ending in b"\n", cut at MAX_LINE.
+    `kept`: the head of a line longer than MAX_LINE whose rest is being skipped (`skipped`: its
+    length so far)."""
+    eof = False
+    while True:
+        if not eof:
+            more = fh.read(READ)
+            eof = not more
+            buf += more
+        pos = 0
+        for m in _EOL.finditer(buf):
+            if m.end() == len(buf) and m.group() == b"\r" and not eof:
+                break  # (a CR that ends what is read may be a CRLF's first half)
+            line = buf[pos:m.start()]
+            if kept is not None:
+                yield kept + cut_marker(MAX_LINE, skipped + len(line)) + b"\n"
+                kept = None
+            elif len(line) > MAX_LINE:
+                yield line[:MAX_LINE] + cut_marker(MAX_LINE, len(line)) + b"\n"
+            else:
+                yield line + b"\n"
+            pos = m.end()
+        buf = buf[pos:]
+        hold = b"\r" if buf.endswith(b"\r") and not eof else b""  # (a line end, read later)
+        body = len(buf) - len(hold)
+        if kept is None and body > MAX_LINE:
+            kept, skipped, buf = buf[:MAX_LINE], body, hold
+        elif kept is not None:
+            skipped += body
+            buf = hold
+        if eof:
+            if kept is not None:
+                yield kept + cut_marker(MAX_LINE, skipped) + b"\n"
+            elif buf:
+                yield buf
+            return
 
 
 class PartialRead(CliError):
@@ -88,11 +138,56 @@ class PartialRead(CliError):
         self.summary = summary
 
 
+# A .gz log may inflate to this many bytes, or to GZIP_RATIO times its own size where that is
+# more: real logs compress 10-30x, deflate's ceiling is ~1030x (a gzip bomb).
+GZIP_FLOOR = 4 << 30
+GZIP_RATIO = 200
+
+
+class _Inflated(io.RawIOBase):
+    """A gzip stream that stops with a read error (OSError) past `limit` inflated bytes."""
+
+    def __init__(self, gz: gzip.GzipFile, limit: int) -> None:
+        super().__init__()
+        self._gz = gz
+        self._limit = limit
+        self._n = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self._gz.read1(len(b))  # (one inflate step: damage after it loses no line before)
+        n = len(data)
+        b[:n] = data
+        self._n += n
+        if self._n > self._limit:
+            raise OSError(f"inflates past {self._limit / (1 << 30):.1f} GiB "
+                          f"(over {GZIP_RATIO}x its size: a gzip bomb?); the rest is not read")
+        return n
+
+    def close(self) -> None:
+        self._gz.close()
+        super().close()
+
+
+_NOT_LOGS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+
+
 def open_input(name: str) -> BinaryIO:
-    """A binary stream for FILE, '-' (stdin) or a .gz file (detected by its magic bytes)."""
+    """A binary stream for FILE, '-' (stdin) or a .gz file (detected by its magic bytes). A
+    device or socket is refused (/dev/zero never ends); a FIFO is read as stdin is."""
+    size = 0
     if name == "-":
         raw: BinaryIO = sys.stdin.buffer
     else:
+        with contextlib.suppress(OSError):  # (open() below says what is wrong)
+            mode = os.stat(name).st_mode
+            size = os.stat(name).st_size if stat.S_ISREG(mode) else 0
+            for test, what in _NOT_LOGS:
+                if test(mode):
+                    raise CliError(f"{name}: is {what}, expected a log file")
         try:
             raw = open(name, "rb")  # noqa: SIM115 - returned to the caller
         except FileNotFoundError:
@@ -105,7 +200,9 @@ def open_input(name: str) -> BinaryIO:
             raise CliError(f"{name}: cannot open ({exc.strerror})") from None
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
     if buffered.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=buffered)  # type: ignore[return-value]
+        gz = gzip.GzipFile(fileobj=buffered)
+        limit = max(GZIP_FLOOR, GZIP_RATIO * size)
+        return io.BufferedReader(_Inflated(gz, limit), READ)
     return buffered
 
 
@@ -201,12 +298,21 @@ def _joined(rows: list[str]) -> bytes:
     return ("\n".join(rows) + "\n").encode("ascii") if rows else b""
 
 
+def is_regular(name: str) -> bool:
+    """Whether FILE is a regular file, asked without opening it: a probe that opens a FIFO
+    waits for a writer, and its close takes that writer's data from the read that follows."""
+    try:
+        return stat.S_ISREG(os.stat(name).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def _json_plan(name: str) -> tuple[int, list[tuple[int, int, int]]] | None:
     """(workers, pieces as (start, end, first line number)) for a large plain file without CRs
     (a lone CR ends a line: counted line by line), else None. Each piece ends at a line end and
     holds at most 4 JSON_PIECE bytes (a longer line: read in order, in bounded memory)."""
     workers = min(_usable_cpus(), 8)
-    if workers < 2 or not hasattr(os, "fork"):
+    if workers < 2 or not hasattr(os, "fork") or not is_regular(name):
         return None
     try:
         fh = open(name, "rb")  # noqa: SIM115 - closed below
@@ -350,6 +456,35 @@ def read_lines(fh: BinaryIO, name: str, before: int = 0) -> Iterator[bytes]:
         raise CliError(f"{name}: read error after {n:,} lines ({_why(exc)})") from None
 
 
+class LogLines:
+    """The capped lines of a log (FILE, '-' or .gz) for a command that reports what it read
+    before damage: iterating stops at a read error, which `error` then holds (one line that says
+    after how many lines); the caller prints its result, then the error.
+
+        with LogLines(name) as log:
+            state = read_runs(log, name)
+        if log.error: ...
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.error: CliError | None = None
+        self._fh = open_input(name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from read_lines(self._fh, self.name)
+        except CliError as exc:
+            self.error = exc
+
+    def __enter__(self) -> LogLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not sys.stdin.buffer:
+            self._fh.close()
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     if isinstance(exc, EOFError):
@@ -364,7 +499,7 @@ def _why(exc: BaseException) -> str:
 def summarise(name: str) -> LogSummary:
     fh = open_input(name)
     try:
-        if name != "-" and not isinstance(fh, gzip.GzipFile):
+        if name != "-" and not isinstance(getattr(fh, "raw", None), _Inflated):
             st = os.fstat(fh.fileno())
             size = st.st_size
             if stat.S_ISREG(st.st_mode) and size > 0:  # (/proc files say 0: streamed)
@@ -812,6 +947,8 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
     line and applies the run rule (a line that is no server_args record starts no run). None
     where the file is to be read in order: not a regular file, gzip, a CR in it (a lone CR ends
     a line), or more than MAX_RUN_HEADS such lines or MAX_HEAD_BYTES of them."""
+    if not is_regular(name):
+        return None
     try:
         fh = open(name, "rb")  # noqa: SIM115 - closed below
     except OSError:

@@ -182,8 +182,9 @@ class LogSummary:
             lines.append(f"  {'#running-req':>12}  {'n':>8}  {'median':>10}  {'p10':>10}  {'p90':>10}")
             for rr in sorted(groups[spec], key=lambda r: (r is None, r)):
                 g = groups[spec][rr]
+                rr_text = "unreadable" if rr is None else str(rr)  # (not a number in the line)
                 lines.append(
-                    f"  {_na(rr):>12}  {g['n']:>8,}  {_num(g['median']):>10}  {_num(g['p10']):>10}"
+                    f"  {rr_text:>12}  {g['n']:>8,}  {_num(g['median']):>10}  {_num(g['p10']):>10}"
                     f"  {_num(g['p90']):>10}"
                     + (f"  ({g['unreadable']} unreadable)" if g["unreadable"] else "")
                 )

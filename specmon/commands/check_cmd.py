@@ -5,14 +5,14 @@ each server run gets its own detector and its own evidence (server args, NCCL_DE
 a run's alert is explained by that run's cause. The verdict is the last run's (or `--run N`'s);
 every run's first alert is listed.
 
-Exit status: 0 ok/improved, 1 drift, 3 insufficient data, 2 usage error.
+Exit status: 0 ok/improved, 1 drift, 3 insufficient data, 2 usage error or a damaged log (the
+verdict on the lines before the damage is printed, then the damage).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections import deque
 from typing import Any
 
@@ -29,7 +29,8 @@ MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Stream a decode log through the drift detector and print the verdict. "
-                     "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error.")
+                     "Exit status: 0 ok or improved, 1 drift, 3 insufficient data, 2 usage error or a "
+                     "damaged log (the verdict on the lines before it is printed).")
     p.add_argument("log", metavar="LOG", help="SGLang or vLLM log file, or '-' for stdin")
     p.add_argument("--baseline", metavar="NAME", help="a recorded baseline (specmon baseline list)")
     p.add_argument("--baseline-value", metavar="TOKS", type=float,
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run is not None and args.run < 1:
         raise CliError(f"--run must be >= 1 (got {args.run})")
     from specmon.analysis.fingerprint import LogEvidence
-    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
+    from specmon.analysis.logfile import LogLines
     from specmon.session.runs import run_by_rr, stamp
     from specmon.session.state import ServerState
 
@@ -99,49 +100,43 @@ def run(args: argparse.Namespace) -> int:
                          # show them (the verdict's `live` is the detector's clean samples)
                          "by_running_req": run_by_rr(r) if r else []})
 
-    fh = open_input(args.log)
     joiner = SpecJoiner()  # vLLM: the spec line joins its engine's line (no-op for SGLang)
     guard = EngineGuard(args.log)
     at: dict[int, int] = {}  # id(record) -> its line number (an engine line waits a line)
-    try:
-        line_no = 0
-        try:
-            for raw in capped_lines(fh):
-                line_no += 1
-                parsed = parse_line(raw)
-                guard.check(parsed, line_no)
-                text = raw.decode("utf-8", "replace")
-                if parsed is not None:
-                    state.apply(text.rstrip("\r\n"), parsed, 0.0)
-                    if state.runs_total != run_no:  # this line began the next run
-                        for ready in joiner.flush():  # the ended run's last joined interval
-                            monitor.observe(ready, None, at.pop(id(ready), line_no))
-                        close_run()
-                        monitor, evidence = fresh()
-                        run_no = state.runs_total
-                if parsed is None:
-                    if b"NCCL INFO" in raw or b"set by environment" in raw:
-                        evidence.add_line(text)
-                    continue
-                if isinstance(parsed, EventRecord):
-                    evidence.add_event(parsed, text)
-                at[id(parsed)] = line_no
-                for ready in joiner.push(parsed):
-                    monitor.observe(ready, None, at.pop(id(ready), line_no))
-            for ready in joiner.flush():
+    line_no = 0
+    with LogLines(args.log) as log:  # a read error ends the loop: what came before is judged
+        for raw in log:
+            line_no += 1
+            parsed = parse_line(raw)
+            guard.check(parsed, line_no)
+            text = raw.decode("utf-8", "replace")
+            if parsed is not None:
+                state.apply(text.rstrip("\r\n"), parsed, 0.0)
+                if state.runs_total != run_no:  # this line began the next run
+                    for ready in joiner.flush():  # the ended run's last joined interval
+                        monitor.observe(ready, None, at.pop(id(ready), line_no))
+                    close_run()
+                    monitor, evidence = fresh()
+                    run_no = state.runs_total
+            if parsed is None:
+                if b"NCCL INFO" in raw or b"set by environment" in raw:
+                    evidence.add_line(text)
+                continue
+            if isinstance(parsed, EventRecord):
+                evidence.add_event(parsed, text)
+            at[id(parsed)] = line_no
+            for ready in joiner.push(parsed):
                 monitor.observe(ready, None, at.pop(id(ready), line_no))
-        except READ_ERRORS as exc:
-            raise CliError(f"{args.log}: read error after line {line_no} "
-                           f"({exc or type(exc).__name__})") from None
-    finally:
-        if fh is not sys.stdin.buffer:
-            fh.close()
+        for ready in joiner.flush():
+            monitor.observe(ready, None, at.pop(id(ready), line_no))
     close_run()
     out = judged(list(runs), args.run, args.log, result(monitor, fp_recorded, evidence), run_no)
     if args.json:
         print(dumps(out))
     else:
         print(render(out))
+    if log.error is not None:  # judged on the lines before the damage: said, and not a verdict
+        raise CliError(f"{log.error}; the verdict above is on the lines before it")
     return EXIT[out["verdict"]]
 
 

@@ -1,14 +1,14 @@
 """`specmon compare BASELINE_LOG SPEC_LOG`: the speedup of the last runs, per batch size.
 
-Exit status: 0 compared, 3 no batch size with enough samples on both (which is said), 2 usage.
+Exit status: 0 compared, 3 no batch size with enough samples on both (which is said), 2 usage
+or a damaged log (what was read before the damage is still compared, and the damage said).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "(server_args lines, restarts) and compare the last run of each (or the runs "
                      "chosen) at the same #running-req, with the same code as the UI. Says which "
                      "conditions differ besides speculation (server args, NCCL env, versions). Exit "
-                     "status: 0 compared, 3 no batch size has enough samples on both, 2 usage error.")
+                     "status: 0 compared, 3 no batch size has enough samples on both, 2 usage error or "
+                     "a damaged log (the lines before the damage are compared, the damage said).")
     p.add_argument("baseline", metavar="BASELINE_LOG")
     p.add_argument("spec", metavar="SPEC_LOG")
     add_running_req(p, "compare only this #running-req")
@@ -36,25 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def _read(name: str, label: str) -> ServerState:
-    from specmon.analysis.logfile import open_input
+def _read(name: str, label: str) -> tuple[ServerState, CliError | None]:
+    """The log's runs, and the read error that ended it early (its lines before count)."""
+    from specmon.analysis.logfile import LogLines
     from specmon.session.runs import read_runs
 
-    fh = open_input(name)
-    try:
-        return read_runs(_lines(fh, name), label)
-    finally:
-        if fh is not sys.stdin.buffer:
-            fh.close()
-
-
-def _lines(fh: BinaryIO, name: str) -> Iterator[bytes]:
-    import gzip
-
-    try:
-        yield from fh
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise CliError(f"{name}: read error ({exc})") from None
+    with LogLines(name) as log:
+        state = read_runs(log, label)
+    return state, log.error
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     spec_run = args.spec_run if args.spec_run is not None else args.run
     if args.baseline == "-" and args.spec == "-":
         raise CliError("only one of the two logs can be '-' (stdin)")
-    base = _read(args.baseline, "baseline")
-    spec = _read(args.spec, "speculative")
+    base, base_err = _read(args.baseline, "baseline")
+    spec, spec_err = _read(args.spec, "speculative")
     try:
         cmp = compare(base, spec, base_run=base_run, spec_run=spec_run,
                       running_req=args.running_req)
@@ -81,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         print(dumps(cmp.result))
     else:
         print(render(cmp.result))
+    damaged = [e for e in (base_err, spec_err) if e is not None]
+    for err in damaged:  # the comparison above holds the lines read before the damage
+        print(f"specmon compare: {err}; compared the lines before it", file=sys.stderr)
     if not cmp.enough:
         print(f"specmon compare: {cmp.why}", file=sys.stderr)
         return 3
-    return 0
+    return 2 if damaged else 0

@@ -19,8 +19,10 @@ from typing import Any
 from specmon.analysis.logfile import (
     NO_LINES,
     RUN_MARK,
+    LogLines,
     PartialRead,
     find_all,
+    is_regular,
     json_rows,
     open_input,
     read_lines,
@@ -185,8 +187,8 @@ def _may_hold_runs(name: str) -> bool:
     """Whether FILE may hold more than one run (stdin, a pipe and .gz: yes, they are read once,
     in order). A plain file is searched for `server_args=` (read, never mapped: see
     `find_all`): two, or one after a batch line, mean runs."""
-    if name == "-":
-        return True
+    if name == "-" or not is_regular(name):
+        return os.path.exists(name)  # (a FIFO: read in order; missing: summarise() says so)
     try:
         fh = open(name, "rb")  # noqa: SIM115 - closed below
     except OSError:
@@ -251,13 +253,11 @@ def list_runs(files: list[str], as_json: bool) -> int:
     """`specmon parse --runs`: each log's runs, as the session model splits them."""
     from specmon.session.runs import read_runs, run_row
 
+    damage: CliError | None = None
     for name in files:
-        fh = open_input(name)
-        try:
-            state = read_runs(read_lines(fh, name), name)
-        finally:
-            if fh is not sys.stdin.buffer:
-                fh.close()
+        with LogLines(name) as log:
+            state = read_runs(log, name)
+        damage = damage or log.error  # the runs before the damage are listed, then it is said
         rows = [run_row(r) for r in state.runs]
         if as_json:
             for row in rows:
@@ -279,5 +279,9 @@ def list_runs(files: list[str], as_json: bool) -> int:
                 what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
                 print(f"    time segment {sg['segment']} from {sg['from']}: log time {what} "
                       f"(after {sg['after']}); no statistic spans it")
+        if log.error is not None and not as_json:
+            print("  (the rest of the file could not be read: the error follows)")
+    if damage is not None:
+        raise damage
     return 0
 

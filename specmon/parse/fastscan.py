@@ -77,6 +77,7 @@ _BATCH = re.compile(
 # A value whose float() is what the general parser stores: finite, >= 0, below MAX_THROUGHPUT,
 # an int of at most 18 digits (the general parser's limits, specmon.parse.sglang).
 _PLAIN = re.compile(rb"\n(\d{1,9}(?:\.\d*)?)(?=\n)")  # over "\n" + values joined + "\n"
+_PLAIN_ACCEPT = re.compile(rb"\n(\d{1,3}(?:\.\d*)?)(?=\n)")  # below MAX_ACCEPT_LEN (1000)
 # A line's key for the throughput count: running-req, 'a', gen throughput, prefill head
 _KEY = itemgetter(0, 1, 3, 4)
 _BAD = (b"", b"", b"", b"")
@@ -184,7 +185,8 @@ def _values(field: str, raws: set[bytes]) -> tuple[dict[bytes, Any], set[bytes]]
     raws.discard(b"")
     plain: list[bytes] = []
     if field != "running_req":
-        plain = _PLAIN.findall(b"\n%b\n" % b"\n".join(raws))
+        plain = (_PLAIN_ACCEPT if field == "accept_len" else _PLAIN).findall(
+            b"\n%b\n" % b"\n".join(raws))
     values: dict[bytes, Any] = dict(zip(plain, map(float, plain), strict=True))
     bad: set[bytes] = set()
     for raw in raws.difference(plain):

@@ -104,6 +104,10 @@ def normalise_key(key: str) -> str:
 MAX_INT_DIGITS = 18
 MAX_THROUGHPUT = 1e9
 _THROUGHPUTS = {"gen_throughput", "input_throughput"}
+# Tokens accepted per verify step: at most the draft depth + 1 (tens at most); 1000 or more is a
+# corrupted line, and a value like 1e300 overflowed the advisor's variance (sqrt of its square)
+MAX_ACCEPT_LEN = 1000.0
+ACCEPT_LENS = {"accept_len", "block_accept_len", "est_uncap_acc_len"}
 
 
 class _Invalid(enum.Enum):
@@ -158,7 +162,8 @@ def canon_value(canon: str, value: Number | _Invalid) -> Number | _Invalid:
             value = int(value)
         return value if value >= 0 else INVALID
     value = float(value)
-    if value < 0 or (canon in _THROUGHPUTS and value > MAX_THROUGHPUT):
+    if value < 0 or (canon in _THROUGHPUTS and value > MAX_THROUGHPUT) \
+            or (canon in ACCEPT_LENS and value >= MAX_ACCEPT_LEN):
         return INVALID
     return value
 
@@ -479,7 +484,7 @@ _KNOWN_LINE = re.compile(
     rf"(?:Decode batch(?: \[{_I}\])?[.,] "
     rf"#running-req: {_I}, (?:#token: {_I}, token usage: {_F}|#full token: {_I}, "
     rf"full token usage: {_F}, mamba num: {_I}, mamba usage: {_F}), "
-    rf"(?:accept len: {_F}, )?(?:accept rate: {_F}, )?"
+    rf"(?:accept len: (\d{{1,3}}\.\d{{1,15}}), )?(?:accept rate: {_F}, )?"  # (< MAX_ACCEPT_LEN)
     rf"(?:pre-allocated usage: {_F}, (?:#prealloc-req: {_I}, #transfer-req: {_I}, )?"
     rf"#retracted-req: {_I}, )?(?:{_GRAPH}, )?"
     rf"gen throughput \(token/s\): (\d{{1,9}}\.\d{{1,15}}), #queue-req: {_I}"

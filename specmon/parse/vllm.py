@@ -61,6 +61,7 @@ from typing import Any
 from specmon.errors import CliError
 from specmon.parse.sglang import (
     INVALID,
+    MAX_ACCEPT_LEN,
     MAX_INT_DIGITS,
     MAX_THROUGHPUT,
     BatchRecord,
@@ -349,7 +350,8 @@ def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
     if integer:
         c = canon_value("running_req", v)  # the int rules of SGLang's counts
     else:
-        c = canon_value("gen_throughput" if name.endswith("throughput") else "token_usage", v)
+        c = canon_value("gen_throughput" if name.endswith("throughput") else
+                        "accept_len" if name == "mean_accept_len" else "token_usage", v)
     if c is INVALID or c is None or isinstance(c, bool):
         invalid.append(name)
         return None
@@ -363,7 +365,8 @@ _RE_PLAIN_FLOAT = re.compile(r"\d{1,15}\.\d{1,6}\Z")
 
 
 def _bounded(v: float, name: str, invalid: list[str], pct: bool) -> float | None:
-    if (pct and v > 100.0 + 1e-9) or (name.endswith("throughput") and v > MAX_THROUGHPUT):
+    if (pct and v > 100.0 + 1e-9) or (name.endswith("throughput") and v > MAX_THROUGHPUT) \
+            or (name == "mean_accept_len" and v >= MAX_ACCEPT_LEN):
         invalid.append(name)
         return None
     return v

@@ -83,9 +83,11 @@ def prefill_line(version: str, d: dict) -> str:
     }[version]
 
 
+# accept len: tokens per verify step, below MAX_ACCEPT_LEN (1000): a larger one is invalid
+accept_lens = st.integers(min_value=0, max_value=99_999).map(lambda n: n / 100)
 decode_values = st.fixed_dictionaries({
     "running_req": small, "tokens": ints, "token_usage": f2, "queue_req": small,
-    "gen_throughput": f2, "accept_len": st.none() | f2, "accept_rate": f2,
+    "gen_throughput": f2, "accept_len": st.none() | accept_lens, "accept_rate": f2,
     "cuda_graph": bools, "graph_kind": graph_words, "iteration": ints,
 })
 prefill_values = st.fixed_dictionaries({
