@@ -133,7 +133,7 @@ def default_baselines(say: Callable[[str], None] | None = None) -> Any:
     if not os.path.lexists(path):
         return None
     try:
-        store = BaselineStore(path)
+        store = BaselineStore(path, create=False, warn=say)  # (a damaged row: said once)
     except StoreError as exc:
         if say is not None:
             say(f"{exc}; drift watching is off, monitoring goes on")
