@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report_cmd", "write a Markdown, HTML or JSON report of a snapshot, with charts"),
     "replay": ("replay_cmd", "open a snapshot in the UI, read-only: play, pause, seek, speed"),
     "server": ("server_cmd",
-               "start, stop, restart, benchmark or show a server profile from the config"),
+               "start, stop, restart, benchmark or show the status of a server profile from the config"),
     "config": ("config_cmd", "check the config file (hosts and server profiles)"),
 }
 

@@ -126,7 +126,7 @@ def _read_log(name: str) -> list[tuple[Record, str]]:
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
                 out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
     except READ_ERRORS as exc:
-        raise CliError(f"{name}: read error after {len(out):,} records "
+        raise CliError(f"{name}: read error after {n:,} lines "
                        f"({exc or type(exc).__name__})") from None
     finally:
         if name != "-":

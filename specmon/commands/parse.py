@@ -39,7 +39,10 @@ RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a tim
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = "Parse SGLang log files. FILE may be '-' for stdin; .gz is read transparently."
+    p.description = ("Parse SGLang (and vLLM) log files. FILE may be '-' for stdin; .gz is read "
+                     "transparently. Exit status: 0 parsed, 3 no SGLang or vLLM line in any "
+                     "input, 2 usage error or a damaged file (what was read before the damage "
+                     "is printed first).")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="one JSON object per recognised line")
     p.add_argument("--kind", choices=["decode", "prefill", "spec", "server_args", "all"], default="all",
@@ -254,11 +257,13 @@ def list_runs(files: list[str], as_json: bool) -> int:
     from specmon.session.runs import read_runs, run_row
 
     damage: CliError | None = None
+    listed = 0
     for name in files:
         with LogLines(name) as log:
             state = read_runs(log, name)
         damage = damage or log.error  # the runs before the damage are listed, then it is said
         rows = [run_row(r) for r in state.runs]
+        listed += len(rows)
         if as_json:
             for row in rows:
                 print(dumps({"file": name, **row}))
@@ -283,5 +288,8 @@ def list_runs(files: list[str], as_json: bool) -> int:
             print("  (the rest of the file could not be read: the error follows)")
     if damage is not None:
         raise damage
+    if not listed:  # as parse and parse --json: no SGLang (nor vLLM) line in any input
+        print("specmon parse: no server run found (no SGLang or vLLM lines)", file=sys.stderr)
+        return NO_LINES
     return 0
 

@@ -868,7 +868,8 @@ class RecordLine:
     received_at: float
 
 
-def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = None
+def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = None,
+                     on_damage: Callable[[str], None] | None = None
                      ) -> Iterator[RecordLine | tuple[float, list[GpuSample]]]:
     """Lines of a record file: {"server","path","offset","line","received_at","record"}.
 
@@ -876,10 +877,11 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
     "\n", "\r\n" and a lone "\r" (CR-only line endings) each end a row. A final row without
     its line end that does not parse but starts like one (`{`: the recorder was killed
     mid-write) is torn: skipped, and `on_torn` is called with its line number; any other bad
-    row is an error naming the file and line number.
+    row is an error naming the file and line number. A read error part-way (a truncated or
+    corrupt .gz) ends the rows there: `on_damage` gets its one line (without it: SnapshotError).
     """
     p = Path(path)
-    for n, bline, ended in _record_lines(p):
+    for n, bline, ended in _record_lines(p, on_damage):
         if not bline.strip():
             continue
         where = f"{p}:{n}"
@@ -922,7 +924,8 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
 _EOL = re.compile(rb"\r\n|\r|\n")
 
 
-def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
+def _record_lines(p: Path, on_damage: Callable[[str], None] | None = None
+                  ) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, line without its end, did it have an end) of a record file, plain or
     gzip, streamed: "\n", "\r\n" and a lone "\r" each end a line. Memory is one line and one
     read; a bomb stops at MAX_RECORD_BYTES decompressed or MAX_RECORD_LINE a line."""
@@ -942,7 +945,7 @@ def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
             total = 0
             head = b""  # the start of a line whose end is not read yet
             while True:
-                chunk = fh.read(_CHUNK)
+                chunk = fh.read1(_CHUNK)  # (one inflate step: damage loses no row before it)
                 total += len(chunk)
                 if total > MAX_RECORD_BYTES:
                     raise SnapshotError(f"{p}: more than {MAX_RECORD_BYTES >> 20} MiB of records "
@@ -974,8 +977,10 @@ def _record_lines(p: Path) -> Iterator[tuple[int, bytes, bool]]:
                         yield n, head, False
                     return
         except (OSError, EOFError, zlib.error) as exc:
-            raise SnapshotError(f"{p}: read error after line {n} ({exc or type(exc).__name__})"
-                                ) from None
+            why = f"{p}: read error after {n:,} lines ({exc or type(exc).__name__})"
+            if on_damage is None:
+                raise SnapshotError(why) from None
+            on_damage(why)  # the rows before it stand
 
 
 def _check_line_length(p: Path, n: int, size: int) -> None:
@@ -1004,7 +1009,8 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     rows = 0
     read = 0  # rows read whole: log lines and GPU rows, duplicates too
     torn: list[int] = []
-    for item in iter_record_file(p, on_torn=torn.append):
+    damage: list[str] = []
+    for item in iter_record_file(p, on_torn=torn.append, on_damage=damage.append):
         read += 1
         if isinstance(item, tuple):
             gpus.extend(item[1])
@@ -1035,7 +1041,11 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
                    + (f"; the last row (line {torn[0]}) is torn" if torn else ""))
         else:
             why = "empty file, no rows"
+        if damage:
+            raise SnapshotError(f"{damage[0]}; nothing to export before it")
         raise SnapshotError(f"{p}: nothing to export: {why}")
+    if damage and warn is not None:
+        warn(f"{damage[0]}; the {read:,} row{'' if read == 1 else 's'} before it are exported")
     if torn and warn is not None:
         warn(f"{p}: last row (line {torn[0]}) is torn, ignored; "
              f"{read:,} row{'' if read == 1 else 's'} read")
@@ -1062,7 +1072,8 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     snap = Snapshot(
         host=session.host, hosts=[session.host],
         source={"kind": "record", "file": p.name, "duplicate_lines_dropped": dups,
-                **({"torn_last_row": torn[0]} if torn else {})},
+                **({"torn_last_row": torn[0]} if torn else {}),
+                **({"read_error": redact_text(damage[0][len(str(p)) + 2:])} if damage else {})},
         servers=servers, gpu_samples=kept, gpu_downsampling=rule,
     )
     snap.time_range = snap.compute_time_range()

@@ -226,3 +226,12 @@ def test_a_decode_line_whose_running_req_is_no_number_is_said_unreadable(capsys,
     assert code == 0, err
     rows = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[-2:]}
     assert rows == {"2": "10", "unreadable": "20"}, out
+
+
+def test_parse_runs_of_a_log_without_server_lines_exits_3_as_parse_does(capsys,
+                                                                       tmp_path: Path) -> None:
+    log = tmp_path / "none.log"
+    log.write_text("hello\nnothing SGLang printed\n")
+    for argv in (["parse", str(log)], ["parse", "--json", str(log)], ["parse", "--runs", str(log)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 3 and "no " in err and "Traceback" not in err, (argv, code, err)

@@ -93,6 +93,23 @@ def test_a_torn_last_row_is_reported_in_one_line_and_the_good_rows_are_kept(tmp_
     assert read_snapshot(out).source["torn_last_row"] == 6
 
 
+def test_a_truncated_gzip_record_file_exports_the_rows_before_the_cut(tmp_path, capsys):
+    import gzip
+
+    rows = _rows(tmp_path)
+    # two members: the first whole (rows 1-3), the second cut inside its header
+    data = (gzip.compress(("\n".join(rows[:3]) + "\n").encode())
+            + gzip.compress(("\n".join(rows[3:]) + "\n").encode())[:10])
+    rc, err, src, out = _export(tmp_path, capsys, data, "r.jsonl.gz")
+    assert rc == 0, err
+    assert len(err) == 2 and err[0].startswith(f"specmon export: {src}: read error after 3 lines ")
+    assert err[0].endswith("; the 3 rows before it are exported"), err
+    assert _throughputs(out) == THROUGHPUTS[:2]
+    assert read_snapshot(out).source["read_error"].startswith("read error after 3 lines (")
+    rc, err, src, _ = _export(tmp_path, capsys, data[-10:], "cut.jsonl.gz")  # nothing before
+    assert rc == 2 and len(err) == 1 and "nothing to export before it" in err[0], err
+
+
 def test_a_whole_file_has_no_torn_row_message(tmp_path, capsys):
     rc, err, _, out = _export(tmp_path, capsys, ("\n".join(_rows(tmp_path)) + "\n").encode())
     assert rc == 0
