@@ -11,10 +11,12 @@ import re
 from typing import Any, BinaryIO, TextIO
 
 # C0 controls except tab, DEL, C1 controls, the Unicode line/paragraph separators, the bidi
-# overrides (they reorder what a terminal shows) and XML-illegal non-characters.
+# overrides and marks (they reorder what a terminal shows: ALM U+061C, LRM/RLM U+200E-F), the
+# invisible ones (zero-width space/joiners U+200B-D, word joiner and invisible operators
+# U+2060-4, BOM U+FEFF: they hide or split a word unseen) and XML-illegal non-characters.
 _CONTROL = re.compile(
-    r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff"
-    r"\ud800-\udfff]"
+    r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e"
+    r"\u2060-\u2064\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]"
 )
 
 

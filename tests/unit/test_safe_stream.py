@@ -47,3 +47,14 @@ def test_parse_json_rows_reach_stdout_through_the_check(tmp_path, capsysbinary) 
     assert out.isascii() and b"\x1b" not in out
     # escaped by JSON, not changed (the parser drops NULs, as everywhere)
     assert json.loads(out)["model_path"] == EVIL.replace("\x00", "")
+
+
+def test_bidi_marks_and_invisible_characters_are_shown_as_escapes() -> None:
+    """ALM, LRM/RLM reorder a line like the overrides do; zero-width characters and the BOM
+    hide text (a `sk-` key split by U+200B reads as two words, unseen)."""
+    from specmon.textsafe import visible
+
+    for c in "\u061c\u200b\u200c\u200d\u200e\u200f\u2060\u2064\ufeff":
+        shown = visible(f"a{c}b")
+        assert shown == f"a\\u{ord(c):04x}b", (hex(ord(c)), shown)
+    assert visible("caf\u00e9 \u4e2d\u6587") == "caf\u00e9 \u4e2d\u6587"  # letters stay
