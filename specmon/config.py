@@ -4,8 +4,11 @@ Every command reads it here: `specmon server ...` and `config check` (profiles),
 `record` (the `[hosts.NAME]` to watch when no TARGET is given, their `logs`, and the profiles'
 control keys), the UI (`[keys]`, checked against the real binding ids). Located by `--config`,
 then `$SPECMON_CONFIG`, then `./specmon.toml`, then the platformdirs user config dir
-(`specmon.toml` there). Every problem is reported as file, key and fix, all of them at once (not
-the first only), so `specmon config check` is one round trip. See `examples/specmon.toml`.
+(`specmon.toml` there). Every problem is reported as file, key and fix (a value that cannot work
+as `FILE: KEY = VALUE: why (expected ...)`: every number has a range), all of them at once (not
+the first only), so `specmon config check` is one round trip. A path that is not a regular file is
+named for what it is, from stat alone (a FIFO or device is never read). See
+`examples/specmon.toml`.
 
     [hosts.node1]
     target = "gpu-node-1"            # 'local', [USER@]HOST[:PORT] or an ~/.ssh/config alias
@@ -23,6 +26,7 @@ import math
 import os
 import re
 import shlex
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +49,15 @@ ENGINES = ("sglang", "vllm")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # server, host and log names become file names (pidfiles, default logs) and widget ids
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*\Z")
+# Bounds a user would expect of each number; beyond them a value cannot be meant (and would only
+# fail later, on the host or in a sleep): config check says so, with the value and the range.
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few KiB; a larger "config" is the wrong file
+MAX_READY_TIMEOUT_S = 86400.0  # a day: even a 400B model loads in well under that
+MAX_GPUS = 1024  # n_gpus, tp, and GPU indices below it
+MAX_SPEC_COUNT = 1024  # num_steps, eagle_topk, num_draft_tokens, num_speculative_tokens
+# the settings that are one path, name or word: a newline (or NUL anywhere) cannot work there
+_ONE_LINE = {"target", "python", "run_dir", "ssh_config", "known_hosts", "sim_dir", "host",
+             "listen_host", "model_path", "workdir", "log", "algorithm", "draft_model_path"}
 
 Role = Literal["baseline", "speculative"]
 
@@ -63,15 +76,23 @@ class ConfigError(Exception):
         return text + (f" (+{more} more: run specmon config check)" if more > 0 else "")
 
 
+class ConfigFileError(ConfigError):
+    """The file itself cannot be read: missing, not a regular file, unreadable, too large
+    (`config check` exits 2 on these, 1 on problems inside a file it read)."""
+
+
 @dataclass(frozen=True)
 class ConfigIssue:
     file: str
     key: str
     message: str
     fix: str = ""
+    value: str | None = None  # the offending value as TOML writes it, when there is one
 
     def format(self) -> str:
-        text = f"{self.file}: {self.key}: {self.message}"
+        """`FILE: KEY: message (fix: ...)`, or `FILE: KEY = VALUE: why (expected ...)`."""
+        key = self.key if self.value is None else f"{self.key} = {self.value}"
+        text = f"{self.file}: {key}: {self.message}"
         return f"{text} (fix: {self.fix})" if self.fix else text
 
 
@@ -205,22 +226,29 @@ def candidate_paths(explicit: str | os.PathLike[str] | None = None) -> list[tupl
 
 
 def find_config(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The config file to use; ConfigError naming every place looked at when there is none.
+    """The config file to use; ConfigFileError naming every place looked at when there is none.
 
     An explicit --config or $SPECMON_CONFIG that does not exist is an error, not a fall-through:
-    silently using another file would start the wrong servers.
+    silently using another file would start the wrong servers. Whatever is found at a place and
+    is not a regular file (a directory, a device, a FIFO, a broken link) or cannot be stat'ed is
+    an error that says what it is; only stat is used, nothing is opened here.
     """
     cands = candidate_paths(explicit)
     for path, how in cands:
-        if path.is_file():
+        problem = _not_a_file(path)
+        if problem is None:
             return path
-        if how in ("--config", f"${ENV_VAR}"):
-            raise ConfigError([ConfigIssue(str(path), "(file)", f"not found (given by {how})",
-                                           "check the path")])
+        named = how in ("--config", f"${ENV_VAR}")
+        if named or problem != "not found":
+            # a directory, device or unreadable file where a config is looked for is an error
+            # too: going on to the next place would silently use another file
+            raise ConfigFileError([ConfigIssue(
+                str(path), "(file)", f"{problem} ({'given by' if named else 'found in the'} {how})",
+                _file_fix(path, problem))])
     looked = ", ".join(str(p) for p, _ in cands)
-    raise ConfigError([ConfigIssue("(no config)", "(file)", f"no {CONFIG_NAME} found; looked in "
-                                   f"{looked}", "pass --config FILE or set SPECMON_CONFIG; see "
-                                   "examples/specmon.toml")])
+    raise ConfigFileError([ConfigIssue("(no config)", "(file)", f"no {CONFIG_NAME} found; looked "
+                                       f"in {looked}", "pass --config FILE or set SPECMON_CONFIG; "
+                                       "see examples/specmon.toml")])
 
 
 def locate_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -237,20 +265,90 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
     return load_path(find_config(explicit))
 
 
+_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _file_type(mode: int) -> str:
+    """What a non-regular file is, as `is ..., expected a TOML file`."""
+    what = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+    return f"is {what}, expected a TOML file"
+
+
+def _not_a_file(path: Path) -> str | None:
+    """None when `path` is a regular file (through symbolic links), else what it is instead.
+
+    Only stat, never open: a FIFO or a device is named, not read (reading a FIFO with no writer
+    would wait forever)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "is a broken symbolic link" if os.path.islink(path) else "not found"
+    except PermissionError:
+        return "permission denied"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(st.st_mode) else _file_type(st.st_mode)
+
+
+def _file_fix(path: Path, problem: str) -> str:
+    if problem == "not found":
+        return "check the path"
+    if problem == "permission denied":
+        return "make it readable (chmod u+r FILE, and x on its folders) or run as its owner"
+    if problem.startswith("is a directory") and (path / CONFIG_NAME).is_file():
+        return f"give the file: {path / CONFIG_NAME}"
+    return f"give a TOML file (e.g. {CONFIG_NAME}); see examples/specmon.toml"
+
+
+def _file_error(p: Path, problem: str) -> ConfigFileError:
+    return ConfigFileError([ConfigIssue(str(p), "(file)", problem, _file_fix(p, problem))])
+
+
+def read_config_text(path: str | os.PathLike[str]) -> str:
+    """The text of a config file; ConfigFileError (one issue) when it cannot be read as one.
+
+    The type is checked by stat before opening, and again on the open descriptor (opened
+    non-blocking, so a FIFO swapped in between cannot hang it); at most MAX_CONFIG_BYTES are read.
+    """
+    p = Path(path)
+    problem = _not_a_file(p)
+    if problem is not None:
+        raise _file_error(p, problem)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except PermissionError:
+        raise _file_error(p, "permission denied") from None
+    except OSError as exc:
+        raise _file_error(p, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise _file_error(p, _file_type(mode))
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise _file_error(p, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _file_error(p, f"is larger than {MAX_CONFIG_BYTES >> 20} MiB, too large for a "
+                          "config")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([ConfigIssue(str(p), "(file)", "not UTF-8 text", "save it as UTF-8")]
+                          ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read did
+
+
 def load_path(path: str | os.PathLike[str], *, require_servers: bool = True) -> Config:
-    """Read and validate one file; ConfigError with every issue when it is not usable.
+    """Read and validate one file; ConfigError with every issue when it is not usable
+    (ConfigFileError when the file cannot be read at all).
 
     `require_servers=False` for `connect`/`record`, which also accept a hosts-only file.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([ConfigIssue(str(p), "(file)", f"cannot read: {exc.strerror}",
-                                       "check the path and permissions")]) from None
-    except UnicodeDecodeError:
-        raise ConfigError([ConfigIssue(str(p), "(file)", "not UTF-8 text", "save it as UTF-8")]
-                          ) from None
+    text = read_config_text(p)
     cfg, issues = parse_config(text, p, require_servers=require_servers)
     issues += _local_checks(cfg)
     if issues:
@@ -273,9 +371,12 @@ def _local_checks(cfg: Config) -> list[ConfigIssue]:
 
 
 def check_path(path: str | os.PathLike[str]) -> list[ConfigIssue]:
-    """Every issue in one file ([] when it is fine)."""
+    """Every issue in one file ([] when it is fine); ConfigFileError when it cannot be read at
+    all (missing, not a regular file, unreadable, too large): `config check` exits 2 on that."""
     try:
         load_path(path)
+    except ConfigFileError:
+        raise
     except ConfigError as exc:
         return exc.issues
     return []
@@ -314,8 +415,29 @@ class _Checker:
                 fix = f"did you mean {m[0]!r}?" if m else "remove it; allowed: " + ", ".join(allowed)
                 self.add(f"{where}.{k}", "unknown key", fix)
 
+    def value(self, where: str, key: str, v: Any, why: str, expected: str) -> None:
+        """A value that cannot work: `FILE: KEY = VALUE: why (expected ...)`; checks built on
+        it are skipped."""
+        self.issues.append(ConfigIssue(self.file, f"{where}.{key}", f"{why} (expected {expected})",
+                                       value=_toml(v)))
+        self.bad.add(f"{where}.{key}")
+
+    def text_ok(self, where: str, key: str, v: str, one_line: bool | None = None) -> bool:
+        """No NUL anywhere (no argv, path or environment can carry one); one line where the
+        setting is one path, name or word (`one_line`; default: the key is in _ONE_LINE)."""
+        if "\0" in v:
+            self.value(where, key, v, "contains a NUL character", "text without NUL")
+            return False
+        if (key in _ONE_LINE if one_line is None else one_line) and ("\n" in v or "\r" in v):
+            self.value(where, key, v, "contains a line break", "one line (a path or a name)")
+            return False
+        return True
+
     def get(self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str,
-            default: Any = None) -> Any:
+            default: Any = None, *, finite: str = "a finite number") -> Any:
+        """table[key] when it is of `kind` (an int is a float too; a bool is never an int), a
+        finite number, and text without NUL; else `default` and one issue. `finite`: what the
+        non-finite message says is expected."""
         if key not in table:
             return default
         v = table[key]
@@ -324,8 +446,9 @@ class _Checker:
         if float in kinds and isinstance(v, int) and not isinstance(v, bool):
             ok, v = True, float(v)
         if ok and isinstance(v, float) and not math.isfinite(v):
-            self.add(f"{where}.{key}", f"must be a finite number, got {v!r}", "e.g. 900")
-            self.bad.add(f"{where}.{key}")
+            self.value(where, key, v, "not a finite number", finite)
+            return default
+        if ok and isinstance(v, str) and not self.text_ok(where, key, v):
             return default
         if not ok:
             want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
@@ -333,6 +456,26 @@ class _Checker:
                      f"write it as {want}")
             self.bad.add(f"{where}.{key}")
             return default
+        return v
+
+    def int_in(self, table: dict[str, Any], key: str, where: str, lo: int, hi: int,
+               expected: str) -> int | None:
+        """An integer in lo..hi, else None and one issue naming the value and the range."""
+        v = self.get(table, key, int, where)
+        if v is not None and not lo <= v <= hi:
+            self.value(where, key, v, "out of range", f"{expected} {lo}-{hi}")
+            return None
+        return v
+
+    def seconds(self, table: dict[str, Any], key: str, where: str,
+                most: float = MAX_READY_TIMEOUT_S) -> float | None:
+        """A duration: finite, more than 0, at most `most` seconds."""
+        expected = f"seconds, more than 0 and at most {most:g}" + (
+            ", a day" if most == 86400 else "")
+        v = self.get(table, key, float, where, finite=expected)
+        if v is not None and not 0 < v <= most:
+            self.value(where, key, table[key], "out of range", expected)  # as written: -5, not -5.0
+            return None
         return v
 
     def str_list(self, table: dict[str, Any], key: str, where: str) -> list[str] | None:
@@ -349,6 +492,8 @@ class _Checker:
                 return None
         if not all(isinstance(x, str) for x in v):
             self.add(f"{where}.{key}", "must be an array of strings", f'e.g. {key} = ["--flag", "1"]')
+            return None
+        if not all(self.text_ok(where, key, x) for x in v):
             return None
         return list(v)
 
@@ -369,6 +514,46 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _toml(v: Any, limit: int = 60) -> str:
+    """A value as TOML writes it, on one line (control characters escaped), cut to `limit`."""
+    if isinstance(v, bool):
+        text = "true" if v else "false"
+    elif isinstance(v, str):
+        text = json.dumps(v)  # TOML's basic-string escapes: \n, \u0000, ...
+    elif isinstance(v, float):
+        text = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    elif isinstance(v, list):
+        text = "[" + ", ".join(_toml(x, limit) for x in v) + "]"
+    else:
+        text = _short(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _target_problem(target: str) -> str | None:
+    """Why `[USER@]HOST[:PORT]` (IPv6 as `[ADDR]:PORT`) cannot be connected to, else None; the
+    same reading as specmon.hosts.ssh.parse_target (which connect uses), without its imports."""
+    rest = target.strip()
+    if "@" in rest:
+        user, rest = rest.rsplit("@", 1)
+        if not user:
+            return "empty user name"
+    port = None
+    if rest.startswith("["):
+        rest, sep, tail = rest[1:].partition("]")
+        if not sep:
+            return "unclosed '['"
+        if tail and not tail.startswith(":"):
+            return f"unexpected {tail!r} after ']'"
+        port = tail[1:] if tail else None
+    elif rest.count(":") == 1:
+        rest, port = rest.split(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return f"bad SSH port {port!r}"
+    if not rest or any(c.isspace() for c in rest):
+        return "bad host name"
+    return None
+
+
 def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:
     if not isinstance(t, dict):
         ck.add(where, "must be a table", f"write [{where}]" if "[" not in where else
@@ -382,21 +567,27 @@ def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:
         return
     h = HostProfile(name, target=name if "[" in where else "local")
     for k, kind in _HOST_KEYS.items():
-        v = None if k == "logs" else ck.get(t, k, kind, where)
+        v = None if k in ("logs", "n_gpus") else ck.get(t, k, kind, where)
         if v is None:
             continue
         if isinstance(v, str) and not v.strip():
             ck.add(f"{where}.{k}", "is empty", "remove it or give a value")
             continue
         setattr(h, k, v)
-    if h.n_gpus < 1:
-        ck.add(f"{where}.n_gpus", f"must be >= 1, got {h.n_gpus}", "set the GPU count")
+    if h.target != "local" and (why := _target_problem(h.target)) is not None:
+        ck.value(where, "target", h.target, why,
+                 "'local', [USER@]HOST[:PORT] with PORT 1-65535, or an ~/.ssh/config alias")
+    n_gpus = ck.int_in(t, "n_gpus", where, 1, MAX_GPUS, "a GPU count")
+    if n_gpus is not None:
+        h.n_gpus = n_gpus
+    elif "n_gpus" in t:
+        ck.bad.add(f"hosts.{name}.n_gpus")  # the cross-checks know hosts by name
     for log_name, log_path in (ck.get(t, "logs", dict, where) or {}).items():
-        lw = f"{where}.logs.{log_name}"
+        lw = f"{where}.logs"
         if not isinstance(log_path, str) or not log_path.strip():
-            ck.add(lw, f"must be a non-empty string (a path), got {_short(log_path)}",
+            ck.add(f"{lw}.{log_name}", f"must be a non-empty string (a path), got {_short(log_path)}",
                    f'{log_name} = "/var/log/{log_name}.log"')
-        elif ck.name(log_name, lw):
+        elif ck.name(log_name, f"{lw}.{log_name}") and ck.text_ok(lw, log_name, log_path, one_line=True):
             h.logs[log_name] = log_path
     cfg.hosts[name] = h
 
@@ -470,15 +661,11 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
         v = ck.get(t, k, str, where)
         if v is not None:
             setattr(s, k, v)
-    port = ck.get(t, "port", int, where)
+    port = ck.int_in(t, "port", where, 1, 65535, "a TCP port")
     if port is not None:
-        if not 0 < port < 65536:
-            ck.add(f"{where}.port", f"must be 1-65535, got {port}", "pick a free TCP port")
         s.port = port
-    tp = ck.get(t, "tp", int, where)
+    tp = ck.int_in(t, "tp", where, 1, MAX_GPUS, "GPUs per server")
     if tp is not None:
-        if tp < 1:
-            ck.add(f"{where}.tp", f"must be >= 1, got {tp}", "tp = number of GPUs per server")
         s.tp = tp
     launcher = ck.get(t, "launcher", str, where)
     if launcher is not None:
@@ -509,10 +696,8 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
     spt = ck.get(t, "spt_noenv", bool, where)
     if spt is not None:
         s.spt_noenv = spt
-    rt = ck.get(t, "ready_timeout", float, where)
+    rt = ck.seconds(t, "ready_timeout", where)
     if rt is not None:
-        if rt <= 0:
-            ck.add(f"{where}.ready_timeout", f"must be > 0, got {rt}", "seconds, e.g. 900")
         s.ready_timeout = rt
     env = ck.get(t, "env", dict, where, {})
     for k, v in env.items():
@@ -521,12 +706,14 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
                    "use letters, digits and _")
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
             ck.add(f"{where}.env.{k}", f"must be a string, got {v!r}", f'{k} = "VALUE"')
-        else:
+        elif not isinstance(v, str) or ck.text_ok(f"{where}.env", k, v, one_line=False):
             s.env[k] = str(v)
     gpus = ck.get(t, "gpus", list, where)
     if gpus is not None:
-        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
-            ck.add(f"{where}.gpus", f"must be GPU indices, got {gpus!r}", "e.g. gpus = [0, 1]")
+        if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            ck.add(f"{where}.gpus", f"must be GPU indices, got {_short(gpus)}", "e.g. gpus = [0, 1]")
+        elif not all(0 <= g < MAX_GPUS for g in gpus):
+            ck.value(where, "gpus", gpus, "out of range", f"GPU indices 0-{MAX_GPUS - 1}")
         elif len(set(gpus)) != len(gpus):
             ck.add(f"{where}.gpus", f"lists a GPU twice: {gpus!r}", "list each GPU once")
         else:
@@ -543,14 +730,11 @@ def _server(ck: _Checker, name: str, t: Any, cfg: Config) -> ServerProfile | Non
             for k in ("draft_model_path",):
                 sa.draft_model_path = ck.get(spec, k, str, sw)
             for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
-                v = ck.get(spec, k, int, sw)
-                if v is not None and v < 1:
-                    ck.add(f"{sw}.{k}", f"must be >= 1, got {v}", "a positive integer")
-                setattr(sa, k, v)
+                setattr(sa, k, ck.int_in(spec, k, sw, 1, MAX_SPEC_COUNT, "an integer"))
             _vllm_spec(ck, spec, sa, sw, s.engine == "vllm")
             s.speculative = sa
     # semantic checks
-    if s.command is None and not s.model_path:
+    if s.command is None and not s.model_path and f"{where}.model_path" not in ck.bad:
         ck.add(f"{where}.model_path", "missing", 'model_path = "org/model" (or a local '
                'directory), or give the full launch argv as command = [...]')
     if role == "speculative" and s.speculative is None and s.command is None and not any(
@@ -568,7 +752,7 @@ def _vllm_spec(ck: _Checker, spec: dict[str, Any], sa: SpeculativeArgs, sw: str,
                vllm: bool) -> None:
     """vLLM's speculative table: method, draft model and num_speculative_tokens (= num_steps);
     SGLang's tree options do not exist there."""
-    k = ck.get(spec, "num_speculative_tokens", int, sw)
+    k = ck.int_in(spec, "num_speculative_tokens", sw, 1, MAX_SPEC_COUNT, "an integer")
     if not vllm:
         if k is not None:
             ck.add(f"{sw}.num_speculative_tokens", "is a vLLM option",
@@ -578,14 +762,12 @@ def _vllm_spec(ck: _Checker, spec: dict[str, Any], sa: SpeculativeArgs, sw: str,
         ck.add(f"{sw}.num_speculative_tokens", f"{k} differs from num_steps = {sa.num_steps}",
                "give one of them")
     if k is not None:
-        if k < 1:
-            ck.add(f"{sw}.num_speculative_tokens", f"must be >= 1, got {k}", "a positive integer")
         sa.num_steps = k
     for opt in ("eagle_topk", "num_draft_tokens"):
         if spec.get(opt) is not None:
             ck.add(f"{sw}.{opt}", "is not a vLLM option (vLLM drafts a chain of "
                    "num_speculative_tokens)", f"remove {opt}")
-    if sa.num_steps is None:
+    if sa.num_steps is None and "num_speculative_tokens" not in spec and "num_steps" not in spec:
         ck.add(f"{sw}.num_speculative_tokens", "missing for vLLM",
                "num_speculative_tokens = 3 (the draft length k)")
 
@@ -597,13 +779,15 @@ def _cross_checks(ck: _Checker, cfg: Config) -> None:
             ck.add(f"servers.{name}.host", f"unknown host {s.host!r}{_suggest(s.host, cfg.hosts)}",
                    f'add a [hosts.{s.host}] table with target = "user@box", or use host = "local"')
         key = (s.host, s.port)
-        if key in by_port:
+        if f"servers.{name}.port" in ck.bad:
+            pass  # out of range: said once, the default port is not this server's
+        elif key in by_port:
             ck.add(f"servers.{name}.port", f"port {s.port} is also used by server "
                    f"{by_port[key]!r} on host {s.host!r}", "give each server its own port")
         else:
             by_port[key] = name
         h = cfg.hosts.get(s.host)
-        if h is not None and h.sim_dir is not None:
+        if h is not None and h.sim_dir is not None and f"hosts.{s.host}.n_gpus" not in ck.bad:
             bad = [g for g in s.gpus if g >= h.n_gpus]
             if bad:
                 ck.add(f"servers.{name}.gpus", f"GPU(s) {bad} beyond the host's n_gpus = "
