@@ -6,7 +6,7 @@ length, the best predicted settings with their band, and the launch flags to try
 first two are also predicted from the runs before them, so the model's error is visible.
 
 Exit status: 0 advice given, 3 the logs hold too little to fit the model (what is missing is
-said), 2 usage error.
+said), 2 usage error or a damaged log (the advice on the lines before the damage is printed).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from specmon.commands.options import add_json, add_running_req
+from specmon.errors import CliError
 from specmon.jsonout import dumps
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ MAX_DECODE_LINES = 2_000_000  # per file: records are kept in memory
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Fit the acceptance profile and speculative cost model to the runs in the "
                      "logs and predict tok/s for steps 1-6 (and draft tokens 2-8 for tree runs). Exit "
-                     "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error.")
+                     "status: 0 advice given, 3 the logs hold too little to fit the model, 2 usage error "
+                     "or a damaged log (advice on the lines before it is printed).")
     p.add_argument("spec_logs", nargs="+", metavar="SPEC_LOG",
                    help="speculative server log(s); several runs at different settings help")
     p.add_argument("--baseline-log", metavar="LOG", help="the baseline (non-speculative) log")
@@ -36,22 +38,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def read_state(name: str) -> ServerState:
-    """A log through the session model (`ServerState.apply`): the advisor reads its runs."""
-    from specmon.analysis.logfile import open_input, read_lines
-    from specmon.errors import CliError
+def read_state(name: str, damage: list[CliError] | None = None) -> ServerState:
+    """A log through the session model (`ServerState.apply`): the advisor reads its runs. A
+    read error part-way ends the log there and goes to `damage` (without it: raised)."""
+    from specmon.analysis.logfile import LogLines
     from specmon.parse.sglang import BatchRecord, parse_line
     from specmon.parse.vllm import EngineGuard
     from specmon.session.state import ServerState
 
-    fh = open_input(name)
     label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
     state = ServerState(label)
     guard = EngineGuard(name)  # a log that mixes SGLang and vLLM lines is an error
     n_decode = 0
     line_no = 0
-    try:
-        for raw in read_lines(fh, name):
+    with LogLines(name) as log:
+        for raw in log:
             line_no += 1
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
             rec = parse_line(text)
@@ -63,15 +64,15 @@ def read_state(name: str) -> ServerState:
                                    "cut the log to the runs to compare")
             state.apply(text, rec, 0.0)  # offline: no receive time
         state.flush()  # a vLLM engine line still waiting for its spec line
-    finally:
-        if fh is not sys.stdin.buffer:
-            fh.close()
+    if log.error is not None:
+        if damage is None:
+            raise log.error
+        damage.append(log.error)
     return state
 
 
 def run(args: argparse.Namespace) -> int:
     from specmon.analysis.advisor import CannotAdvise, advise, holdout_checks
-    from specmon.errors import CliError
 
     if args.running_req is not None and args.running_req < 1:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
@@ -80,10 +81,11 @@ def run(args: argparse.Namespace) -> int:
     from specmon.session.advice import segments
 
     spec: list[Segment] = []
-    states = [read_state(name) for name in args.spec_logs]
+    damage: list[CliError] = []  # read errors: advice on the lines before them, then said
+    states = [read_state(name, damage) for name in args.spec_logs]
     for st in states:
         spec.extend(segments(st))
-    bstate = read_state(args.baseline_log) if args.baseline_log else None
+    bstate = read_state(args.baseline_log, damage) if args.baseline_log else None
     base = segments(bstate) if bstate is not None else []
     if args.baseline_log and any(s.speculative for s in base):
         raise CliError(f"{args.baseline_log}: has speculative decode lines; --baseline-log is "
@@ -99,12 +101,17 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(dumps({"error": str(exc)}))
         print(f"specmon advise: too little data: {exc}", file=sys.stderr)
-        return 3
+        for err in damage:
+            print(f"specmon advise: {err}; only the lines before it were read", file=sys.stderr)
+        return 2 if damage else 3
     if args.json:
         print(dumps(adv.to_json()))
     else:
         print(render(adv, holdout_checks(spec, base)))
-    return 0
+    for err in damage:
+        print(f"specmon advise: {err}; the advice above is on the lines before it",
+              file=sys.stderr)
+    return 2 if damage else 0
 
 
 def _f(v: float | None, fmt: str = ".2f") -> str:

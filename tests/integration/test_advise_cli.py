@@ -162,3 +162,20 @@ def test_phantom_baseline_conditions_differ_blocks_advice_and_names_the_baseline
     d = json.loads(r.stdout)
     assert r.returncode == 0 and d["conditions_differ"] == [] and d["best"] is not None
     assert d["baseline_run"] == f"baseline three.log run 3 (started {lines[starts[2]][1:20]})"
+
+
+def test_a_truncated_log_gives_advice_on_the_lines_before_and_says_where_it_broke(logs, tmp_path):
+    import gzip
+
+    lines = logs["s4"].read_bytes().splitlines(keepends=True)
+    whole = gzip.compress(b"".join(lines))
+    cut = tmp_path / "s4.log"  # (gzip, found by its magic) the log, then a member cut short
+    cut.write_bytes(whole + gzip.compress(b"more\n")[:10])
+    full = advise(str(logs["s2"]), str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
+    res = advise(str(logs["s2"]), str(cut), "--baseline-log", str(logs["base"]), "--json")
+    assert full.returncode == 0, full.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and f"read error after {len(lines):,} lines" in err[0], err
+    assert "the advice above is on the lines before it" in err[0]
+    assert json.loads(res.stdout) == json.loads(full.stdout)  # every line before it was used
