@@ -214,21 +214,60 @@ def test_a_file_in_an_unsearchable_folder_says_permission_denied(tmp_path, capsy
                                      "--config) (fix: ")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a 0000 file")
-def test_unreadable_file_says_permission_denied_for_real(tmp_path, capsys):
-    p = write(tmp_path, GOOD)
-    p.chmod(0)
-    code, _, err = check(capsys, "--config", str(p))
-    assert code == 2 and f"{p}: (file): permission denied" in one_error(err)
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    q = write(locked, GOOD)
-    locked.chmod(0o600)  # no x: stat of the file inside is refused
+def _as_nobody(argv: list[str]) -> tuple[int, str]:
+    """(exit status, stderr) of `specmon ARGV` run by a user the kernel refuses files to: a
+    forked child of this process that drops root for uid/gid 65534 when run as root (the code
+    is already in memory: no venv path needs to be readable by that user)."""
+    import sys
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.close(r)
+            os.dup2(w, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            code = main(argv)
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        err = fh.read().decode()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), err
+
+
+def test_unreadable_file_says_permission_denied_for_real(tmp_path):
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="specmon-perm-"))  # (tmp_path's folders are root's 0700)
     try:
-        code, _, err = check(capsys, "--config", str(q))
+        top.chmod(0o755)
+        p = write(top, GOOD)
+        p.chmod(0)
+        code, err = _as_nobody(["config", "check", "--config", str(p)])
+        assert code == 2 and f"{p}: (file): permission denied" in one_error(err), err
+        locked = top / "locked"
+        locked.mkdir()
+        q = write(locked, GOOD)
+        q.chmod(0o644)
+        locked.chmod(0o744)  # no x for others: stat of the file inside is refused
+        code, err = _as_nobody(["config", "check", "--config", str(q)])
+        assert code == 2, err
+        assert f"{q}: (file): permission denied (given by --config)" in one_error(err), err
     finally:
-        locked.chmod(0o700)
-    assert code == 2 and f"{q}: (file): permission denied (given by --config)" in one_error(err)
+        for d in (top / "locked", top):
+            if d.exists():
+                d.chmod(0o755)
+        shutil.rmtree(top)
 
 
 def test_a_huge_file_is_not_read_whole(tmp_path, capsys):
