@@ -15,11 +15,16 @@ import contextlib
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncssh
+with warnings.catch_warnings():
+    # cryptography 48+ deprecates DSA, and asyncssh names its DSA types at import: ten lines of
+    # warnings on every command's stderr that are about asyncssh, not the user's keys
+    warnings.filterwarnings("ignore", message="DSA is deprecated")
+    import asyncssh
 
 from specmon.hosts.base import (
     Command,

@@ -61,3 +61,16 @@ def test_host_side_programs_import_nothing_from_specmon():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             assert not any(n == "specmon" or n.startswith("specmon.") for n in names), (f, names)
+
+
+def test_importing_every_module_prints_no_warning():
+    """A library's import-time warning (asyncssh naming DSA types under cryptography 48+: ten
+    lines) lands on every command's stderr, where the one-line errors are; -W error turns
+    each into a failure, with the default filters otherwise."""
+    mods = [m.name for m in pkgutil.walk_packages(specmon.__path__, "specmon.")
+            if m.name != "specmon.__main__"]
+    assert "specmon.hosts.ssh" in mods
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    res = subprocess.run([sys.executable, "-W", "error", "-c", code, *mods],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr[-2000:]
