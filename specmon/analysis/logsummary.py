@@ -149,7 +149,8 @@ class LogSummary:
         lines: list[str] = [
             f"lines read: {self.lines:,}   recognised: {recognised:,} "
             f"(decode {self.decode:,}, prefill {self.prefill:,})",
-            f"time span: {_na(self.first_time)} -> {_na(self.last_time)}",
+            f"time span: {_na(self.first_time)} -> {_na(self.last_time)}" + _went_back(
+                self.first_time, self.last_time),
             "",
             "decode throughput = SGLang 'gen throughput (token/s)': decode-only, one value per log",
             "interval (default 40 decode steps; idle and prefill time inside an interval lower it).",
@@ -212,6 +213,13 @@ def _merge(into: Counter[_T], other: Counter[_T]) -> None:
         into.update(other)
     else:
         add_counts(into, other.items())
+
+
+def _went_back(first: str | None, last: str | None) -> str:
+    """A span that ends before it starts is log time that went back: said, never shown bare."""
+    if first is None or last is None or len(first) != len(last) or last >= first:
+        return ""  # ("YYYY-MM-DD HH:MM:SS[.fff]" of one shape sort as times do)
+    return "  (the log's time went back: `specmon parse --runs` lists where)"
 
 
 def _na(v: object) -> str:

@@ -282,8 +282,12 @@ def list_runs(files: list[str], as_json: bool) -> int:
             for sg in row["time_segments"]:  # log time broke: windows restart there
                 step = sg["step_s"]
                 what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
+                # (the run figures above: the points since the last step back, `run_window`)
+                rule = ("no time window and none of the run's figures above reach behind it"
+                        if step < 0 else "time windows restart there; the run's figures above "
+                        "count both sides (each is the server's own measure of its interval)")
                 print(f"    time segment {sg['segment']} from {sg['from']}: log time {what} "
-                      f"(after {sg['after']}); no statistic spans it")
+                      f"(after {sg['after']}); {rule}")
         if log.error is not None and not as_json:
             print("  (the rest of the file could not be read: the error follows)")
     if damage is not None:

@@ -1,0 +1,48 @@
+"""What `parse` and `parse --runs` say of a log whose time broke is what the figures do: a step
+back cuts the run's figures (they count the lines after it), a jump ahead does not (each gen
+throughput is the server's own interval); a summary whose time span ends before it starts says
+the log's time went back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from specmon.cli import main
+
+T0 = time.mktime(time.strptime("2026-05-28 20:26:40", "%Y-%m-%d %H:%M:%S"))
+
+
+def line(t: float, gt: float) -> str:
+    return (time.strftime("[%Y-%m-%d %H:%M:%S TP0] ", time.localtime(t))
+            + f"Decode batch, #running-req: 1, #token: 100, token usage: 0.01, "
+            f"gen throughput (token/s): {gt:.2f}, #queue-req: 0, \n")
+
+
+def test_a_step_back_cuts_the_run_figures_and_a_jump_ahead_does_not(tmp_path: Path,
+                                                                     capsys) -> None:
+    log = tmp_path / "t.log"
+    back = T0 + 60 - 3600
+    log.write_text("".join([line(T0 + 2 * i, 80) for i in range(30)]
+                           + [line(back + 2 * i, 40) for i in range(30)]
+                           + [line(back + 600 + 2 * i, 60) for i in range(30)]))
+    assert main(["parse", "--runs", str(log)]) == 0
+    out = capsys.readouterr().out
+    # the figures: the 60 lines after the step back, both sides of the jump (40s and 60s)
+    assert "median 50.00 tok/s, p10-p90 40.00-60.00, n 60" in out, out
+    back_line, jump_line = [ln for ln in out.splitlines() if "time segment" in ln]
+    assert "went back" in back_line and "none of the run's figures above reach behind it" \
+        in back_line
+    assert "jumped ahead" in jump_line and "figures above count both sides" in jump_line
+    assert "no statistic spans it" not in out  # (what it said of both, true of neither fully)
+    assert main(["parse", str(log)]) == 0
+    span = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("time span"))
+    assert span.endswith("(the log's time went back: `specmon parse --runs` lists where)"), span
+
+
+def test_a_log_in_order_says_nothing_of_time(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "ok.log"
+    log.write_text("".join(line(T0 + 2 * i, 80) for i in range(30)))
+    assert main(["parse", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "went back" not in out and "time span: 2026-05-28 20:26:40 -> " in out
