@@ -95,8 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # someone else chose)
     sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
     try:
-        parser = build_parser(_command_name(argv))
-        args, extra = parser.parse_known_args(argv)
+        try:  # (Ctrl-C while the command's modules are imported: no traceback either)
+            parser = build_parser(_command_name(argv))
+            args, extra = parser.parse_known_args(argv)
+        except KeyboardInterrupt:
+            return 130
         if extra:  # reported with the command's own usage, not the top-level one
             getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         func: Handler | None = getattr(args, "func", None)

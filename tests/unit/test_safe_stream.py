@@ -58,3 +58,17 @@ def test_bidi_marks_and_invisible_characters_are_shown_as_escapes() -> None:
         shown = visible(f"a{c}b")
         assert shown == f"a\\u{ord(c):04x}b", (hex(ord(c)), shown)
     assert visible("caf\u00e9 \u4e2d\u6587") == "caf\u00e9 \u4e2d\u6587"  # letters stay
+
+
+def test_ctrl_c_while_the_command_modules_import_is_exit_130_without_traceback(monkeypatch,
+                                                                                capsys) -> None:
+    """SIGINT in the first ~0.2 s of `record` landed in an import inside build_parser, outside
+    the handler that turns it into exit 130: a KeyboardInterrupt traceback."""
+    from specmon import cli
+
+    def interrupted(name: str | None) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["record", "local", "--out", "x.jsonl"]) == 130
+    assert capsys.readouterr().err == ""
