@@ -130,8 +130,8 @@ def default_baselines(say: Callable[[str], None] | None = None) -> Any:
     from specmon.session.baselines import DB_NAME, BaselineStore, StoreError, data_dir
 
     path = data_dir() / DB_NAME
-    if not os.path.lexists(path):
-        return None
+    if not os.path.lexists(path) and not os.path.isfile(path.parent):
+        return None  # (no store yet; a file where the folder should be is said below)
     try:
         store = BaselineStore(path, create=False, warn=say)  # (a damaged row: said once)
     except StoreError as exc:

@@ -80,6 +80,9 @@ def _read_only_fs(folder: Path) -> str:
         return ""
 
 
+_COLUMNS = "id, name, host, server, created_at, schema, data"
+
+
 def store_error(path: Path, exc: BaseException, writing: bool = False) -> StoreError:
     """`exc` (sqlite3, OS) as one line: what is wrong with `path`, and the fix. `writing`: the
     failure came from a write (or from creating the store), so a folder or file this process
@@ -93,7 +96,12 @@ def store_error(path: Path, exc: BaseException, writing: bool = False) -> StoreE
     exists = os.path.lexists(path)
     readonly = "readonly" in low or "read-only" in low or code in (errno.EROFS, errno.EACCES,
                                                                       errno.EPERM)
-    if path.is_dir():
+    parent = path.parent
+    if os.path.exists(parent) and not parent.is_dir():
+        why, fix = f"{parent} is not a folder", "set SPECMON_DATA_DIR to a folder"
+    elif code == errno.ELOOP or (os.path.islink(path) and not os.path.exists(path)):
+        why, fix = "is a symbolic link that leads nowhere (or in a loop)", f"remove {path}"
+    elif path.is_dir():
         why, fix = "is a directory, not a baseline store", "remove or rename it"
     elif "full" in low or code == errno.ENOSPC or (
             "i/o error" in low and _disk_full(path.parent)):  # SQLite in WAL mode says I/O
@@ -376,6 +384,8 @@ class BaselineStore:
         self.bad_rows: list[BadRow] = []  # what the last `list` skipped
         self._warned: set[int] = set()
         self._ready = False  # the schema is there and the file takes writes
+        if os.path.exists(self.path.parent) and not self.path.parent.is_dir():
+            raise store_error(self.path, NotADirectoryError(errno.ENOTDIR, "not a folder"))
         exists = os.path.lexists(self.path)
         try:
             if exists:
@@ -421,6 +431,8 @@ class BaselineStore:
         db = self._read()
         try:
             self._rows(db, "SELECT count(*) FROM baselines", ())
+            # the columns every read uses: a table of another shape fails here, in one line
+            self._rows(db, f"SELECT {_COLUMNS} FROM baselines LIMIT 0", ())
         finally:
             db.close()
 

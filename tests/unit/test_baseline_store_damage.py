@@ -372,3 +372,33 @@ def test_record_replace_overwrites_a_damaged_row(store, tmp_path, capsys):
     assert main(["baseline", "list"]) == 0
     out, err = capsys.readouterr()
     assert [ln.split("\t")[0] for ln in out.splitlines()] == ["good1", "good2", "bad"] and err == ""
+
+
+@pytest.mark.parametrize("make,said", [
+    (lambda d: sqlite3.connect(d / "baselines.sqlite3").execute("CREATE TABLE baselines(x)"),
+     "no such column"),
+    (lambda d: (d / "baselines.sqlite3").symlink_to("baselines.sqlite3"),
+     "is a symbolic link that leads nowhere (or in a loop)"),
+    (None, "is not a folder: set SPECMON_DATA_DIR to a folder"),
+], ids=["table-of-another-shape", "symlink-loop", "data-dir-is-a-file"])
+def test_a_store_of_another_shape_is_said_by_record_and_list_never_silent(
+        tmp_path, monkeypatch, capsys, make, said):
+    """record's drift lookup turned these off without a word (a table of another shape failed
+    only inside the lookup, whose errors it swallowed; a file as SPECMON_DATA_DIR looked like
+    no store at all); a link loop was told to chmod u+r."""
+    d = tmp_path / "data"
+    if make is None:
+        d.write_text("a file, not a folder\n")
+    else:
+        d.mkdir()
+        db = make(d)
+        if isinstance(db, sqlite3.Connection):
+            db.commit()
+            db.close()
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(d))
+    told: list[str] = []
+    assert default_baselines(told.append) is None
+    assert len(told) == 1 and said in told[0] and "drift watching is off" in told[0], told
+    assert main(["baseline", "list"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and said in err and "Traceback" not in err, err
