@@ -6,16 +6,26 @@ import argparse
 import sys
 
 from specmon.errors import CliError
-from specmon.export.snapshot import SnapshotError, snapshot_from_record, write_snapshot
+from specmon.export.snapshot import (
+    SnapshotError,
+    SymlinkOutputError,
+    snapshot_from_record,
+    symlink_refusal,
+    write_snapshot,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Convert RECORD.jsonl (one object per received line: server, path, offset, "
                      "line, received_at, record) into a specmon.snapshot/1 document. Written "
-                     "atomically; secrets are redacted; gzip when -o ends in .gz or with --gzip.")
+                     "atomically; secrets are redacted; gzip when -o ends in .gz or with --gzip. "
+                     "A symbolic link at -o is refused (exit 2, nothing written) unless --force.")
     p.add_argument("record", metavar="RECORD.jsonl")
     p.add_argument("-o", "--out", required=True, metavar="SNAPSHOT", help="snapshot file to write")
     p.add_argument("--gzip", action="store_true", help="gzip the snapshot whatever its name")
+    p.add_argument("--force", action="store_true",
+                   help="replace a symbolic link at -o with the snapshot (the link, not its "
+                   "target; without --force such a link is refused)")
     p.add_argument("--host", help="host name to record in the snapshot (default: unknown)")
     p.add_argument("--log-lines", type=int, default=5000, metavar="N",
                    help="raw log lines kept per server (records are always all kept; default 5000)")
@@ -35,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--log-lines must be >= 0, got {args.log_lines}")
     if args.gpu_max_samples < 1:
         raise CliError(f"--gpu-max-samples must be >= 1, got {args.gpu_max_samples}")
+    refusal = None if args.force else symlink_refusal(args.out, "--out ")
+    if refusal is not None:
+        raise CliError(refusal)
     try:
         snap = snapshot_from_record(args.record, host=args.host, log_lines=args.log_lines,
                                     gpu_max_per_gpu=args.gpu_max_samples, warn=_warn)
@@ -42,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     try:
         path = write_snapshot(snap, args.out, redact=not args.no_redact,
-                              compress=True if args.gzip else None)
+                              compress=True if args.gzip else None, force=args.force)
+    except SymlinkOutputError as exc:  # made a link since the check above
+        raise CliError(symlink_refusal(args.out, "--out ") or str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot write {args.out}: {exc.strerror or exc}") from None
     n_dec = sum(len(s.decode_entries()) for s in snap.servers)

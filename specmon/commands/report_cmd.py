@@ -2,7 +2,8 @@
 
 Markdown links its charts as SVG files written beside the report (`<stem>-throughput.svg`);
 HTML inlines them, so one file carries everything; JSON is the same document without the charts.
-Files are written atomically.
+Files are written atomically; a symbolic link at any of them (the report or a chart) is refused,
+nothing written, unless --force, which replaces the link (never writes through it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from pathlib import Path
 
 from specmon.errors import CliError
 from specmon.export.report import build_blocks, render_html, render_markdown, report_json
-from specmon.export.snapshot import SnapshotError, atomic_write_bytes, read_snapshot
+from specmon.export.snapshot import (
+    SnapshotError,
+    SymlinkOutputError,
+    atomic_write_bytes,
+    read_snapshot,
+    symlink_refusal,
+)
 from specmon.jsonout import dumps
 
 
@@ -29,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", metavar="FILE",
                    help="report file (default: next to SNAPSHOT, .report.md/.report.html/"
                    ".report.json); '-' prints to stdout (Markdown without chart files)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a symbolic link at the report or a chart file (the link, not its "
+                   "target; without --force such a link is refused and nothing is written)")
 
 
 def default_out(snapshot: str, fmt: str) -> Path:
@@ -40,21 +50,36 @@ def default_out(snapshot: str, fmt: str) -> Path:
     return p.with_name(f"{name}.report.{fmt}")
 
 
+def _write_all(files: list[tuple[Path, str, bytes]], force: bool) -> None:
+    """Write (path, what, data) in order, each atomically; a symbolic link at any of the paths
+    is refused before anything is written, unless `force` (which replaces the link itself)."""
+    if not force:
+        for path, what, _ in files:
+            refusal = symlink_refusal(path, what)
+            if refusal is not None:
+                raise CliError(refusal)
+    for path, what, data in files:
+        try:
+            atomic_write_bytes(path, data, force=force)
+        except SymlinkOutputError as exc:  # made a link since the check above
+            raise CliError(symlink_refusal(path, what) or str(exc)) from None
+        except OSError as exc:
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
+    out_what = "--out " if args.out else ""
     if args.format == "json":
         text = dumps(report_json(snap), indent=1) + "\n"
         if args.out == "-":
             sys.stdout.write(text)
             return 0
         out = Path(args.out) if args.out else default_out(args.snapshot, "json")
-        try:
-            atomic_write_bytes(out, text.encode())
-        except OSError as exc:
-            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        _write_all([(out, out_what, text.encode())], args.force)
         print(f"specmon report: wrote {out}", file=sys.stderr)
         return 0
     blocks = build_blocks(snap)
@@ -65,23 +90,20 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(render_markdown(blocks))
         return 0
     out = Path(args.out) if args.out else default_out(args.snapshot, args.format)
-    try:
-        if args.format == "html":
-            atomic_write_bytes(out, render_html(blocks).encode())
-            written = [out]
-        else:
-            charts: dict[str, str] = {}
-            written = []
-            stem = out.name[: -len(out.suffix)] if out.suffix else out.name
-            for blk in blocks:
-                if blk[0] == "svg":
-                    svg_path = out.with_name(f"{stem}-{blk[1]}.svg")
-                    atomic_write_bytes(svg_path, blk[2].encode())
-                    charts[blk[1]] = svg_path.name
-                    written.append(svg_path)
-            atomic_write_bytes(out, render_markdown(blocks, charts).encode())
-            written.insert(0, out)
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if args.format == "html":
+        files = [(out, out_what, render_html(blocks).encode())]
+    else:
+        charts: dict[str, str] = {}
+        files = []
+        stem = out.name[: -len(out.suffix)] if out.suffix else out.name
+        for blk in blocks:
+            if blk[0] == "svg":
+                svg_path = out.with_name(f"{stem}-{blk[1]}.svg")
+                charts[blk[1]] = svg_path.name
+                files.append((svg_path, "chart ", blk[2].encode()))
+        # the charts first, so the report's links work when it appears
+        files.append((out, out_what, render_markdown(blocks, charts).encode()))
+    _write_all(files, args.force)
+    written = [files[-1][0]] + [path for path, _, _ in files[:-1]]
     print("specmon report: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0

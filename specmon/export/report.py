@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import median, quantile_sorted
@@ -713,7 +714,9 @@ def render_markdown(blocks: list[Block], chart_files: dict[str, str] | None = No
         elif blk[0] == "svg":
             name, alt = blk[1], _md_text(blk[3]).replace("[", "(").replace("]", ")")
             if chart_files and name in chart_files:
-                out.append(f"![{alt}]({chart_files[name]})")
+                # a file name is the user's text: percent-encoded, so no control character,
+                # space or parenthesis reaches the report and the link still finds the file
+                out.append(f"![{alt}]({quote(chart_files[name])})")
             else:
                 out.append(f"({alt}: chart not written when printing to stdout)")
         out.append("")

@@ -586,10 +586,39 @@ def clean_stale_temps(folder: Path) -> list[Path]:
     return removed
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
+class SymlinkOutputError(OSError):
+    """An output path that is a symbolic link, refused: another user may have planted it where
+    the file goes, and replacing it would silently drop what the link pointed at."""
+
+
+_FORCE_HINT = "; name the file itself, or --force"
+
+
+def _symlink_text(path: str | Path) -> str | None:
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link (EINVAL), or not there
+        return None
+    return f"{path} is a symbolic link (to {target}): not writing through it"
+
+
+def symlink_refusal(path: str | Path, what: str = "") -> str | None:
+    """The one line a command refuses to write at `path` with when it is a symbolic link
+    (`what` names the option, "--out "); None when it is not one. `record --out`'s words."""
+    text = _symlink_text(path)
+    return None if text is None else f"{what}{text}{_FORCE_HINT}"
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, force: bool = False) -> Path:
     """Replace `path` with `data` so that readers see the old file or the new one, never a mix.
-    Temp files of writers killed before their rename are removed first."""
+    Temp files of writers killed before their rename are removed first. A symbolic link at
+    `path` is refused (`SymlinkOutputError`, nothing written) unless `force`, which replaces
+    the link itself: the write never goes through it."""
     path = Path(path)
+    if not force:
+        refusal = _symlink_text(path)
+        if refusal is not None:
+            raise SymlinkOutputError(refusal)
     folder = path.parent if str(path.parent) else Path(".")
     clean_stale_temps(folder)
     tmp, fd = open_temp(folder, path.name)
@@ -619,12 +648,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
 
 
 def write_snapshot(snap: Snapshot, path: str | Path, *, redact: bool = True,
-                   compress: bool | None = None) -> Path:
-    """Atomic write; gzip when asked or when the name ends in .gz. Redaction is on by default."""
+                   compress: bool | None = None, force: bool = False) -> Path:
+    """Atomic write; gzip when asked or when the name ends in .gz. Redaction is on by default.
+    A symbolic link at `path` is refused unless `force` (`atomic_write_bytes`)."""
     p = Path(path)
     if compress is None:
         compress = p.name.endswith(".gz")
-    return atomic_write_bytes(p, encode(snap, redact=redact, compress=compress))
+    return atomic_write_bytes(p, encode(snap, redact=redact, compress=compress), force=force)
 
 
 def read_snapshot(path: str | Path) -> Snapshot:
