@@ -25,6 +25,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -578,7 +579,10 @@ def clean_stale_temps(folder: Path) -> list[Path]:
         pid = int(m.group(2))
         if pid == os.getpid() or _pid_alive(pid):
             continue
-        try:
+        try:  # only a plain file of this user's: never another user's, nor through a link
+            st = os.lstat(folder / name)
+            if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+                continue
             (folder / name).unlink()
             removed.append(folder / name)
         except OSError:

@@ -232,8 +232,16 @@ def test_temp_files_of_a_killed_export_are_cleaned_on_the_next_run(tmp_path):
     live.write_bytes(b"x")
     foreign = tmp_path / f".notes.tmp-{dead_pid}"  # not a name we write: kept
     foreign.write_bytes(b"x")
+    others = tmp_path / f".theirs.json.tmp-{dead_pid}"  # our name, another user's file: kept
+    others.write_bytes(b"x")
+    mine = os.geteuid() != 0  # (only root can give a file away; CI runs as root)
+    if not mine:
+        os.chown(others, 65534, 65534)
+    linked = tmp_path / f".link.json.tmp-{dead_pid}"  # our name, a symlink: kept
+    linked.symlink_to(others)
     atomic_write_bytes(tmp_path / "specmon-host-2.json", b"{}")
     assert not stale.exists() and live.exists() and foreign.exists()
+    assert others.exists() != mine and linked.is_symlink()
     assert (tmp_path / "specmon-host-2.json").read_bytes() == b"{}"
 
 
