@@ -16,7 +16,6 @@ import contextlib
 import errno
 import os
 import signal
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -170,10 +169,11 @@ def open_out(path: str, *, append: bool, force: bool) -> int:
     flags = (os.O_RDWR if append else os.O_WRONLY) | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if not force:
         flags |= getattr(os, "O_NOFOLLOW", 0)
-        with contextlib.suppress(OSError):
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                raise CliError(f"--out {path} is a symbolic link (to {os.readlink(path)}): "
-                               "not writing through it; name the file itself, or --force")
+        from specmon.export.snapshot import symlink_refusal  # (export's and report's words)
+
+        refusal = symlink_refusal(path, "--out ")
+        if refusal is not None:
+            raise CliError(refusal)
     try:
         fd = os.open(path, flags | (0 if append else os.O_TRUNC), 0o666)
     except OSError as exc:
