@@ -1,10 +1,16 @@
-"""Log tails of the host agent: one file followed by (inode, byte offset), lines framed on
-b"\n" only, rotation and truncation detected, flow-controlled by the client's credit; and the
-inotify watcher that wakes the agent when a tailed file changes."""
+"""Log tails of the host agent: one file followed by (inode, byte offset), lines framed as the
+offline reader frames them (LF, CRLF or a lone CR ends a line), rotation and truncation
+detected, flow-controlled by the client's credit; and the inotify watcher that wakes the agent
+when a tailed file changes.
+
+A line that ended at a lone CR is sent with its CR and "noeol" (its bytes are exactly its
+offsets' span, as a CRLF line's text keeps its CR), so the client's byte accounting (resume
+offsets, the resume check's bytes) stays exact."""
 
 import errno
 import hashlib
 import os
+import re
 import stat
 import time
 import typing  # noqa: F401 - named in type comments (no annotations: Python 3.6 hosts)
@@ -25,6 +31,10 @@ from .protocol import (
 # moves to the new file. Moving at once would lose whatever is written to the old file later.
 ROTATE_QUIET_S = 1.0
 
+_EOL = re.compile(b"\r\n|\r|\n")
+_SKIPPED = ("a file the log was rotated to was gone (rotated away and removed) before it could "
+            "be read: its lines were not read")
+
 
 def _digest(data):
     return hashlib.sha256(data).hexdigest()
@@ -38,7 +48,7 @@ def _bytes_before(path, off, n):
 
 
 class Tail:
-    """Follow one path by (inode, byte offset), framing lines on b"\\n" only."""
+    """Follow one path by (inode, byte offset); lines end at LF, CRLF or a lone CR."""
 
     def __init__(self, tid, path, max_line=MAX_LINE, window=DEFAULT_WINDOW):
         self.tid = tid
@@ -51,6 +61,13 @@ class Tail:
         self.line_start = 0  # offset of the first byte in self.buf
         self.buf = b""
         self.cut = None  # full length so far of a line being cut (None when not cutting)
+        # the last byte read was a CR ending what was read: a line end, or CRLF's first half
+        # (counted in pos, not in buf or cut)
+        self.cr_held = False
+        # files the path named after the one followed, in the order seen: [ino, dev, open
+        # file or None while it cannot be opened]; each is read in turn (none is skipped
+        # when rotations come faster than ROTATE_QUIET_S)
+        self.pending = []  # type: typing.List[typing.Any]
         self.missing_reported = False
         self.history_end = None  # size at start: "history_end" is reported once we pass it
         self.pending_start = None  # arguments of a tail_start that failed, retried on poll
@@ -66,7 +83,7 @@ class Tail:
         f.seek(offset)
         self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
         self.pos = self.line_start = offset
-        self.buf, self.cut = b"", None
+        self.buf, self.cut, self.cr_held = b"", None, False
         self.quiet_since = None
         return st
 
@@ -186,14 +203,28 @@ class Tail:
 
     def _history_start(self, size, n):
         """Offset where the last n complete lines begin (a partial last line is not counted)."""
-        need = n + 1  # the (n+1)-th newline from the end precedes the first wanted line
+        need = n + 1  # the (n+1)-th line end from the end precedes the first wanted line
         with open(self.path, "rb") as f:
             pos = size
+            nxt = b""  # the byte after this block (none at the end of what is read)
             while pos > 0:
                 step = min(1 << 16, pos)
                 pos -= step
                 f.seek(pos)
                 block = f.read(step)
+                if b"\r" in block and (block.endswith(b"\r") or
+                                       block.count(b"\r") != block.count(b"\r\n")):
+                    # lone CRs end lines; a CR ending the file may be a CRLF's first half
+                    nb = len(block)
+                    ends = [m.end() for m in _EOL.finditer(block + nxt)
+                            if m.end() < nb or (m.end() == nb and (nxt or m.group() != b"\r"))]
+                    for e in reversed(ends):
+                        need -= 1
+                        if need == 0:
+                            return pos + e
+                    nxt = block[:1]
+                    continue
+                nxt = block[:1]
                 i = len(block)
                 while True:
                     i = block.rfind(b"\n", 0, i)
@@ -233,6 +264,10 @@ class Tail:
     # -- reading -----------------------------------------------------------------------
     def _consume(self, data, out):
         """Frame new bytes into complete lines (appending events to out)."""
+        if (self.cr_held and data) or (b"\r" in data and (data.endswith(b"\r") or
+                                               data.count(b"\r") != data.count(b"\r\n"))):
+            self._consume_any(data, out)  # lone CRs (CRLF alone frames on b"\n" below)
+            return
         if not self.buf and self.cut is None and _isascii(data):
             # Fast path (the common case: ASCII log text): split once, offsets by length.
             parts = data.decode("ascii").split("\n")
@@ -252,15 +287,7 @@ class Tail:
         while start < n:
             j = data.find(b"\n", start)
             if j < 0:
-                rest = data[start:]
-                if self.cut is not None:
-                    self.cut += len(rest)
-                else:
-                    self.buf += rest
-                    if len(self.buf) > self.max_line:
-                        self.cut = len(self.buf)
-                        self.buf = self.buf[: self.max_line]
-                self.pos += len(rest)
+                self._keep(data[start:])
                 return
             piece = data[start:j]
             self.pos += len(piece) + 1
@@ -280,6 +307,65 @@ class Tail:
             self.line_start = self.pos
             start = j + 1
 
+    def _keep(self, rest):
+        """Bytes of a line whose end is not read yet."""
+        if self.cut is not None:
+            self.cut += len(rest)
+        else:
+            self.buf += rest
+            if len(self.buf) > self.max_line:
+                self.cut = len(self.buf)
+                self.buf = self.buf[: self.max_line]
+        self.pos += len(rest)
+
+    def _end_line(self, piece, lone_cr, out):
+        """End the line being read: `piece` is its last bytes before its end (self.pos is
+        already past the end). lone_cr: it ended at a lone CR, sent with the line and marked
+        noeol (the line's bytes are then exactly its span)."""
+        if self.cut is not None:
+            ev = _line_event(self.tid, self.ino, self.line_start, self.pos, self.buf,
+                             self.cut + len(piece))
+        else:
+            raw = self.buf + piece if self.buf else piece
+            if len(raw) > self.max_line:
+                ev = _line_event(self.tid, self.ino, self.line_start, self.pos,
+                                 raw[: self.max_line], len(raw))
+            elif lone_cr:
+                ev = _line_event(self.tid, self.ino, self.line_start, self.pos, raw + b"\r",
+                                 None, noeol=True)
+            else:
+                ev = _line_event(self.tid, self.ino, self.line_start, self.pos, raw, None)
+        out.append(ev)
+        self.buf, self.cut = b"", None
+        self.line_start = self.pos
+
+    def _consume_any(self, data, out):
+        """Frame bytes where a lone CR ends a line too, as the offline reader does (LF, CRLF
+        or CR; a CR that ends what is read waits for the next byte: it may be a CRLF)."""
+        start = 0
+        if self.cr_held:
+            self.cr_held = False
+            if data[:1] == b"\n":  # CRLF: the CR stays with the line, as on the LF path
+                self.pos += 1
+                self._end_line(b"\r", False, out)
+                start = 1
+            else:
+                self._end_line(b"", True, out)
+        n = len(data)
+        for m in _EOL.finditer(data, start):
+            s, e = m.span()
+            lone = e - s == 1 and data[s] == 13
+            if lone and e == n:
+                break
+            self.pos += e - start
+            self._end_line(data[start:s] if lone else data[start:e - 1], lone, out)
+            start = e
+        if data.endswith(b"\r") and start < n:
+            self._keep(data[start:n - 1])
+            self.pos += 1
+            self.cr_held = True
+        elif start < n:
+            self._keep(data[start:])
 
     def _read_available(self, out, budget):
         """Read up to `budget` bytes, within the flow-control credit.
@@ -288,6 +374,7 @@ class Tail:
         for the client) or None (end of file)."""
         got = 0
         while got < budget:
+            self._sight(out)  # (one stat per chunk: a short-lived rotated file is seen too)
             if self.credit is not None and self.credit <= 0:
                 return "blocked"
             want = min(READ_CHUNK, budget - got)
@@ -306,15 +393,113 @@ class Tail:
         return "more"
 
     def _flush_partial(self, out):
-        """A rotated file ended without a newline: deliver what it held, marked noeol."""
-        if self.buf or self.cut is not None:
+        """A rotated file ended without a newline: deliver what it held, marked noeol (a CR
+        that ended it ended its last line)."""
+        if self.cr_held:
+            self.cr_held = False
+            self._end_line(b"", True, out)
+        elif self.buf or self.cut is not None:
             full = None if self.cut is None else self.cut
             out.append(_line_event(self.tid, self.ino, self.line_start, self.pos, self.buf,
                                    full, noeol=True))
-            if self.credit is not None:
-                self.credit -= out[-1][3]
             self.buf, self.cut = b"", None
             self.line_start = self.pos
+        else:
+            return
+        if self.credit is not None:
+            self.credit -= out[-1][3]
+
+    # -- rotation ----------------------------------------------------------------------
+    def _sight(self, out):
+        """stat the path; a file there that is neither the one followed nor one already
+        queued is queued, opened at once (so it is read even if it is rotated away and
+        removed before its turn). Returns the stat (None when the path is missing)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if self.f is None or (st.st_ino == self.ino and st.st_dev == self.dev):
+            return st
+        for p in self.pending:
+            if p[0] == st.st_ino and p[1] == st.st_dev:
+                return st
+        entry = [st.st_ino, st.st_dev, None]
+        self.pending.append(entry)
+        self._open_pending(entry, out)
+        return st
+
+    def _open_pending(self, entry, out):
+        """Open a queued file where it is now (the path, or another name in its folder).
+        None when open, else why not: "gone", or the error (reported once)."""
+        if entry[2] is not None:
+            return None
+        path = None
+        try:
+            st = os.stat(self.path)
+            if st.st_ino == entry[0] and st.st_dev == entry[1]:
+                path = self.path
+        except OSError:
+            pass
+        if path is None:
+            path = self._find_inode(entry[0], entry[1])
+            if path is None:
+                return "gone"
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            return "gone"
+        except OSError as e:
+            out.extend(self.error(e))
+            return self.last_error or _one_line(e)
+        fst = os.fstat(f.fileno())
+        if fst.st_ino != entry[0] or fst.st_dev != entry[1]:  # replaced between stat and open
+            f.close()
+            return "gone"
+        entry[2] = f
+        return None
+
+    def _rotate(self, out):
+        """The followed file was rotated away and is read to its end: once it has been quiet
+        for ROTATE_QUIET_S, move to the next file the path named. A queued file that cannot
+        be read is waited for while it is the newest (the old file is followed meanwhile);
+        one that is gone, or unreadable with newer files queued, is said to be skipped.
+        True when the tail moved."""
+        now = time.monotonic()
+        if self.quiet_since is None or self.quiet_since[1] != self.pos:
+            self.quiet_since = (now, self.pos)
+        if now - self.quiet_since[0] < ROTATE_QUIET_S:
+            return False
+        skipped = []
+        while self.pending:
+            head = self.pending[0]
+            why = self._open_pending(head, out)
+            if why is None:
+                break
+            if why != "gone" and len(self.pending) == 1:
+                break  # the newest: wait until it can be read
+            self.pending.pop(0)
+            skipped.append(self._ev(
+                "lost", ino=head[0], off=0,
+                reason=_SKIPPED if why == "gone" else
+                "a file the log was rotated to could not be read (%s) and was rotated away: "
+                "its lines were not read" % why))
+        if not self.pending or self.pending[0][2] is None:  # nothing to move to yet
+            out.extend(skipped)
+            return False
+        _ino, _dev, nf = self.pending.pop(0)
+        self.quiet_since = None
+        self._flush_partial(out)
+        old_ino = self.ino
+        self.f.close()
+        nst = os.fstat(nf.fileno())
+        self.f, self.ino, self.dev = nf, nst.st_ino, nst.st_dev
+        self.pos = self.line_start = 0
+        self.buf, self.cut, self.cr_held = b"", None, False
+        self.missing_reported = False
+        self.last_error = None
+        out.extend(skipped)
+        out.append(self._ev("rotated", old_ino=old_ino, ino=self.ino))
+        return True
 
     def poll(self, out):
         """Read what is new; detect truncation and rotation. Return True if more is pending
@@ -340,41 +525,13 @@ class Tail:
         if self.history_end is not None and self.pos >= self.history_end:
             out.append(self._ev("history_end", ino=self.ino, off=self.line_start))
             self.history_end = None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            st = None
-        if st is not None and (st.st_ino != self.ino or st.st_dev != self.dev):
-            # Rotated, and the old file is read to its end (above). Open the new one before
-            # letting the old go: while the new file cannot be read (permission denied),
-            # that is reported and the old inode is still followed; and it is followed until
-            # it has been quiet for ROTATE_QUIET_S (its writer may still be appending).
-            try:
-                nf = open(self.path, "rb")
-            except FileNotFoundError:
-                out.extend(self._missing())
-                return False
-            except OSError as e:
-                out.extend(self.error(e))
-                return False
-            now = time.monotonic()
-            if self.quiet_since is None or self.quiet_since[1] != self.pos:
-                self.quiet_since = (now, self.pos)
-            if now - self.quiet_since[0] < ROTATE_QUIET_S:
-                nf.close()
-                return False
-            self.quiet_since = None
-            self._flush_partial(out)
-            old_ino = self.ino
-            self.f.close()
-            nst = os.fstat(nf.fileno())
-            self.f, self.ino, self.dev = nf, nst.st_ino, nst.st_dev
-            self.pos = self.line_start = 0
-            self.buf, self.cut = b"", None
-            self.missing_reported = False
-            self.last_error = None
-            out.append(self._ev("rotated", old_ino=old_ino, ino=self.ino))
-            return True
+        st = self._sight(out)
+        if self.pending:
+            # Rotated, and the old file is read to its end (above). The next file was opened
+            # when first seen; while it cannot be read (permission denied) that is reported
+            # and the old inode is still followed; and the old one is followed until it has
+            # been quiet for ROTATE_QUIET_S (its writer may still be appending).
+            return self._rotate(out)
         if st is None:
             out.extend(self._missing())
         else:
@@ -384,7 +541,7 @@ class Tail:
             at = self.line_start
             self.f.seek(0)
             self.pos = self.line_start = 0
-            self.buf, self.cut = b"", None
+            self.buf, self.cut, self.cr_held = b"", None, False
             out.append(self._ev("truncated", ino=self.ino, at=at, size=fst.st_size))
             return True
         return False
@@ -393,6 +550,10 @@ class Tail:
         if self.f is not None:
             self.f.close()
             self.f = None
+        for p in self.pending:
+            if p[2] is not None:
+                p[2].close()
+        self.pending = []
 
 
 class Watcher:
