@@ -6,6 +6,8 @@ Issue 22: `_RE_PAIR` backtracked quadratically (`'a'*20000` took 25 s), so one l
 `record` and `export`. Prints, for each hostile 1 MiB line, the time `redact_text` takes and
 its ratio to `str.lower()` of the same line (one linear pass, measured in the same run), and
 the cost of a typical SGLang decode line (the per-line price `record` pays at 20k lines/s).
+Times are wall clock, best of --repeat: on a shared machine compare the ratio column, or
+rerun; `specmon.redact.redaction_passes(text)` names the regex passes a text costs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ DECODE = ("[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 8, #token: 1234
           "0.05, accept len: 2.71, accept rate: 0.68, cuda graph: True, gen throughput "
           "(token/s): 612.34, #queue-req: 0, ")
 UNITS = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0", "mysql -p",
-         "?a=", "a://"]
+         "?a=", "a://",
+         # issue 22's follow-up: name characters around a hint word (each ran ~9 regex passes,
+         # 96-124 ms a MiB), the quoted curl/mysql forms and padded base64 lines
+         "-key", "token-", "--token", "a-token", "auth.", "-u 'a:", "mysql -p'", "Aa0==\n"]
 MIB = 1 << 20
 
 

@@ -56,6 +56,7 @@ _RE_TOKEN_SHAPES = re.compile(
     r"|glpat-[A-Za-z0-9_\-]{16,})"
 )
 # the literal starts of the shapes above: one cheap search decides whether the shapes can match
+# (~5 ms a MiB; thirteen substring tests cost more on text made of their letters)
 _RE_SHAPE_HINT = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|A[KS]IA|AIza|glpat-")
 _RE_BEARER = re.compile(r"(?i)\b(bearer|basic)\s++[A-Za-z0-9._~+/=\-]{8,}")
 # Authorization / Proxy-Authorization header values whatever the scheme ("Token abc", "Digest")
@@ -65,7 +66,9 @@ _RE_AUTH_HEADER = re.compile(
     r"(?P<val>[^\s,;'\"]++)"
 )
 # a JSON Web Token anywhere: header.payload.signature, base64url, header starting {"
-_RE_JWT = re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}+\.[A-Za-z0-9_\-]{5,}+\."
+# (the literal comes first, its lookbehind after it: the engine then jumps from one "eyJ" to the
+# next instead of trying the lookbehind at every character)
+_RE_JWT = re.compile(r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{5,}+\.[A-Za-z0-9_\-]{5,}+\."
                      r"[A-Za-z0-9_\-]*+")
 # URL query parameters with a secret name (?access_token=..., &api_key=..., &sig=...)
 _RE_QUERY = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]*+)=)(?P<val>[^&#\s'\"<>]++)")
@@ -74,11 +77,16 @@ _AUTH_SCHEMES = {"bearer", "basic", "token", "digest", "apikey", "key", "hmac", 
 _QUERY_SECRET = {"sig", "signature", "key", "code", "x-amz-signature", "x-amz-credential",
                  "x-amz-security-token"}
 # "password hunter2", "passwd: x", "token is abc123", "api key is ..." in prose
-_RE_PROSE = re.compile(
-    r"(?i)\b(?P<word>password|passwd|passphrase|secret|token|api[ _-]?key)"
-    r"(?P<sep>\s++is\s++|\s++was\s++|\s++(?=[^\s:=]*[0-9!@#$%^&*])|\s*+[:=]\s++)"
-    r"(?P<val>[^\s,;'\"]{3,}+)"
-)
+_PROSE_SEP = (r"(?P<sep>\s*+[:=]\s++|\s++(?:is\s++|was\s++|(?=[^\s:=0-9!@#$%^&*]*+[0-9!@#$%^&*])))"
+              r"(?P<val>[^\s,;'\"]{3,}+)")
+_RE_PROSE = re.compile(r"(?i)\b(?P<word>password|passwd|passphrase|secret|token|api[ _-]?key)"
+                       + _PROSE_SEP)
+# the same on the lower-cased text (used when lower() keeps every position): no IGNORECASE and
+# no leading \b, so the engine skips to the words' first letters; each word's lookbehind is \b
+_RE_PROSE_LOW = re.compile(
+    r"(?P<word>pass(?:word(?<!\wpassword)|wd(?<!\wpasswd)|phrase(?<!\wpassphrase))"
+    r"|secret(?<!\wsecret)|token(?<!\wtoken)|api(?<!\wapi)[ _-]?key)" + _PROSE_SEP)
+_PROSE_WORDS = ("passw", "passphrase", "secret", "token", "api")
 # words that must occur (in the lower-cased text) for any name-based rule to mask anything
 _NAME_HINTS = ("token", "secret", "passw", "passphrase", "pwd", "credential", "auth", "cookie",
                "key", "sig", "code=", "bearer")
@@ -93,21 +101,43 @@ _RE_PEM = re.compile(
 # a PEM key's body logged a line at a time: a long base64 word of mixed case and digits (not
 # hex, not a path); a key's lines are 64 (PEM) or 70 (OpenSSH) characters of this
 _RE_B64_WORD = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{40,}+={0,2}+(?![A-Za-z0-9+/=])")
+# ... and its last line, shorter, padded with = (4pZRtbJmy7l2Ylgg3eJ7Bw==): only where it is a
+# whole line's content (after a "[time]" log prefix at most), never a word inside a sentence
+_RE_B64_TAIL = re.compile(r"(?m)^(?P<lead>[ \t]*+(?:\[[^\]\n]{0,64}+\][ \t]++)?)"
+                          r"(?P<val>[A-Za-z0-9+/]{6,}+={1,2}+)(?P<trail>[ \t]*+\r?)$")
 # Slack incoming webhooks: the URL is the credential
 _RE_SLACK_HOOK = re.compile(r"(?P<lead>hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/)"
                             r"(?P<val>[A-Za-z0-9_/\-]++)")
 # curl -u user:pw, curl --user user:pw, curl -uuser:pw: the part after the first colon
-_RE_CURL_USER = re.compile(r"""(?<![A-Za-z0-9_\-])(?P<lead>(?:-u\s*+|--user(?:=|\s++))['"]?"""
-                           r"""[^\s:'"]++:)(?P<val>[^\s'"]++)""")
-# mysql -pPASSWORD (the password glued to -p); only on lines that name a MySQL client
+# Quoted (-u 'admin:pw 12345', -u admin:"pw 1"), the password may hold spaces: the quote ends
+# it, or the line; one pattern for each quote. Each has two groups (lead, value) and nothing
+# outside them: `split` cuts the text into [before, lead, value, ...] in C and every third
+# piece becomes the mask, no Python call per match
+_CURL_LEAD = r"-(?<![A-Za-z0-9_\-]-)(?:u\s*+|-user(?:=|\s++))"
+_RE_CURL_USER = re.compile(r"(" + _CURL_LEAD + r"""[^\s:'"]++:)([^\s'"]++)""")
+_RE_CURL_USER_Q = {q: re.compile(f"({_CURL_LEAD}(?:{q}[^{q}:\\n]*+:|[^\\s:'\"]++:{q}))"
+                                 f"([^{q}\\n]++)") for q in "'\""}
 # NCCL's "NCCL_IB_PASSWORD set by environment to X" (and the CUDA/TORCH ones it prints alike)
 _RE_SET_BY_ENV = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*+)"
                             r"(?P<sep> set by environment to )(?P<val>[^\s'\"]++)")
-_RE_MYSQL_P = re.compile(r"(?<![A-Za-z0-9_\-])(?P<lead>-p)(?P<val>[^\s'\"-][^\s'\"]*+)")
+# mysql -pPASSWORD (the password glued to -p); only on lines that name a MySQL client.
+# -p'pw' and -p"pw" too, the quotes kept around the mask; -p alone (a prompt) is no value. One
+# pattern a form, each starting with its literal (the engine jumps between them) and replaced
+# by a plain string (no Python call per match)
+_RE_MYSQL_P = re.compile(r"-p(?<![A-Za-z0-9_\-]-p)[^\s'\"-][^\s'\"]*+")
+_RE_MYSQL_P1 = re.compile(r"-p'(?<![A-Za-z0-9_\-]-p')[^'\n]++")
+_RE_MYSQL_P2 = re.compile(r'-p"(?<![A-Za-z0-9_\-]-p")[^"\n]++')
 _MYSQL_WORDS = ("mysql", "mariadb")
 
 
-_RE_UPPER, _RE_LOWER, _RE_DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
+def _has_digit(text: str) -> bool:
+    return any(d in text for d in "0123456789")  # ten memchr-speed scans: cheaper than [0-9]
+
+
+def _mixed(text: str) -> bool:
+    """Upper case, lower case and a digit, all three (each a C-speed scan; for ASCII words
+    exact, for other text a superset: a rule gated on it may run for nothing, never miss)."""
+    return text.lower() != text and text.upper() != text and _has_digit(text)
 
 
 def _b64_secret(m: re.Match[str]) -> str:
@@ -115,9 +145,18 @@ def _b64_secret(m: re.Match[str]) -> str:
     word = m.group(0)
     if word.startswith("/") or word.count("/") >= 4:
         return word
-    if _RE_UPPER.search(word) and _RE_LOWER.search(word) and _RE_DIGIT.search(word):
-        return MASK
-    return word
+    return MASK if _mixed(word) else word
+
+
+def _b64_tail(m: re.Match[str]) -> str:
+    """A short padded base64 line (a key body's last line) unless it is one plain word: its
+    length with the padding is a multiple of 4, and it mixes two of upper, lower, digits, +/."""
+    val = m.group("val")
+    if len(val) % 4:
+        return m.group(0)
+    kinds = (val.lower() != val) + (val.upper() != val) + _has_digit(val) + \
+        ("+" in val or "/" in val)
+    return f"{m.group('lead')}{MASK}{m.group('trail')}" if kinds >= 2 else m.group(0)
 
 
 def is_secret_name(name: str) -> bool:
@@ -180,6 +219,44 @@ def redact_text(text: str) -> str:
     return _redact_plain(text)
 
 
+# Tests' view of the cost: when a list, each regex pass over the text appends its name (the
+# pre-checks before the passes are substring tests, no regex)
+_TRACE: list[str] | None = None
+
+
+def _sub(name: str, pat: re.Pattern[str], repl: Any, text: str) -> str:
+    if _TRACE is not None:
+        _TRACE.append(name)
+    return pat.sub(repl, text)
+
+
+def redaction_passes(text: str) -> list[str]:
+    """The regex passes `redact_text(text)` runs, in order (what the cost test asserts on: a
+    pass is a scan of the whole text, ~10-20 ms a MiB; everything else is substring tests)."""
+    global _TRACE
+    _TRACE = []
+    try:
+        redact_text(text)
+        return _TRACE
+    finally:
+        _TRACE = None
+
+
+def _mask_second(pat: re.Pattern[str], text: str, name: str) -> str:
+    """`pat` (two groups: a lead, then a value) with every value masked, the leads kept."""
+    if _TRACE is not None:
+        _TRACE.append(name)
+    parts = pat.split(text)  # [text, lead, value, text, lead, value, ..., text]
+    if len(parts) == 1:
+        return text
+    parts[2::3] = [MASK] * (len(parts) // 3)
+    return "".join(parts)
+
+
+def _has_space(text: str) -> bool:
+    return text.split(None, 1) != [text]  # any whitespace \s matches (str.split's own set)
+
+
 def _redact_plain(text: str) -> str:
     if not text:
         return text
@@ -215,50 +292,91 @@ def _redact_plain(text: str) -> str:
         core = val.rstrip(".")  # NCCL ends an integer param with "."
         return f"{m.group('name')}{m.group('sep')}{_mask_value(core)}{val[len(core):]}"
 
+    def prose_ok(val: str) -> bool:
+        return not (_RE_PLAIN_NUMBER.match(val) or val in _KEEP or val == MASK)
+
     def prose(m: re.Match[str]) -> str:
-        val = m.group("val")
-        if _RE_PLAIN_NUMBER.match(val) or val in _KEEP or val == MASK:
+        if not prose_ok(m.group("val")):
             return m.group(0)  # "token usage: 0.04", "#token: 900" are counts
         return f"{m.group('word')}{m.group('sep')}{MASK}"
 
     out = text
     if "PRIVATE KEY-----" in out:
-        out = _RE_PEM.sub(lambda m: f"-----BEGIN {m.group('kind')}PRIVATE KEY----- {MASK}", out)
-    # each rule runs only when the cheap test of what it needs passes: a decode line costs a few
-    # substring tests and the name rules, not every pattern
+        out = _sub("pem", _RE_PEM,
+                   lambda m: f"-----BEGIN {m.group('kind')}PRIVATE KEY----- {MASK}", out)
+    # each rule runs only when the cheap test of what it needs passes (substring tests at memchr
+    # speed): a decode line, or a MiB of name characters, costs few or no regex passes
     if "://" in out and "@" in out:
-        out = _RE_URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", out)
+        out = _sub("url_cred", _RE_URL_CRED, lambda m: f"{m.group('scheme')}{MASK}@", out)
     if "hooks.slack" in out:
-        out = _RE_SLACK_HOOK.sub(lambda m: f"{m.group('lead')}{MASK}", out)
-    if "-u" in out:
-        out = _RE_CURL_USER.sub(lambda m: f"{m.group('lead')}{MASK}", out)
+        out = _sub("slack", _RE_SLACK_HOOK, lambda m: f"{m.group('lead')}{MASK}", out)
+    if "-u" in out or "--user" in out:
+        out = _mask_second(_RE_CURL_USER, out, "curl_user")
+        for q, pat in _RE_CURL_USER_Q.items():
+            if q in out:
+                out = _mask_second(pat, out, f"curl_user{q}")
     if "-p" in out:
         low = out.lower()
         if any(w in low for w in _MYSQL_WORDS):
-            out = _RE_MYSQL_P.sub(lambda m: f"{m.group('lead')}{MASK}", out)
+            out = _sub("mysql_p", _RE_MYSQL_P, "-p" + MASK, out)
+            if "-p'" in out:
+                out = _sub("mysql_p'", _RE_MYSQL_P1, "-p'" + MASK, out)
+            if '-p"' in out:
+                out = _sub('mysql_p"', _RE_MYSQL_P2, '-p"' + MASK, out)
     if "eyJ" in out:
-        out = _RE_JWT.sub(MASK, out)
+        out = _sub("jwt", _RE_JWT, MASK, out)
     if _RE_SHAPE_HINT.search(out):
-        out = _RE_TOKEN_SHAPES.sub(MASK, out)
-    if len(out) >= 40:
-        out = _RE_B64_WORD.sub(_b64_secret, out)
+        out = _sub("token_shapes", _RE_TOKEN_SHAPES, MASK, out)
+    if len(out) >= 40 and _mixed(out):  # a key body mixes upper, lower and digits
+        out = _sub("b64_word", _RE_B64_WORD, _b64_secret, out)
+    if "=" in out:
+        if "\n" in out:
+            out = _sub("b64_tail", _RE_B64_TAIL, _b64_tail, out)
+        elif m := _RE_B64_TAIL.match(out):  # one line: only its start can be a line's start
+            out = _b64_tail(m) + out[m.end():]
     low = out.lower()
     bare = _RE_COUNTS.sub("", low) if "token" in low else low
     if not any(w in bare for w in _NAME_HINTS):
         return out  # no name-based rule can mask anything
-    if "authorization" in low or "api-key" in low:
-        out = _RE_AUTH_HEADER.sub(auth, out)
-    if "bearer" in low or "basic" in low:
-        out = _RE_BEARER.sub(lambda m: f"{m.group(1)} {MASK}", out)
-    if "=" in out:
-        out = _RE_QUERY.sub(query, out)
+    eq, colon = "=" in out, ":" in out
+    space = _has_space(out)
+    if ("authorization" in low or "api-key" in low) and (eq or colon):
+        out = _sub("auth_header", _RE_AUTH_HEADER, auth, out)
+    if ("bearer" in low or "basic" in low) and space:
+        out = _sub("bearer", _RE_BEARER, lambda m: f"{m.group(1)} {MASK}", out)
+    if eq and ("?" in out or "&" in out or ";" in out):
+        out = _sub("query", _RE_QUERY, query, out)
     if " set by environment to " in out:
-        out = _RE_SET_BY_ENV.sub(env, out)
-    out = _RE_PROSE.sub(prose, out)
-    out = _RE_PAIR.sub(pair, out)
-    if "-" in out:
-        out = _RE_FLAG.sub(flag, out)
+        out = _sub("set_by_env", _RE_SET_BY_ENV, env, out)
+    if (space or eq or colon) and any(w in bare for w in _PROSE_WORDS):
+        out = _prose(out, prose, prose_ok)
+    if eq or colon:  # a pair's separator
+        out = _sub("pair", _RE_PAIR, pair, out)
+    if "-" in out and (eq or space):  # --flag=VALUE / --flag VALUE
+        out = _sub("flag", _RE_FLAG, flag, out)
     return out
+
+
+def _prose(out: str, prose: Any, prose_ok: Any) -> str:
+    """"password X" / "token is X": on the lower-cased text where lower() keeps every
+    position (a case-blind regex tries every character, ~4x the cost), else case-blind."""
+    low = out.lower()
+    if len(low) != len(out):  # a character whose lower case is longer (İ): positions move
+        return _sub("prose", _RE_PROSE, prose, out)
+    if _TRACE is not None:
+        _TRACE.append("prose")
+    parts: list[str] = []
+    last = 0
+    for m in _RE_PROSE_LOW.finditer(low):
+        start, end = m.span()
+        if not prose_ok(out[m.start("val"):end]):
+            continue
+        parts += (out[last:start], out[start:m.end("sep")], MASK)
+        last = end
+    if not parts:
+        return out
+    parts.append(out[last:])
+    return "".join(parts)
 
 
 _RE_SVG_TEXT = re.compile(r"(<text\b[^>]*>)([^<]*)(</text>)")

@@ -165,3 +165,89 @@ def test_redaction_is_linear_in_the_line_length():
         assert big < 4 * small, (unit, small, big)
     assert costs["a"][2] and costs["a."][2]  # names alone are no secret: kept whole
     assert costs["Aa0"][2] is False  # a MiB of base64 is masked (a key body)
+
+
+# issue 22's follow-up: shapes that were left whole, and near misses that must stay whole
+PEM_TAIL = "4pZRtbJmy7l2Ylgg3eJ7Bw=="
+PEM_LONG = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7PlantedKeyLine"
+
+
+@pytest.mark.parametrize(("text", "secret", "kept"), [
+    ("mysql -h db -u root -p'S3cretPWq' mydb", "S3cretPWq", "-p'" + MASK + "' mydb"),
+    ('mysql -h db -u root -p"S3cretPWq" mydb', "S3cretPWq", '-p"' + MASK + '" mydb'),
+    ("mysql -h db -u root -pS3cretPWq mydb", "S3cretPWq", "-p" + MASK + " mydb"),
+    ("curl -u 'admin:pw 12345' https://x", "12345", "-u 'admin:" + MASK + "' https://x"),
+    ('curl -u "admin:pw 12345" https://x', "12345", '-u "admin:' + MASK + '" https://x'),
+    ("curl -u admin:'pw 12345' https://x", "12345", "-u admin:'" + MASK + "' https://x"),
+    ("curl --user 'admin:pw 12345' -H 'X: y'", "12345", "'admin:" + MASK + "' -H 'X: y'"),
+    ("curl -u 'admin:pw 12345", "12345", "-u 'admin:" + MASK),  # a cut line: the rest
+    (PEM_TAIL, PEM_TAIL, MASK),  # a key body's short last line, logged on its own
+    (f"  {PEM_TAIL}\r", PEM_TAIL, f"  {MASK}\r"),
+    (f"[2026-02-26 19:16:42] {PEM_TAIL}", PEM_TAIL, f"[2026-02-26 19:16:42] {MASK}"),
+    (f"{PEM_LONG}\n{PEM_TAIL}\n", PEM_TAIL, f"{MASK}\n{MASK}\n"),  # after a long body line
+    ("a+/9Zq==", "a+/9Zq", MASK),
+    # prose runs on the lower-cased text, or case-blind where lower() moves positions (İ)
+    ("login PASSWORD Pl4nted!pw", "Pl4nted!pw", "PASSWORD " + MASK),
+    ("İ login: the Token is abc123x", "abc123x", "Token is " + MASK),
+])
+def test_quoted_passwords_and_short_key_lines_are_masked(text, secret, kept):
+    out = redact_text(text)
+    assert secret not in out and kept in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "mysql -h db -u root -p mydb",  # -p alone: mysql prompts for it
+    "mysql -h db -u root -p'' mydb",  # an empty password is no secret
+    "pip install -p'x' mypkg",  # -p'...' off a MySQL line
+    "curl -u 'admin:' https://x",
+    "curl -u admin https://x",
+    "status==", "count=", "QUJDRA==", "1234====", "ab1=", "abc12=",  # one plain word, no key line
+    f"x = {PEM_TAIL} y",  # inside a sentence: not a whole line
+    "retries: 3 ok==", "[2026-02-26 19:16:42] done==",
+])
+def test_near_misses_of_the_new_shapes_are_kept(text):
+    assert redact_text(text) == text
+
+
+def test_decode_and_stats_lines_are_untouched_and_cheap():
+    from specmon.redact import redaction_passes
+
+    for line in (decode_line(88.8), decode_line(93.5, accept=2.4)):
+        assert redact_text(line) == line
+        assert len(redaction_passes(line)) <= 1, redaction_passes(line)  # the key-body scan
+
+
+# A MiB of each hostile shape and the regex passes it may cost: a pass is one scan of the text
+# (~10-20 ms a MiB), so these bound the cost without timing anything. Before, each of the
+# name-character shapes ran ~9 passes (the name rules, case-blind prose, the key-body scan).
+_PASSES = {
+    "-key": [], "token-": [], "--token": [], "a-token": [], "auth.": [], "x_key": [],
+    "a": [], "a.": [], "-a": [], "?a=": [], "a://": [], "a='\\'": [],
+    "eyJ-": ["jwt"], "token ": ["prose"], "-u a:": ["curl_user"], "mysql -p": ["mysql_p"],
+    "-u 'a:": ["curl_user", "curl_user'"], "mysql -p'": ["mysql_p", "mysql_p'"],
+    "Aa0": ["b64_word"], "Aa0==\n": ["b64_word", "b64_tail"],
+}
+
+
+@pytest.mark.parametrize("unit", list(_PASSES))
+def test_hostile_mib_runs_only_the_passes_that_can_match(unit):
+    from specmon.redact import redaction_passes
+
+    text = (unit * ((1 << 20) // len(unit) + 1))[:1 << 20]
+    assert redaction_passes(text) == _PASSES[unit]
+
+
+def test_every_rule_still_runs_where_its_shape_is():
+    """The pre-checks skip a pass only where it cannot match: a line holding every shape runs
+    every rule (and masks each secret)."""
+    from specmon.redact import redaction_passes
+
+    line = (f"+ HF_TOKEN={HF} curl -u 'bot:pw 1' -H 'Authorization: Token zzqq1234' "
+            f"https://u:{URL_PW}@h/x?access_token=qq9 Bearer abcdefgh12 password {PLAIN_KEY} "
+            f"--api-key {PLAIN_KEY} NCCL_IB_PASSWORD set by environment to x9 eyJabcdef.eyJabcdef.s")
+    passes = redaction_passes(line)
+    for name in ("url_cred", "curl_user'", "jwt", "token_shapes", "auth_header", "bearer",
+                 "query", "set_by_env", "prose", "pair", "flag"):
+        assert name in passes, name
+    out = redact_text(line)
+    assert not any(s in out for s in (HF, URL_PW, PLAIN_KEY, "zzqq1234", "qq9", "x9", "pw 1"))
