@@ -164,3 +164,4 @@ exit_on_error  # Protocol parameter: Textual's App.run_worker (specmon/ui/contro
 thread  # Protocol parameter: Textual's App.run_worker (specmon/ui/snapshot_keys.py SnapshotApp)
 _.readinto  # io.RawIOBase protocol: io.BufferedReader calls it (specmon/analysis/logfile.py _Inflated)
 _.text_factory  # sqlite3.Connection setting (specmon/session/baselines.py)
+redaction_passes  # introspection for tests/integration/test_redact.py: which regex passes a text runs (a cost check that times nothing)
