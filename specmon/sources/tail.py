@@ -315,8 +315,12 @@ class LogTailer:
             if cut is None and len(data) + (0 if noeol else 1) != end - off:
                 raise ProtocolError(f"a line's bytes ({len(data)}) do not match its offsets "
                                     f"{off}..{end} in {spec.path}")
+            eol = b"\n"
+            if noeol and cut is None and data.endswith(b"\r"):  # ended at a lone CR (the
+                data, noeol, eol = data[:-1], False, b"\r"  # agent sends its CR): as split_cr
+                text = text[:-1] if text.endswith("\r") else text
             out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
-                               end <= hist_end, cut, noeol))
+                               end <= hist_end, cut, noeol, eol))
         if b"\r" in b"".join([ln.data for ln in out]):  # (one C search per message)
             out = [piece for ln in out for piece in split_cr(ln)]
         # the lines are handed over together (`batches`): the position moves past all of them
