@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
             print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
             return NO_LINES
         return 0
-    if any(_may_hold_runs(name) for name in args.files):
-        return summary_by_run(args.files)
+    if len(args.files) > 1 or _may_hold_runs(args.files[0]):  # (files are never merged:
+        return summary_by_run(args.files)  # two logs are two servers' runs, or two launches)
     total = LogSummary()
     for name in args.files:
         try:
@@ -234,8 +234,8 @@ def summary_by_run(files: list[str]) -> int:
         finally:
             if fh is not None and fh is not sys.stdin.buffer:
                 fh.close()
-            if n == 1 and first is not None:
-                print(f"{name}: 1 run\n" + first.summary.render())
+            if n == 1 and first is not None:  # (one file: its summary, as plain or .gz)
+                print((f"{name}: 1 run\n" if len(files) > 1 else "") + first.summary.render())
             elif n > 1:
                 print(f"\n{name}: {n} server runs")
     if not found:
