@@ -9,20 +9,10 @@ import signal
 import threading
 import time
 
-import pytest
 from kit.tail import Collector
 from kit.wait import until
 
-from specmon.hosts.local import LocalHost
 from specmon.sources.tail import LogTailer, TailSpec
-
-
-@pytest.fixture
-async def host():
-    h = LocalHost()
-    await h.connect()
-    yield h
-    await h.close()
 
 
 async def test_cr_only_log_is_read_live_and_resumed_at_the_exact_byte(host, tmp_path):

@@ -13,7 +13,6 @@ from kit.tail import Collector
 from kit.wait import until
 
 from specmon.hosts.agent_client import AGENT_PATH, AgentClient
-from specmon.hosts.local import LocalHost
 from specmon.sources.tail import LogTailer, TailSpec
 
 
@@ -27,14 +26,6 @@ def assert_contiguous(lines) -> None:
     for a, b in zip(lines, lines[1:], strict=False):
         if a.inode == b.inode:
             assert b.offset == a.end, (a, b)
-
-
-@pytest.fixture
-async def host():
-    h = LocalHost()
-    await h.connect()
-    yield h
-    await h.close()
 
 
 def test_agent_is_stdlib_only_and_never_imports_specmon():
