@@ -30,6 +30,9 @@ from .protocol import (
 # or for good): the old file is followed until it has not grown for this long, then the tail
 # moves to the new file. Moving at once would lose whatever is written to the old file later.
 ROTATE_QUIET_S = 1.0
+# a CR that ends the file may be half of a CRLF; after this long with no byte after it, it
+# ends its line (offline, the end of the file ends it: `record` and `parse` then agree)
+CR_QUIET_S = 0.5
 
 _EOL = re.compile(b"\r\n|\r|\n")
 _SKIPPED = ("a file the log was rotated to was gone (rotated away and removed) before it could "
@@ -64,6 +67,7 @@ class Tail:
         # the last byte read was a CR ending what was read: a line end, or CRLF's first half
         # (counted in pos, not in buf or cut)
         self.cr_held = False
+        self.cr_since = None  # when the file was last seen ending at a held CR
         # files the path named after the one followed, in the order seen: [ino, dev, open
         # file or None while it cannot be opened]; each is read in turn (none is skipped
         # when rotations come faster than ROTATE_QUIET_S)
@@ -409,6 +413,19 @@ class Tail:
         if self.credit is not None:
             self.credit -= out[-1][3]
 
+    def _release_cr(self, out, moved):
+        """At the end of the file: a held CR with no byte after it for CR_QUIET_S ends its
+        line (a CRLF writer that paused between the two then gives one empty line more)."""
+        if not self.cr_held:
+            self.cr_since = None
+            return
+        now = time.monotonic()
+        if moved or self.cr_since is None:
+            self.cr_since = now
+        elif now - self.cr_since >= CR_QUIET_S:
+            self.cr_since = None
+            self._flush_partial(out)
+
     # -- rotation ----------------------------------------------------------------------
     def _sight(self, out):
         """stat the path; a file there that is neither the one followed nor one already
@@ -519,9 +536,11 @@ class Tail:
             self.missing_reported = False
             self.last_error = None
             out.append(self._ev("opened", ino=self.ino, off=0, resumed=False))
+        pos0 = self.pos
         state = self._read_available(out, TICK_BUDGET)
         if state is not None:
             return state == "more"
+        self._release_cr(out, self.pos != pos0)
         if self.history_end is not None and self.pos >= self.history_end:
             out.append(self._ev("history_end", ino=self.ino, off=self.line_start))
             self.history_end = None

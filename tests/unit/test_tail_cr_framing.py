@@ -107,3 +107,34 @@ def test_cr_only_line_longer_than_max_line_is_cut_and_the_next_lines_kept(tmp_pa
     assert [i[2] for i in items[1:]] == ["short\r", "next\r"]
     assert items[-1][1] == log.stat().st_size
     t.close()
+
+
+def test_a_cr_that_ends_a_quiet_file_ends_its_line(tmp_path, monkeypatch):
+    """Offline, the end of the file ends a CR-ended last line; live it waited for a byte that
+    never came (`record` of a CR-only log had one line fewer than `parse`). After CR_QUIET_S
+    with the file unchanged the line is delivered; a LF that comes later is a line of its own."""
+    clock = [1000.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: clock[0])
+    log = tmp_path / "cr.log"
+    log.write_bytes(b"a\rb\r")
+    t = agent.Tail(0, str(log))
+    t.start(history=None)
+    out: list = []
+    t.poll(out)
+    assert [ev[2][2] for ev in out if type(ev) is tuple] == ["a\r"]  # b waits: a CRLF?
+    out = []
+    clock[0] += agent.CR_QUIET_S / 2
+    t.poll(out)
+    assert not [ev for ev in out if type(ev) is tuple]  # not quiet long enough yet
+    clock[0] += agent.CR_QUIET_S
+    t.poll(out)
+    items = [ev[2] for ev in out if type(ev) is tuple]
+    assert [(i[0], i[1], i[2]) for i in items] == [(2, 4, "b\r")]
+    assert items[0][3].get("noeol") is True  # (its bytes are its span: the client's rule)
+    with open(log, "ab") as f:
+        f.write(b"\nc\n")
+    out = []
+    t.poll(out)
+    assert [(ev[2][0], ev[2][1], ev[2][2]) for ev in out if type(ev) is tuple] == [
+        (4, 5, ""), (5, 7, "c")]
+    t.close()
