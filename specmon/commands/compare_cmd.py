@@ -1,7 +1,8 @@
 """`specmon compare BASELINE_LOG SPEC_LOG`: the speedup of the last runs, per batch size.
 
-Exit status: 0 compared, 3 no batch size with enough samples on both (which is said), 2 usage
-or a damaged log (what was read before the damage is still compared, and the damage said).
+Exit status: 0 compared, 3 no batch size with enough samples on both or a log without a run
+(which is said), 2 usage or a damaged log (what was read before the damage is still compared,
+and the damage said).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "(server_args lines, restarts) and compare the last run of each (or the runs "
                      "chosen) at the same #running-req, with the same code as the UI. Says which "
                      "conditions differ besides speculation (server args, NCCL env, versions). Exit "
-                     "status: 0 compared, 3 no batch size has enough samples on both, 2 usage error or "
+                     "status: 0 compared, 3 no batch size has enough samples on both (or a log holds no "
+                     "server run), 2 usage error or "
                      "a damaged log (the lines before the damage are compared, the damage said).")
     p.add_argument("baseline", metavar="BASELINE_LOG")
     p.add_argument("spec", metavar="SPEC_LOG")
@@ -62,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("only one of the two logs can be '-' (stdin)")
     base, base_err = _read(args.baseline, "baseline")
     spec, spec_err = _read(args.spec, "speculative")
+    for state, name, err in ((base, args.baseline, base_err), (spec, args.spec, spec_err)):
+        if not state.runs:  # too little data, as parse says of a log without a run (exit 3)
+            if err is not None:
+                raise err
+            print(f"specmon compare: {name}: no SGLang or vLLM lines (no server run)",
+                  file=sys.stderr)
+            return 3
     try:
         cmp = compare(base, spec, base_run=base_run, spec_run=spec_run,
                       running_req=args.running_req)

@@ -224,10 +224,13 @@ def test_a_decode_line_whose_running_req_is_no_number_is_said_unreadable(capsys,
     assert rows == {"2": "10", "unreadable": "20"}, out
 
 
-def test_parse_runs_of_a_log_without_server_lines_exits_3_as_parse_does(capsys,
+def test_parse_runs_and_compare_of_a_log_without_server_lines_exit_3_as_parse_does(capsys,
                                                                        tmp_path: Path) -> None:
     log = tmp_path / "none.log"
     log.write_text("hello\nnothing SGLang printed\n")
-    for argv in (["parse", str(log)], ["parse", "--json", str(log)], ["parse", "--runs", str(log)]):
+    good = tmp_path / "good.log"
+    good.write_text("".join(_decode(i) for i in range(10)))
+    for argv in (["parse", str(log)], ["parse", "--json", str(log)], ["parse", "--runs", str(log)],
+                 ["compare", str(log), str(good)], ["compare", str(good), str(log)]):
         code, out, err = run_cli(capsys, *argv)
         assert code == 3 and "no " in err and "Traceback" not in err, (argv, code, err)
