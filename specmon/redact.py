@@ -292,14 +292,6 @@ def _redact_plain(text: str) -> str:
         core = val.rstrip(".")  # NCCL ends an integer param with "."
         return f"{m.group('name')}{m.group('sep')}{_mask_value(core)}{val[len(core):]}"
 
-    def prose_ok(val: str) -> bool:
-        return not (_RE_PLAIN_NUMBER.match(val) or val in _KEEP or val == MASK)
-
-    def prose(m: re.Match[str]) -> str:
-        if not prose_ok(m.group("val")):
-            return m.group(0)  # "token usage: 0.04", "#token: 900" are counts
-        return f"{m.group('word')}{m.group('sep')}{MASK}"
-
     out = text
     if "PRIVATE KEY-----" in out:
         out = _sub("pem", _RE_PEM,
@@ -349,7 +341,7 @@ def _redact_plain(text: str) -> str:
     if " set by environment to " in out:
         out = _sub("set_by_env", _RE_SET_BY_ENV, env, out)
     if (space or eq or colon) and any(w in bare for w in _PROSE_WORDS):
-        out = _prose(out, prose, prose_ok)
+        out = _prose(out)
     if eq or colon:  # a pair's separator
         out = _sub("pair", _RE_PAIR, pair, out)
     if "-" in out and (eq or space):  # --flag=VALUE / --flag VALUE
@@ -357,19 +349,31 @@ def _redact_plain(text: str) -> str:
     return out
 
 
-def _prose(out: str, prose: Any, prose_ok: Any) -> str:
+def _prose_value(val: str) -> bool:
+    """Whether a prose rule's value is one to mask ("token usage: 0.04", "#token: 900" are
+    counts)."""
+    return not (_RE_PLAIN_NUMBER.match(val) or val in _KEEP or val == MASK)
+
+
+def _prose_sub(m: re.Match[str]) -> str:
+    if not _prose_value(m.group("val")):
+        return m.group(0)
+    return f"{m.group('word')}{m.group('sep')}{MASK}"
+
+
+def _prose(out: str) -> str:
     """"password X" / "token is X": on the lower-cased text where lower() keeps every
     position (a case-blind regex tries every character, ~4x the cost), else case-blind."""
     low = out.lower()
     if len(low) != len(out):  # a character whose lower case is longer (İ): positions move
-        return _sub("prose", _RE_PROSE, prose, out)
+        return _sub("prose", _RE_PROSE, _prose_sub, out)
     if _TRACE is not None:
         _TRACE.append("prose")
     parts: list[str] = []
     last = 0
     for m in _RE_PROSE_LOW.finditer(low):
         start, end = m.span()
-        if not prose_ok(out[m.start("val"):end]):
+        if not _prose_value(out[m.start("val"):end]):
             continue
         parts += (out[last:start], out[start:m.end("sep")], MASK)
         last = end

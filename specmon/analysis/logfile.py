@@ -183,8 +183,8 @@ def open_input(name: str) -> BinaryIO:
         raw: BinaryIO = sys.stdin.buffer
     else:
         with contextlib.suppress(OSError):  # (open() below says what is wrong)
-            mode = os.stat(name).st_mode
-            size = os.stat(name).st_size if stat.S_ISREG(mode) else 0
+            st = os.stat(name)
+            mode, size = st.st_mode, st.st_size if stat.S_ISREG(st.st_mode) else 0
             for test, what in _NOT_LOGS:
                 if test(mode):
                     raise CliError(f"{name}: is {what}, expected a log file")

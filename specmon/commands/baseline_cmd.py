@@ -110,27 +110,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _read_log(name: str) -> list[tuple[Record, str]]:
-    from specmon.analysis.logfile import READ_ERRORS, capped_lines, open_input
+    from specmon.analysis.logfile import LogLines
 
-    fh = open_input(name)
     out: list[tuple[Record, str]] = []
     guard = EngineGuard(name)
-    n = 0
-    try:
-        for raw in capped_lines(fh):
-            n += 1
+    with LogLines(name) as log:
+        for n, raw in enumerate(log, 1):
             rec = parse_line(raw)
             guard.check(rec, n)
             if rec is not None:
                 out.append((rec, raw.decode("utf-8", "replace")))
             elif b"set by environment to" in raw or b"NCCL INFO" in raw:
                 out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
-    except READ_ERRORS as exc:
-        raise CliError(f"{name}: read error after {n:,} lines "
-                       f"({exc or type(exc).__name__})") from None
-    finally:
-        if name != "-":
-            fh.close()
+    if log.error is not None:  # a baseline is never recorded from part of a log
+        raise log.error
     # vLLM: each spec line joins its engine's line (the records are the same objects)
     join_records(r for r, _ in out)
     return out

@@ -75,14 +75,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if len(args.files) > 1 or _may_hold_runs(args.files[0]):  # (files are never merged:
         return summary_by_run(args.files)  # two logs are two servers' runs, or two launches)
-    total = LogSummary()
-    for name in args.files:
-        try:
-            total.merge(summarise(name))
-        except PartialRead as exc:
-            total.merge(exc.summary)
-            print(total.render())  # what was read before the damage is still reported
-            raise
+    try:  # one plain file holding one run
+        total = summarise(args.files[0])
+    except PartialRead as exc:
+        print(exc.summary.render())  # what was read before the damage is still reported
+        raise
     if not total.recognised and not total.events:
         print(total.render())
         print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)

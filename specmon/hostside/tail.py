@@ -87,7 +87,7 @@ class Tail:
         f.seek(offset)
         self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
         self.pos = self.line_start = offset
-        self.buf, self.cut, self.cr_held = b"", None, False
+        self._clear_line()
         self.quiet_since = None
         return st
 
@@ -311,6 +311,10 @@ class Tail:
             self.line_start = self.pos
             start = j + 1
 
+    def _clear_line(self):
+        """Forget the line being read (a new file, a truncation): no bytes, no cut, no CR."""
+        self.buf, self.cut, self.cr_held, self.cr_since = b"", None, False, None
+
     def _keep(self, rest):
         """Bytes of a line whose end is not read yet."""
         if self.cut is not None:
@@ -511,7 +515,7 @@ class Tail:
         nst = os.fstat(nf.fileno())
         self.f, self.ino, self.dev = nf, nst.st_ino, nst.st_dev
         self.pos = self.line_start = 0
-        self.buf, self.cut, self.cr_held = b"", None, False
+        self._clear_line()
         self.missing_reported = False
         self.last_error = None
         out.extend(skipped)
@@ -560,7 +564,7 @@ class Tail:
             at = self.line_start
             self.f.seek(0)
             self.pos = self.line_start = 0
-            self.buf, self.cut, self.cr_held = b"", None, False
+            self._clear_line()
             out.append(self._ev("truncated", ino=self.ino, at=at, size=fst.st_size))
             return True
         return False
