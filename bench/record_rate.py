@@ -165,7 +165,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--paced-rate", type=int, default=20_000,
                     help="lines/s of the paced run (0: skip it)")
-    ap.add_argument("--paced-seconds", type=int, default=10)
+    ap.add_argument("--paced-seconds", type=int, default=10, help="(0: skip the paced run)")
     args = ap.parse_args()
     ratios: list[str] = []
     with tempfile.TemporaryDirectory() as d:
@@ -197,7 +197,7 @@ def main() -> None:
                 ratios.append(f"ratio record_{label}_vs_{'tail' if label == 'live' else 'cat'} "
                               f"{s / r:.2f}")
                 path.unlink()
-            if args.paced_rate > 0:
+            if args.paced_rate > 0 and args.paced_seconds > 0:
                 paced(sshd, kh, cfg, root, args.paced_rate, args.paced_seconds)
         finally:
             sshd.stop()

@@ -3,6 +3,7 @@ user's unless asked), /proc/PID/{stat,cmdline,fd,environ}, file reads and stats,
 RECORD-hash probe of an installed SGLang (read, never run from another process)."""
 
 import base64
+import errno
 import hashlib
 import json
 import os
@@ -10,7 +11,11 @@ import stat
 import subprocess
 import sys
 
-from .protocol import _one_line, bundle, one_shot_code
+from .protocol import _one_line, bundle, one_shot_code, open_regular
+
+# the largest file the probe hashes (an installed .py file is far smaller; /dev/zero planted
+# as one would otherwise be read forever)
+MAX_HASHED = 64 << 20
 
 
 # -- /proc -------------------------------------------------------------------------------
@@ -52,6 +57,52 @@ def _pids():
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
 
+def proc_uids(pid):
+    """(real, effective, saved, filesystem) uids of a process, or None when it is gone.
+
+    The owner of /proc/PID is only the effective uid: a setuid program another user started
+    (`su` waiting at its prompt, its argv the other user's choice, `exec -a`) has root's
+    there. A process is the user's own only when all four are the user's."""
+    try:
+        raw = _read_bytes("/proc/%d/status" % pid, 1 << 16)
+    except (OSError, IOError):
+        return None
+    for line in raw.split(b"\n"):
+        if line.startswith(b"Uid:"):
+            try:
+                ids = tuple(int(x) for x in line[4:].split())
+            except ValueError:
+                return None
+            return ids if len(ids) == 4 else None
+    return None
+
+
+def process_owner(pid, me=None):
+    """The uid a process counts as, or None when it is gone: the user's own (`me`) only when
+    every one of its uids is; else the first of its real, effective, saved and filesystem
+    uids that is another's (another user's setuid-root process counts as theirs, not as
+    root's)."""
+    me = os.geteuid() if me is None else me
+    ids = proc_uids(pid)
+    if ids is None:
+        return None
+    for uid in ids:
+        if uid != me:
+            return uid
+    return me
+
+
+def _check_own(pid):
+    """Raise unless `pid` is the connecting user's own process (its fds, cwd, environment
+    and files are read only for the user's own processes: a pid may also have been reused
+    by another user's process since discovery listed it)."""
+    owner = process_owner(pid)
+    if owner is None:
+        raise OSError(errno.ESRCH, "no process %d" % pid)
+    if owner != os.geteuid():
+        raise OSError(errno.EPERM, "process %d is another user's (uid %d): not read" % (pid, owner))
+
+
 def op_procs(req):
     """The connecting user's processes (every user's with "all_users"): [pid, ppid, uid,
     argv] (argv capped at 8 KiB). Another user's process is shown, never trusted: nothing
@@ -60,9 +111,8 @@ def op_procs(req):
     every = bool(req.get("all_users"))
     res = []
     for pid in _pids():
-        try:
-            uid = os.stat("/proc/%d" % pid).st_uid
-        except OSError:
+        uid = process_owner(pid, me)
+        if uid is None:
             continue
         if uid != me and not every:
             continue
@@ -98,6 +148,7 @@ def _fd_info(pid, fd):
 def op_proc_info(req):
     """fds (targets), cwd, optionally environ (filtered by prefixes), cmdline and stat."""
     pid = int(req["pid"])
+    _check_own(pid)
     out = {"pid": pid, "fds": {}}  # type: dict
     for fd in req.get("fds", [1, 2]):
         out["fds"][str(fd)] = _fd_info(pid, int(fd))
@@ -135,7 +186,7 @@ def op_read(req):
     path = req["path"]
     off = int(req.get("offset", 0))
     size = min(int(req.get("size", 1 << 20)), 4 << 20)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         st = os.fstat(f.fileno())
         if off < 0:
             off = max(0, st.st_size + off)
@@ -146,12 +197,36 @@ def op_read(req):
 
 
 def op_stat(req):
+    """A file's stat; with "pid" (the user's own process), also whether that process holds
+    the file open ("held"): a file named on another process's command line is the server's
+    log only when it writes it (holds it) or the user owns it."""
     try:
         st = os.stat(req["path"])
     except OSError:
         return None
-    return {"ino": st.st_ino, "dev": st.st_dev, "size": st.st_size, "mtime": st.st_mtime,
-            "regular": stat.S_ISREG(st.st_mode), "readable": os.access(req["path"], os.R_OK)}
+    out = {"ino": st.st_ino, "dev": st.st_dev, "size": st.st_size, "mtime": st.st_mtime,
+           "regular": stat.S_ISREG(st.st_mode), "readable": os.access(req["path"], os.R_OK),
+           "uid": st.st_uid}
+    if req.get("pid") is not None:
+        out["held"] = _holds(int(req["pid"]), st.st_dev, st.st_ino)
+    return out
+
+
+def _holds(pid, dev, ino):
+    """Does the user's own process `pid` have the file (dev, ino) open?"""
+    try:
+        _check_own(pid)
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_dev == dev:
+            return True
+    return False
 
 
 # -- the RECORD-hash probe of an installed distribution ------------------------------------
@@ -218,14 +293,29 @@ def modified_files(dist_name="sglang", path=None):
             continue
         p = f.locate()
         try:
-            with open(str(p), "rb") as fh:
-                digest = hashlib.sha256(fh.read()).digest()
-        except OSError:
-            changed.append(str(f) + " (missing)")
+            digest = _sha256_of(str(p))
+        except OSError as e:
+            changed.append(str(f) + (" (missing)" if e.errno == errno.ENOENT
+                                     else " (unreadable: %s)" % (e.strerror or e)))
             continue
         if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != f.hash.value:
             changed.append(str(f))
     return version, "RECORD", sorted(changed)
+
+
+def _sha256_of(path):
+    """sha256 of a regular file of at most MAX_HASHED bytes (never blocks on a FIFO)."""
+    h = hashlib.sha256()
+    n = 0
+    with open_regular(path) as fh:
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                return h.digest()
+            n += len(block)
+            if n > MAX_HASHED:
+                raise OSError(errno.EFBIG, "over %d MiB" % (MAX_HASHED >> 20), path)
+            h.update(block)
 
 
 def host_info():
@@ -266,10 +356,7 @@ def _site_dirs(pid):
     """Where the connecting user's own process `pid` imports from, found by READING (never
     running anything): its PYTHONPATH and its interpreter prefix's lib/python*/site-packages.
     None for another user's process (nothing of it is trusted) or when nothing is found."""
-    try:
-        if os.stat("/proc/%d" % pid).st_uid != os.geteuid():
-            return None
-    except OSError:
+    if process_owner(pid) != os.geteuid():
         return None
     dirs = []  # type: list
     try:

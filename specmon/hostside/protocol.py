@@ -39,8 +39,10 @@ its consumer takes lines, so catching up on a large log never runs ahead of the 
 """
 
 import base64
+import errno
 import json
 import os
+import stat
 import zlib
 
 PROTOCOL_VERSION = 2
@@ -102,6 +104,40 @@ def _isascii_36(data):
 
 
 _isascii = getattr(bytes, "isascii", None) or _isascii_36  # bytes.isascii: Python 3.7+
+
+
+def open_regular(path, owners=None):
+    """`path` opened for reading as a binary file, only when it is a regular file (and, given
+    `owners`, owned by one of those uids). Another user may put a FIFO or a device where a
+    log or a file to hash was: a plain open() of a FIFO blocks the agent's one loop until
+    someone writes to it, and a read of /dev/zero never ends. O_NONBLOCK makes the open
+    itself return at once; fstat then decides on what was really opened (a stat first spares
+    opening a device at all, where an open alone can act)."""
+    _check_regular(os.stat(path).st_mode, path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        _check_regular(st.st_mode, path)
+        if owners is not None and st.st_uid not in owners:
+            raise OSError(errno.EPERM, "owned by uid %d, not the log's owner: not followed"
+                          % st.st_uid, path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_regular(mode, path):
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise OSError(errno.EISDIR, "Is a directory", path)
+    kind = "not a plain file"
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            kind = name
+    raise OSError(errno.EINVAL, "not a regular file (%s)" % kind, path)
 
 
 def _one_line(e):

@@ -24,6 +24,7 @@ from .protocol import (
     _isascii,
     _line_event,
     _one_line,
+    open_regular,
 )
 
 # After a rotation the writer may go on appending to the old inode (until it reopens its log,
@@ -45,7 +46,7 @@ def _digest(data):
 
 def _bytes_before(path, off, n):
     """The n bytes of `path` that end at `off` (fewer when the file is shorter)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(max(0, off - n))
         return f.read(min(n, off))
 
@@ -79,11 +80,20 @@ class Tail:
         self.quiet_since = None  # (monotonic time, pos): when the rotated-away file last grew
         # flow control: line cost the client may still receive (None: no limit)
         self.credit = window
+        # the owner of the first file followed: after a rotation, a file at the path is
+        # followed only when it has this owner or ours (in a shared folder another user may
+        # put their own file, or a FIFO, where the log was)
+        self.owner = None
+
+    def _owners(self):
+        return None if self.owner is None else (self.owner, os.geteuid())
 
     # -- opening -----------------------------------------------------------------------
     def _open(self, path, offset):
-        f = open(path, "rb")
+        f = open_regular(path, self._owners())
         st = os.fstat(f.fileno())
+        if self.owner is None:
+            self.owner = st.st_uid
         f.seek(offset)
         self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
         self.pos = self.line_start = offset
@@ -147,6 +157,9 @@ class Tail:
                 st = os.stat(p)
                 if not stat.S_ISREG(st.st_mode) or st.st_size < off:
                     continue
+                owners = self._owners()
+                if owners is not None and st.st_uid not in owners:
+                    continue  # another user's file is no copy of the log
                 if self._same_content(p, off, check):
                     return p, st.st_size
             except OSError:
@@ -208,7 +221,7 @@ class Tail:
     def _history_start(self, size, n):
         """Offset where the last n complete lines begin (a partial last line is not counted)."""
         need = n + 1  # the (n+1)-th line end from the end precedes the first wanted line
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:
             pos = size
             nxt = b""  # the byte after this block (none at the end of what is read)
             while pos > 0:
@@ -466,7 +479,7 @@ class Tail:
             if path is None:
                 return "gone"
         try:
-            f = open(path, "rb")
+            f = open_regular(path, self._owners())
         except FileNotFoundError:
             return "gone"
         except OSError as e:

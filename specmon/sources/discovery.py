@@ -287,6 +287,21 @@ def log_from_fds(fds: dict[str, dict[str, Any]]) -> tuple[str | None, str | None
     return None, LOG_NOT_READABLE, target
 
 
+def log_file_verdict(path: str, st: Any, me: Any) -> tuple[str | None, str | None]:
+    """(log path, problem) for a server's `--log-file` (resolved against its cwd) from the
+    agent's stat of it. Tailed only when the user could open it by its path and the server
+    writes it: the server holds it open, or the user owns it. A file that another user put
+    at that name in a shared folder, and that the server never opened, is theirs, not the
+    server's log."""
+    if not (isinstance(st, dict) and st.get("regular") and st.get("readable", True) is True):
+        return None, f"--log-file {path}: not a readable file; pass --log NAME=PATH"
+    owner = st.get("uid")
+    if st.get("held") is False and type(owner) is int and type(me) is int and owner != me:
+        return None, (f"--log-file {path}: owned by uid {owner} and not open in the server: "
+                      "not its log; pass --log NAME=PATH to tail it")
+    return posixpath.normpath(path), None
+
+
 def foreign_problem(uid: int | None) -> str:
     return (f"another user's process (uid {uid}): its log is not tailed; pass --log NAME=PATH "
             "to tail it")
@@ -316,12 +331,8 @@ async def discover(agent: AgentClient, *, probe_log: bool = True,
         if s.log_file_arg:
             # `... --log-file base.log > base.out 2>&1`: the log is base.log, not stderr
             path = posixpath.join(info.get("cwd") or "/", s.log_file_arg)
-            st = await agent.request("stat", path=path)
-            if isinstance(st, dict) and st.get("regular") and st.get("readable", True) is True:
-                s.log_path, s.log_problem = posixpath.normpath(path), None
-            else:
-                s.log_path = None
-                s.log_problem = f"--log-file {path}: not a readable file; pass --log NAME=PATH"
+            st = await agent.request("stat", path=path, pid=s.pid)
+            s.log_path, s.log_problem = log_file_verdict(path, st, me)
         if s.log_path is None and s.workers and not s.log_file_arg:
             # Workers usually share the launcher's stderr, but check them too.
             winfo = await agent.request("proc_info", pid=s.workers[0][0], fds=[1, 2])

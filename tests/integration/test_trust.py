@@ -42,8 +42,12 @@ FAKE_LAUNCH = textwrap.dedent("""
 # the servers' --port (labels only: nothing listens), distinct per test process: with -n 2
 # each xdist worker makes its own world, and a shared port made the other world's mallory the
 # one a test read (`user 1003` where its own was 1004)
-_PORT0 = 20000 + (os.getpid() % 15000) * 3
+_PORT0 = 20000 + (os.getpid() % 7000) * 6
 PORT_EVIL, PORT_ALICE, PORT_ALICE_SECRET = _PORT0, _PORT0 + 1, _PORT0 + 2
+# mallory's setuid-root process (`su` at its prompt), alice's server naming a file mallory
+# planted, and alice's server that writes (holds open) a file mallory owns
+PORT_SU, PORT_PLANTED, PORT_HELD = _PORT0 + 3, _PORT0 + 4, _PORT0 + 5
+PLANTED = "FORGED-BY-MALLORY accept len: 9.99"
 
 
 @dataclass
@@ -56,6 +60,8 @@ class World:
     marks: Path  # $EVIL/python3 appends here when (if ever) it runs
     secret: Path
     alice_log: Path
+    planted: Path  # mallory's file in a shared folder, named by alice's server, never opened
+    held: Path  # mallory's file that alice's server has open (it writes its log there)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def config(self, user: str) -> Path:
@@ -140,7 +146,16 @@ def world() -> Iterator[World]:
         alice_dir.mkdir(mode=0o755)
         shutil.chown(alice_dir, alice)
         alice_log = alice_dir / "a.log"
-        w = World(base, sshd, alice, mallory, uids, marks, secret, alice_log, procs)
+        shared = base / "shared"  # a folder every user may write to, as /tmp
+        shared.mkdir()
+        os.chmod(shared, 0o1777)
+        planted, held = shared / "planted.log", shared / "held.log"
+        for f in (planted, held):
+            f.write_text(f"{PLANTED}\n{DECODE}\n")
+            os.chmod(f, 0o666)
+            shutil.chown(f, mallory)
+        w = World(base, sshd, alice, mallory, uids, marks, secret, alice_log, planted, held,
+                  procs)
         _start_as(mallory, base, f'exec -a "$EVIL/python3" python3 -m sglang.launch_server '
                   f'--log-file {secret} --port {PORT_EVIL} x', None, {"EVIL": str(evil)}, procs)
         open(alice_log, "ab").close()
@@ -149,6 +164,20 @@ def world() -> Iterator[World]:
                   f"'{DECODE} ALICE-LINE'", alice_log, {}, procs)
         _start_as(alice, base, f"exec python3 -m sglang.launch_server --log-file {secret} "
                   f"--port {PORT_ALICE_SECRET} x", None, {}, procs)
+        _start_as(alice, base, f"exec python3 -m sglang.launch_server --log-file {planted} "
+                  f"--port {PORT_PLANTED} x", None, {}, procs)
+        _start_as(alice, base, f"exec 3>>{held}; exec python3 -m sglang.launch_server "
+                  f"--log-file {held} --port {PORT_HELD} x", None, {}, procs)
+        # what `su` is while it waits at its prompt: started by mallory (real uid), running
+        # as root (effective uid), with the argv mallory chose (exec -a); it names $SECRET
+        su = subprocess.Popen(
+            ["python3", "-m", "sglang.launch_server", "--log-file", str(secret),
+             "--port", str(PORT_SU), "x"], executable="/usr/bin/python3",
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(base / "pkg")},
+            preexec_fn=lambda: os.setresuid(uids[mallory], 0, 0),  # noqa: PLW1509
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        procs.append(su)
+        assert su.stdout is not None and su.stdout.readline() == b"ready\n"
         yield w
     finally:
         for p in procs:
@@ -190,6 +219,40 @@ def test_root_never_runs_or_tails_another_users_server(world, tmp_path):
     assert f"user {world.uids[world.mallory]}" in evil_line
     assert "another user's process" in evil_line and "not tailed" in evil_line
     assert "ALICE-LINE" not in _rows(out)  # alice's log is not root's to tail either
+
+
+def test_another_users_setuid_process_is_theirs_not_roots(world, tmp_path):
+    """Mallory's setuid-root process (real uid mallory, effective uid root: `su` at its
+    prompt, argv of her choosing) is hers: root's discovery does not list it as root's own
+    and never tails the root-only file its argv names (the owner of /proc/PID, the effective
+    uid, made it root's)."""
+    from specmon.hostside.procs import op_proc_info, op_procs, process_owner
+
+    su = next(p for p in world.procs if p.args[0] == "python3")
+    assert process_owner(su.pid) == world.uids[world.mallory]
+    assert su.pid not in [r[0] for r in op_procs({})]
+    with pytest.raises(OSError, match="another user's"):
+        op_proc_info({"pid": su.pid, "fds": [1, 2]})  # its fds, cwd and environment: not read
+    out = tmp_path / "su.jsonl"
+    res = world.record("root", out)
+    assert res.returncode == 0, res.stderr
+    assert SECRET not in _rows(out) and f"sglang-{PORT_SU}" not in res.stderr
+
+
+def test_a_log_file_is_the_servers_only_when_it_writes_or_owns_it(world, tmp_path):
+    """alice's server names, with --log-file, a file mallory planted in a shared folder and
+    the server never opened: it is not tailed (mallory's forged line would have made the
+    server speculative); a file mallory owns that the server holds open (it writes there)
+    is its log."""
+    out = tmp_path / "planted.jsonl"
+    res = world.record(world.alice, out)
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(r) for r in _rows(out).splitlines() if '"gpus"' not in r]
+    planted_line = next(ln for ln in res.stderr.splitlines() if f"sglang-{PORT_PLANTED}" in ln)
+    assert f"owned by uid {world.uids[world.mallory]} and not open in the server" in planted_line
+    assert not any(r["server"] == f"sglang-{PORT_PLANTED}" for r in rows)
+    held = [r["line"] for r in rows if r["server"] == f"sglang-{PORT_HELD}"]
+    assert held[:1] == [PLANTED]
 
 
 def test_a_user_tails_only_her_own_readable_logs(world, tmp_path):
