@@ -30,12 +30,33 @@ _RE_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # the boundary in accessToken
 # line length: a match may start only where a run of its characters starts (a lookbehind),
 # runs are possessive (`*+`) or atomic, so a failed match never re-reads what it scanned.
 _NC = r"A-Za-z0-9_.\-"  # the characters of a name
+# A value that is a list, tuple or dict (vLLM logs `'api_key': ['K']`; JSON `"key": ["K"]`;
+# `Namespace(api_key=('K',))`): the whole container, two levels deep (`[[], 'K']`), or to the
+# end of the line when it is cut. Each alternative starts with a character the others cannot,
+# and every run is possessive: linear on any input.
+_QUOTED = r"""'(?:[^'\\\n]++|\\.)*+'?|"(?:[^"\\\n]++|\\.)*+"?"""  # (a ']' in 'a]b' ends nothing)
+
+
+def _container(o: str, c: str, depth: int) -> str:
+    inner = rf"|\{o}(?:{_container(o, c, depth - 1)})" if depth > 1 else ""
+    return rf"(?:[^\{o}\{c}\n\\'\"]++|\\.|{_QUOTED}{inner})*+\{c}?"
+
+
+_CONTAINERS = "|".join(rf"\{o}{_container(o, c, 2)}" for o, c in ("[]", "()", "{}"))
 # A name = value pair in env dumps, shell lines, Python reprs, JSON and YAML-ish text.
 _RE_PAIR = re.compile(
     r"""(?<![""" + _NC + r"""])(?P<q1>['"]?)(?P<name>[A-Za-z_][""" + _NC + r"""]*+)(?P=q1)"""
     r"""(?P<sep>\s*+[=:]\s*+)"""
-    r"""(?P<val>'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|[^\s,;)}\]'"]++)"""
+    r"""(?P<val>'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|[^\s,;)}\]'"\[({][^\s,;)}\]'"]*+)"""
 )
+# ... whose value is a container: matched up to the container's start only (a name that is no
+# secret, `args: {...}`, must not swallow the pairs inside it); `_mask_containers` masks the
+# container of a secret name, scanning it once
+_RE_PAIR_OPEN = re.compile(
+    r"""(?<![""" + _NC + r"""])(?P<q1>['"]?)(?P<name>[A-Za-z_][""" + _NC + r"""]*+)(?P=q1)"""
+    r"""\s*+[=:]\s*+(?=[\[({])"""
+)
+_RE_CONTAINER = re.compile(_CONTAINERS)
 # --api-key VALUE / --api-key=VALUE / -api_key VALUE on a command line.
 _RE_FLAG = re.compile(
     r"""(?<![A-Za-z0-9_\-])(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_\-]*+))(?P<sep>=|\s++)"""
@@ -343,10 +364,34 @@ def _redact_plain(text: str) -> str:
     if (space or eq or colon) and any(w in bare for w in _PROSE_WORDS):
         out = _prose(out)
     if eq or colon:  # a pair's separator
+        if "[" in out or "(" in out or "{" in out:
+            out = _mask_containers(out)
         out = _sub("pair", _RE_PAIR, pair, out)
     if "-" in out and (eq or space):  # --flag=VALUE / --flag VALUE
         out = _sub("flag", _RE_FLAG, flag, out)
     return out
+
+
+def _mask_containers(text: str) -> str:
+    """Each list, tuple or dict that is the value of a secret name, masked whole; the pairs
+    inside another name's container are left to the pair rule. Python runs only per
+    `name: [` (not per pair), and a masked container is scanned once."""
+    if _TRACE is not None:
+        _TRACE.append("containers")
+    parts: list[str] = []
+    last = 0
+    for m in _RE_PAIR_OPEN.finditer(text):
+        if m.start() < last or not is_secret_name(m.group("name")):
+            continue  # (inside a container masked already)
+        c = _RE_CONTAINER.match(text, m.end())
+        if c is None:  # (cannot be: the lookahead saw its opening character)
+            continue
+        parts += (text[last:m.end()], MASK)
+        last = c.end()
+    if not parts:
+        return text
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def _prose_value(val: str) -> bool:

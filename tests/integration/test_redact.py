@@ -22,8 +22,9 @@ HF = "hf_AbCdEfGhIjKlMnOpQrStUvWx12"
 SK = "sk-proj-9f8e7d6c5b4a3210zz"
 PLAIN_KEY = "letmein-0451"  # no token shape: only its name gives it away
 URL_PW = "hunter2pw"
+LIST_KEY = "vllmListKey0188"  # vLLM keeps --api-key as a list: `'api_key': ['K']`
 
-SECRETS = (HF, SK, PLAIN_KEY, URL_PW)
+SECRETS = (HF, SK, PLAIN_KEY, URL_PW, LIST_KEY)
 
 LOG_LINES = [
     "[2026-02-26 19:16:40] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, "
@@ -31,6 +32,8 @@ LOG_LINES = [
     f"+ HF_TOKEN={HF} python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --api-key {PLAIN_KEY}",
     f"[2026-02-26 19:16:41] env: {{'HF_TOKEN': '{HF}', 'NCCL_ALGO': 'Ring'}}",
     f"[2026-02-26 19:16:42] fetching https://bot:{URL_PW}@hf.example/models/qwen",
+    "(APIServer pid=7) INFO 02-26 19:16:42 [utils.py:253] non-default args: {'model_tag': "
+    f"'Qwen/Qwen3-8B', 'api_key': ['{LIST_KEY}'], 'port': 8000}}",
     decode_line(93.5, accept=2.4),
     decode_line(94.0, accept=2.5),
 ]
@@ -156,7 +159,8 @@ def test_redaction_is_linear_in_the_line_length():
     import subprocess
     import sys
 
-    units = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0"]
+    units = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0", "a=[key ",
+             "x_key=["]
     res = subprocess.run([sys.executable, "-c", _COST_CHILD, json.dumps(units)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -193,6 +197,31 @@ PEM_LONG = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7PlantedKeyLine"
 def test_quoted_passwords_and_short_key_lines_are_masked(text, secret, kept):
     out = redact_text(text)
     assert secret not in out and kept in out, out
+
+
+# a secret name's value that is a list, tuple or dict is masked whole (the rule took its '['
+# for the value and left the key: `'api_key': ***REDACTED***'K']`)
+@pytest.mark.parametrize(("text", "kept"), [
+    ("non-default args: {'model': 'm', 'api_key': ['Kq1secret'], 'port': 8000}",
+     f"non-default args: {{'model': 'm', 'api_key': {MASK}, 'port': 8000}}"),
+    ('{"api_key": ["Kq1secret", "Kq1secret"], "n": 1}', f'{{"api_key": {MASK}, "n": 1}}'),
+    ("hf_token=('Kq1secret',) next=1", f"hf_token={MASK} next=1"),
+    ("{'password': {'value': 'Kq1secret'}, 'x': 2}", f"{{'password': {MASK}, 'x': 2}}"),
+    ("Namespace(api_key=['Kq1secret'], port=8000)", f"Namespace(api_key={MASK}, port=8000)"),
+    ("{'api_key': [[], 'Kq1secret']}", f"{{'api_key': {MASK}}}"),  # two levels deep
+    ("{'api_key': ['a]b', 'Kq1secret']}", f"{{'api_key': {MASK}}}"),  # a ']' in a string
+    ("args: {'x': [{'api_key': 'Kq1secret'}]}", f"args: {{'x': [{{'api_key': '{MASK}'}}]}}"),
+    ("{'api_key': ['Kq1secret", f"{{'api_key': {MASK}"),  # a cut line: the rest
+])
+def test_a_secret_names_list_tuple_or_dict_is_masked_whole(text, kept):
+    assert redact_text(text) == kept
+
+
+@pytest.mark.parametrize("text", [
+    "max_tokens=[3] args: {'port': 8000} x = [1, 2]", "{'api_keys_count': 3}",
+])
+def test_containers_of_other_names_are_kept(text):
+    assert redact_text(text) == text
 
 
 @pytest.mark.parametrize("text", [
