@@ -225,7 +225,9 @@ def _mask_value(val: str) -> str:
 
 # a terminal escape sequence (CSI colour codes, OSC titles, two-byte ESC forms): a log's colour
 # code glued to a secret ("\x1b[32mhf_...") hides the secret's start from the word checks
-_RE_ESC = re.compile(r"(\x1b(?:\[[0-?]*+[ -/]*+[@-~]?|\][^\x07\x1b]*+(?:\x07|\x1b\\)?|[ -/]*+[0-~]?))")
+# (and the one-byte C1 CSI, "\x9b31m", which a terminal reads as ESC [)
+_RE_ESC = re.compile(r"(\x1b(?:\[[0-?]*+[ -/]*+[@-~]?|\][^\x07\x1b]*+(?:\x07|\x1b\\)?|[ -/]*+[0-~]?)"
+                     r"|\x9b[0-?]*+[ -/]*+[@-~]?)")
 
 
 def redact_text(text: str) -> str:
@@ -233,7 +235,7 @@ def redact_text(text: str) -> str:
     sequences stay as they are; the text between them is redacted piece by piece."""
     if not text:
         return text
-    if "\x1b" in text:
+    if "\x1b" in text or "\x9b" in text:
         parts = _RE_ESC.split(text)  # text, escape, text, ...
         parts[::2] = map(_redact_plain, parts[::2])
         return "".join(parts)

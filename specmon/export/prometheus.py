@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -24,8 +25,10 @@ from prometheus_client.registry import Collector
 
 from specmon.parse.gpu_sample import REASON_BITS, decode_reasons
 from specmon.parse.vllm import throughput_label
+from specmon.redact import redact_text
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
 from specmon.session.window import speedup, stats_for, window_points
+from specmon.textsafe import visible
 
 STATES = ("connecting", "connected", "reconnecting", "failed", "closed")
 DEFAULT_PORT = 9464
@@ -196,7 +199,17 @@ class FleetCollector(Collector):
         for ls in f.logical_servers():
             for gh, gs in f.server_gpus(ls):
                 ginfo.add_metric([gh, str(gs.index), ls.server, ls.host, ls.role or ""], 1.0)
+        for m in g.values():
+            # label values come from hosts, logs and the baseline store: a scrape is a way out
+            # (redacted) and is read in terminals (`curl :9464/metrics`: no escape sequences)
+            m.samples = [smp._replace(labels={k: _label(v) for k, v in smp.labels.items()})
+                         for smp in m.samples]
         yield from g.values()
+
+
+@lru_cache(maxsize=4096)
+def _label(value: str) -> str:
+    return visible(redact_text(value))
 
 
 def _opt(m: GaugeMetricFamily, labels: list[str], v: float | None, scale: float = 1.0) -> None:

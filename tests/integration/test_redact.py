@@ -217,6 +217,12 @@ def test_a_secret_names_list_tuple_or_dict_is_masked_whole(text, kept):
     assert redact_text(text) == kept
 
 
+def test_a_one_byte_csi_before_a_secret_hides_nothing():
+    """"\x9b31m" (C1 CSI, a colour code as ESC [ is) glued to a token hid its start."""
+    assert redact_text(f"rec \x9b31m{HF} x") == f"rec \x9b31m{MASK} x"
+    assert redact_text(f"\x1b[1m{HF}\x1b[0m") == f"\x1b[1m{MASK}\x1b[0m"
+
+
 @pytest.mark.parametrize("text", [
     "max_tokens=[3] args: {'port': 8000} x = [1, 2]", "{'api_keys_count': 3}",
 ])

@@ -325,6 +325,30 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
     assert row.alerts == 1 and {r.name: r.alert_level for r in row.servers}["base"] == "critical"
 
 
+def test_metric_labels_are_redacted_and_hold_no_escape_sequence():
+    """Label values come from host names, --log names and the baseline store: a scrape is a
+    way out (`curl :9464/metrics` in a terminal ran OSC 52 and printed an hf_ token)."""
+    from specmon.session.baselines import Baseline
+
+    hf = "hf_AbCdEfGhIjKlMnOpQr"
+    host, server = "gpu\x1b]52;c;cHduZWQ=\x07box", f"b\x1b[2J\u202e{hf}"
+    fleet = FleetSession([host], baselines=lambda h, s, r: Baseline(
+        f"rec \x9b31m{hf}", BaselineStats.fixed_value(88.8, 1.0, 1), host=h, server=s,
+        role="baseline"))
+    fleet.host_state(host, ConnectionState("connected"))
+    fleet.declare_server(host, server, "baseline", "/x.log")
+    feed_lines(fleet, host, server, [88.8] * 5, 900.0)
+    text = generate_latest(registry_for(fleet)).decode()
+    assert hf not in text
+    assert not any(c in text for c in "\x1b\x07\x9b\u202e"), text
+    m = families(text)
+    assert value(m, "specmon_server_ready", host="gpu\\x1b]52;c;cHduZWQ=\\x07box",
+                 server="b\\x1b[2J\\u202e***REDACTED***", role="baseline") == 1.0
+    assert value(m, "specmon_server_baseline_decode_tokens_per_second",
+                 host="gpu\\x1b]52;c;cHduZWQ=\\x07box", server="b\\x1b[2J\\u202e***REDACTED***",
+                 role="baseline", baseline="rec \\x9b31m***REDACTED***") == pytest.approx(88.8)
+
+
 def test_summary_row_hottest_gpu_slowest_non_idle_clock_and_na():
     fleet = FleetSession(["h", "empty"])
     fleet.host_state("h", ConnectionState("connected"))
