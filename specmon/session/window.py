@@ -264,6 +264,6 @@ def recomputed_accept_rate(accept_len: float | None, num_draft_tokens: int | Non
     SGLang changed the printed rate's denominator twice (0.5.4, 0.5.6, 0.5.11), so specmon
     recomputes it from accept len and the server's own draft-token count.
     """
-    if accept_len is None or num_draft_tokens is None or num_draft_tokens < 2:
-        return None
+    if accept_len is None or num_draft_tokens is None or not 2 <= num_draft_tokens <= 1 << 20:
+        return None  # (a number of drafts no server uses, from a damaged snapshot: not a rate)
     return max(0.0, min(1.0, (accept_len - 1.0) / (num_draft_tokens - 1)))

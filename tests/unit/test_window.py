@@ -80,6 +80,7 @@ def test_recomputed_accept_rate():
     assert recomputed_accept_rate(1.0, 4) == 0.0
     assert recomputed_accept_rate(2.4, None) is None
     assert recomputed_accept_rate(None, 3) is None
+    assert recomputed_accept_rate(2.4, 10 ** 400) is None  # a damaged snapshot's count
 
 
 def test_state_status_transitions_and_traceback():
