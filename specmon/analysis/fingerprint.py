@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from functools import cache
 from typing import Any
 
+from specmon.analysis.drift import json_kind
 from specmon.analysis.stats import median
 from specmon.numfmt import num
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
 from specmon.redact import MASK, is_secret_name, redact_text
+from specmon.textsafe import visible
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
 NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
@@ -854,3 +859,91 @@ def make_explainer(recorded: Fingerprint | None, live_fp: Any) -> Any:
         return causes_for_alert(alert, monitor, recorded, live, gpus)
 
     return explain
+
+
+# --- a fingerprint read back from JSON (the baseline store, a snapshot): every field checked -----
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _brief(x: Any, width: int = 60) -> str:
+    text = visible(repr(x))
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def check_shape(value: Any, tp: Any, where: str) -> None:
+    """ValueError naming `where` when `value` (decoded JSON, or a dataclass built from it) does
+    not have the annotated type `tp`: str, int, float, bool, None, unions, list[...],
+    dict[str, ...], dataclasses (each field). Any and other types are not checked."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            try:
+                check_shape(value, arg, where)
+                return
+            except ValueError as exc:
+                errors.append(str(exc))
+        if len(errors) == 1:
+            raise ValueError(errors[0])
+        names = " or ".join(_type_name(a) for a in typing.get_args(tp))
+        raise ValueError(f"{where}: expected {names}, got {json_kind(value)}")
+    ok = True
+    if tp is type(None):
+        ok = value is None
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {json_kind(value)}")
+        (arg,) = typing.get_args(tp) or (Any,)
+        for i, v in enumerate(value):
+            check_shape(v, arg, f"{where}[{i}]")
+        return
+    elif origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {json_kind(value)}")
+        args = typing.get_args(tp) or (Any, Any)
+        for k, v in value.items():
+            check_shape(v, args[1], f"{where}.{_brief(k, 30)}")
+        return
+    elif isinstance(tp, type) and is_dataclass(tp):
+        if not isinstance(value, tp):
+            raise ValueError(f"{where}: expected an object, got {json_kind(value)}")
+        hints = _hints(tp)
+        for f in fields(tp):
+            check_shape(getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}")
+        return
+    if not ok:
+        raise ValueError(f"{where}: expected {_type_name(tp)}, got {json_kind(value)}")
+
+
+def _type_name(tp: Any) -> str:
+    """An annotation in the words of `json_kind`."""
+    names = {type(None): "null", str: "a string", int: "a whole number", float: "a number",
+             bool: "a boolean", list: "a list", dict: "an object"}
+    return names.get(typing.get_origin(tp) or tp, "an object")
+
+
+def fingerprint_of(d: Any, where: str = "fingerprint") -> Fingerprint | None:
+    """A Fingerprint from its JSON, every field of the annotated type, or ValueError naming the
+    field (a damaged store row or snapshot must be one line, not a crash in whoever reads it)."""
+    if d is not None and not isinstance(d, dict):
+        raise ValueError(f"{where}: expected an object, got {json_kind(d)}")
+    try:
+        fp = Fingerprint.from_json(d)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if fp is not None:
+        check_shape(fp, Fingerprint, where)
+    return fp

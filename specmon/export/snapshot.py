@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon import __version__
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
 from specmon.jsonout import dumps
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
@@ -391,6 +392,19 @@ def check_schema(doc: Any, where: str) -> None:
         raise SnapshotError(f"{where}: schema {schema} is older than {SCHEMA} and not supported")
 
 
+def _fingerprint(sd: dict[str, Any], w: str) -> dict[str, Any] | None:
+    """The server's fingerprint object; its known fields must have their types (a string
+    where the NCCL config files' map is crashed `report`), other keys (a probe's) are text."""
+    d = _want(sd, "fingerprint", dict, w, None)
+    if d:
+        known = set(Fingerprint.__dataclass_fields__)
+        try:
+            fingerprint_of({k: v for k, v in d.items() if k in known}, "fingerprint")
+        except ValueError as exc:
+            raise SnapshotError(f"{w}.{exc}") from None
+    return d
+
+
 def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
     """Validate and load a document; every problem is a one-line SnapshotError naming the spot."""
     check_schema(doc, where)
@@ -425,7 +439,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             name=_want(sd, "name", str, w), role=_want(sd, "role", str, w, None),
             role_source=_want(sd, "role_source", str, w, None),
             status=_want(sd, "status", str, w, "unknown"), path=_want(sd, "path", str, w, None),
-            args=_want(sd, "args", dict, w, {}), fingerprint=_want(sd, "fingerprint", dict, w, None),
+            args=_want(sd, "args", dict, w, {}), fingerprint=_fingerprint(sd, w),
             exit_code=_small(_want(sd, "exit_code", int, w, None), f"{w}: exit_code"),
             traceback=[str(x) for x in _want(sd, "traceback", list, w, [])],
             notices=[str(x) for x in _want(sd, "notices", list, w, [])],

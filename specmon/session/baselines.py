@@ -21,19 +21,16 @@ import os
 import shlex
 import sqlite3
 import time
-import types
-import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from specmon.analysis.drift import BaselineStats, json_kind
-from specmon.analysis.fingerprint import Fingerprint
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
 from specmon.redact import redact_text
 from specmon.textsafe import visible
 
@@ -179,85 +176,6 @@ def load_json(text: str) -> Any:
     return d
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def check_shape(value: Any, tp: Any, where: str) -> None:
-    """ValueError naming `where` when `value` (decoded JSON, or a dataclass built from it) does
-    not have the annotated type `tp`: str, int, float, bool, None, unions, list[...],
-    dict[str, ...], dataclasses (each field). Any and other types are not checked."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for arg in typing.get_args(tp):
-            try:
-                check_shape(value, arg, where)
-                return
-            except ValueError as exc:
-                errors.append(str(exc))
-        if len(errors) == 1:
-            raise ValueError(errors[0])
-        names = " or ".join(_type_name(a) for a in typing.get_args(tp))
-        raise ValueError(f"{where}: expected {names}, got {json_kind(value)}")
-    ok = True
-    if tp is type(None):
-        ok = value is None
-    elif tp is str:
-        ok = isinstance(value, str)
-    elif tp is bool:
-        ok = isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif origin is list:
-        if not isinstance(value, list):
-            raise ValueError(f"{where}: expected a list, got {json_kind(value)}")
-        (arg,) = typing.get_args(tp) or (Any,)
-        for i, v in enumerate(value):
-            check_shape(v, arg, f"{where}[{i}]")
-        return
-    elif origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: expected an object, got {json_kind(value)}")
-        args = typing.get_args(tp) or (Any, Any)
-        for k, v in value.items():
-            check_shape(v, args[1], f"{where}.{_brief(k, 30)}")
-        return
-    elif isinstance(tp, type) and is_dataclass(tp):
-        if not isinstance(value, tp):
-            raise ValueError(f"{where}: expected an object, got {json_kind(value)}")
-        hints = _hints(tp)
-        for f in fields(tp):
-            check_shape(getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}")
-        return
-    if not ok:
-        raise ValueError(f"{where}: expected {_type_name(tp)}, got {json_kind(value)}")
-
-
-def _type_name(tp: Any) -> str:
-    """An annotation in the words of `json_kind`."""
-    names = {type(None): "null", str: "a string", int: "a whole number", float: "a number",
-             bool: "a boolean", list: "a list", dict: "an object"}
-    return names.get(typing.get_origin(tp) or tp, "an object")
-
-
-def _fingerprint(d: Any) -> Fingerprint | None:
-    if d is not None and not isinstance(d, dict):
-        raise ValueError(f"fingerprint: expected an object, got {json_kind(d)}")
-    try:
-        fp = Fingerprint.from_json(d)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ValueError(f"fingerprint: {exc}") from None
-    if fp is not None:
-        check_shape(fp, Fingerprint, "fingerprint")
-    return fp
-
-
 def _text(v: Any) -> str | None:
     """A TEXT column as str (the read connection returns bytes: a column that is not UTF-8
     must fail its row, not the whole query); None when it is not text."""
@@ -322,7 +240,7 @@ class Baseline:
         if not isinstance(d, dict):
             raise ValueError(f"data: expected an object, got {json_kind(d)}")
         stats = BaselineStats.from_json(d.get("stats"), where="stats")
-        fp = _fingerprint(d.get("fingerprint"))
+        fp = fingerprint_of(d.get("fingerprint"))
         for key in ("role", "note"):
             if d.get(key) is not None and not isinstance(d.get(key), str):
                 raise ValueError(f"{key}: expected text, got {json_kind(d.get(key))}")

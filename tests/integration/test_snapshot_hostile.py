@@ -122,6 +122,11 @@ def _doc(tmp_path: Path) -> dict:
     (lambda d: d["servers"][0].update(exit_code=10 ** 100), "exit_code is out of range"),
     (lambda d: d["alerts"].append({"t": 1e308, "server": "base"}), "alerts[0].t is out of range"),
     (lambda d: d["gpu"]["samples"][0].update(power_w=10 ** 80), "gpu.samples[0]"),
+    # a fingerprint field of another type (report died with AttributeError in .summary())
+    (lambda d: d["servers"][0].update(fingerprint={"model": "m", "nccl_conf": {"/etc/n": "x"}}),
+     "servers[0].fingerprint.nccl_conf.'/etc/n': expected an object or null, got a string"),
+    (lambda d: d["servers"][0].update(fingerprint={"workers": [{"pid": "1"}]}),
+     "servers[0].fingerprint: "),
 ])
 def test_hostile_numbers_in_a_snapshot_are_one_line_errors(tmp_path, damage, what):
     doc = _doc(tmp_path)
