@@ -879,8 +879,10 @@ def snapshot_from_session(session: HostState, *, log_lines: int = MAX_LOG_LINES,
     return snap
 
 
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "host"
+def file_label(host: str) -> str:
+    """The host's part of an output file's name (snapshots, screenshots): redacted (a file
+    name is a way out too), plain characters only, at most 64 of them."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", redact_text(host))[:64].strip("._") or "host"
 
 
 def snapshot_path(host: str, folder: str | Path, *, compress: bool = True,
@@ -889,7 +891,7 @@ def snapshot_path(host: str, folder: str | Path, *, compress: bool = True,
     d = Path(folder).expanduser()
     d.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    return d / (f"specmon-{_safe_name(host)}-{stamp}.json" + (".gz" if compress else ""))
+    return d / (f"specmon-{file_label(host)}-{stamp}.json" + (".gz" if compress else ""))
 
 
 def export_session(session: HostState, folder: str | Path, *, compress: bool = True,

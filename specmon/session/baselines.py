@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from specmon.analysis.drift import BaselineStats, json_kind
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
-from specmon.redact import redact_text
+from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.textsafe import visible
 
 SCHEMA_VERSION = 1
@@ -433,6 +433,12 @@ class BaselineStore:
     # --- operations ------------------------------------------------------------------------------
 
     def _save(self, b: Baseline, replace: bool = False) -> int:
+        # the store keeps no secret, whoever saves: every text column and the payload are
+        # redacted here (the lookups below redact their keys alike, so they still match)
+        b.name, b.host, b.server = redact_text(b.name), redact_text(b.host), redact_text(b.server)
+        b.note = redact_text(b.note) if b.note else b.note
+        b.source = redact_obj(b.source)
+        b.fingerprint = redact_fingerprint(b.fingerprint)
         try:
             data = b.payload()
         except ValueError:
@@ -455,7 +461,7 @@ class BaselineStore:
             return None
         db = self._read()
         try:
-            rows = self._rows(db, "SELECT * FROM baselines WHERE name = ?", (name,))
+            rows = self._rows(db, "SELECT * FROM baselines WHERE name = ?", (redact_text(name),))
         finally:
             db.close()
         if not rows:
@@ -478,10 +484,10 @@ class BaselineStore:
         where, args = [], []
         if host is not None:
             where.append("host = ?")
-            args.append(host)
+            args.append(redact_text(host))
         if server is not None:
             where.append("server = ?")
-            args.append(server)
+            args.append(redact_text(server))
         if where:
             q += " WHERE " + " AND ".join(where)
         q += " ORDER BY created_at, id"
@@ -518,7 +524,7 @@ class BaselineStore:
             if row_id is not None:
                 cur = db.execute("DELETE FROM baselines WHERE id = ?", (row_id,))
             else:
-                cur = db.execute("DELETE FROM baselines WHERE name = ?", (name,))
+                cur = db.execute("DELETE FROM baselines WHERE name = ?", (redact_text(name or ""),))
             return cur.rowcount > 0
 
     def _guard(self, writing: bool, fn: Any, *args: Any, **kw: Any) -> Any:
@@ -528,7 +534,8 @@ class BaselineStore:
             raise store_error(self.path, exc, writing) from None
 
     def save(self, b: Baseline, replace: bool = False) -> int:
-        """Store `b` (BaselineExists when the name is taken and not `replace`)."""
+        """Store `b` (BaselineExists when the name is taken and not `replace`); `b` becomes what
+        was stored: redacted, with its row id."""
         return int(self._guard(True, self._save, b, replace))
 
     def get(self, name: str) -> Baseline | None:

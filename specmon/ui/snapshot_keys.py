@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from specmon.export.snapshot import (
     atomic_write_bytes,
+    file_label,
     snapshot_from_session,
     snapshot_path,
     write_snapshot,
@@ -20,10 +21,6 @@ from specmon.session.state import HostState
 
 def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("._") or "host"
 
 
 class SnapshotApp(Protocol):
@@ -78,7 +75,7 @@ class SnapshotKeys:
         app = self.app
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            out = self.export_dir / f"specmon-{_safe(app.session.host)}-{_stamp()}.svg"
+            out = self.export_dir / f"specmon-{file_label(app.session.host)}-{_stamp()}.svg"
             # the screen shows raw log lines: the file gets every secret masked
             atomic_write_bytes(out, redact_svg(app.export_screenshot()).encode("utf-8"))
         except OSError as exc:

@@ -78,6 +78,27 @@ def test_store_round_trip_conflict_replace_delete(tmp_path):
     assert mode == "wal"
 
 
+def test_the_store_keeps_no_secret_whoever_saves_and_finds_it_by_what_was_typed(tmp_path):
+    """Host, server, name, note and source are redacted in the file itself (`--host` and
+    `--server` went into their columns as typed); a lookup by the typed text still finds
+    the row."""
+    from specmon.redact import MASK
+
+    store = BaselineStore(tmp_path / "b.sqlite3")
+    hf = "hf_AbCdEfGhIjKlMnOpQr"
+    store.save(Baseline(f"tuned {hf}", _stats(), host="gpu1 api_key=ZQhost01",
+                        server=f"srv token={hf}", note=f"with {hf}",
+                        source={"log": f"/logs/{hf}.log"}))
+    raw = (tmp_path / "b.sqlite3").read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("b.sqlite3-*"))
+    assert hf.encode() not in raw and b"ZQhost01" not in raw
+    got = store.get(f"tuned {hf}")
+    assert got is not None and got.host == f"gpu1 api_key={MASK}" and got.note == f"with {MASK}"
+    assert [r["name"] for r in store.list(host="gpu1 api_key=ZQhost01",
+                                          server=f"srv token={hf}")] == [f"tuned {MASK}"]
+    assert store.delete(f"tuned {hf}") and store.list() == []
+
+
 WRITER = """
 import sys
 from specmon.analysis.drift import Sample, Stratum, build_baseline

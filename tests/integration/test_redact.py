@@ -217,6 +217,17 @@ def test_a_secret_names_list_tuple_or_dict_is_masked_whole(text, kept):
     assert redact_text(text) == kept
 
 
+def test_output_file_names_hold_no_secret_of_the_host_name(tmp_path):
+    """Snapshots and screenshots are named after the host (`specmon-HOST-STAMP`): the name
+    is a way out too (an api_key in a host name reached the file name)."""
+    from specmon.export.snapshot import file_label, snapshot_path
+
+    path = snapshot_path(f"gpu1 api_key=ZQapikey01 {HF}\x1b[2J", tmp_path)
+    assert "ZQapikey01" not in path.name and HF not in path.name
+    assert path.name.startswith("specmon-gpu1_api_key_REDACTED_")
+    assert len(file_label("h" * 5000)) == 64
+
+
 def test_a_one_byte_csi_before_a_secret_hides_nothing():
     """"\x9b31m" (C1 CSI, a colour code as ESC [ is) glued to a token hid its start."""
     assert redact_text(f"rec \x9b31m{HF} x") == f"rec \x9b31m{MASK} x"
