@@ -134,6 +134,8 @@ async def open_app(args: argparse.Namespace) -> tuple[SpecmonApp, dict[Key, Serv
         print(f"specmon connect: {note}", file=sys.stderr)
     title = ", ".join(fleet.hosts) + (f"  ·  /metrics on {server.host}:{server.port}"
                                       if server is not None else "")
+    if any(p.all_users for p in plans):  # said for as long as the app runs, not in a toast
+        title += "  ·  every user's servers (--all-users)"
     app = SpecmonApp(fleet, feed, actions=actions,
                      keymap=dict(cfg.keys) if cfg is not None else None,
                      export_dir=Path(args.export_dir) if args.export_dir else None,

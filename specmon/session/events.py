@@ -51,6 +51,7 @@ class ServerInfo:
     dist_init: str | None = None  # --dist-init-addr HOST:PORT (multi-node rendezvous)
     base_gpu_id: int = 0
     worker_pids: tuple[int, ...] = ()
+    foreign_uid: int | None = None  # another user's process (listed with --all-users)
 
     @classmethod
     def from_discovered(cls, d: DiscoveredServer) -> ServerInfo:
@@ -64,6 +65,7 @@ class ServerInfo:
             dist_init=dist if isinstance(dist, str) and dist else None,
             base_gpu_id=_int_flag(flags, "--base-gpu-id") or 0,
             worker_pids=tuple(pid for pid, _ in d.workers),
+            foreign_uid=None if d.own else d.uid,
         )
 
     def gpu_indices(self, samples: Sequence[GpuSample]) -> list[int]:

@@ -79,6 +79,10 @@ class Watch:
         return (len(det.live) if det is not None else 0), need
 
 
+# what the panel of another user's server says (`--all-users` lists them; nothing is tailed)
+FOREIGN_TEXT = "another user's process (uid {uid}), listed by --all-users: its log is not tailed"
+
+
 @dataclass
 class HostView:
     """One host of the fleet: its own HostState, connection state and discovered servers."""
@@ -278,6 +282,9 @@ class FleetSession:
 
     def host_servers(self, host: str, infos: Iterable[ServerInfo]) -> None:
         self.host(host).infos = {i.name: i for i in infos}
+        for i in self.host(host).infos.values():
+            if i.foreign_uid is not None:  # said on its panel for as long as it is shown
+                self.server(host, i.name).tail_status = FOREIGN_TEXT.format(uid=i.foreign_uid)
 
     def request_baseline(self, host: str, server: str) -> None:
         """Record and watch (a feed's scenario, or the `b` key); the result is a notice on the

@@ -229,3 +229,30 @@ async def test_connect_log_that_does_not_exist_says_so_and_waits_for_it(tmp_path
             assert st.tail_status is None
     finally:
         await close_app(app, actions)
+
+
+async def test_all_users_is_said_for_as_long_as_the_app_runs_and_on_each_foreign_panel(tmp_path):
+    """`--all-users` was said in a toast and in the connection line until discovery ended;
+    another user's server then looked like one of the user's own panels waiting for data."""
+    from specmon.commands.connect_cmd import close_app
+    from specmon.session.events import ServerInfo
+
+    log = tmp_path / "own.log"
+    log.write_text("")
+    args = build_parser().parse_args(["connect", "local", "--all-users", "--log", f"own={log}",
+                                      "--config", str(tmp_path / "none.toml")])
+    args.config = None
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            assert "every user's servers (--all-users)" in app.sub_title
+            app.fleet.host_servers("local", [ServerInfo("theirs", foreign_uid=1234)])
+            st = app.session.server("theirs")
+            await wait_for(pilot, lambda: app.query("#panel-theirs"), 10)
+            panel = app.query_one("#panel-theirs")
+            await wait_for(pilot, lambda: "another user's process (uid 1234)" in str(
+                panel.query_one(".startup").render()), 10)
+            assert "not tailed" in (st.tail_status or "")
+            assert "every user's servers (--all-users)" in app.sub_title  # still
+    finally:
+        await close_app(app, actions)

@@ -1,5 +1,10 @@
 """The sticky log tail of a server panel: it renders the records the session parsed (compact
-lines) or the raw lines; scrolling up pauses it, End resumes, a badge counts new lines."""
+lines) or the raw lines, redacted; scrolling up pauses it, End resumes, a badge counts new
+lines.
+
+Lines are redacted before they are laid out: a screenshot masks what is on screen, and a
+secret cut at the panel's edge (`postgresql://u:pw...` without its `@`) no longer has the
+shape a rule needs, so its visible part would stay."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from textual.reactive import reactive
 from textual.widgets import Input, Log, Static
 
 from specmon.parse.sglang import BatchRecord, Record
+from specmon.redact import redact_text
 from specmon.session.state import ServerState
 from specmon.ui.keys import bindings
 from specmon.ui.safe import plain
@@ -62,7 +68,7 @@ def compact_line(line: str, rec: Record | None) -> str:
     """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"), from the
     record the session parsed it into; other lines unchanged."""
     if not isinstance(rec, BatchRecord):
-        return plain(line)
+        return plain(redact_text(line))
     ts = rec.timestamp[11:] if rec.timestamp and len(rec.timestamp) > 11 else (
         rec.timestamp or rec.time_of_day or "--:--:--")
     dp = f" DP{rec.dp_rank}" if rec.dp_rank is not None else ""
@@ -135,7 +141,7 @@ class LogView(Vertical):
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
     def _show(self, line: str, rec: Record | None) -> str:
-        return compact_line(line, rec) if self.compact else plain(line)
+        return compact_line(line, rec) if self.compact else plain(redact_text(line))
 
     def append(self, items: Sequence[tuple[str, Record | None]]) -> None:
         lines = [self._show(x, rec) for x, rec in items if self._matches(x)]

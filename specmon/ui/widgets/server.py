@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from specmon.numfmt import spec_config_text
 from specmon.parse.sglang import BatchRecord
 from specmon.parse.vllm import VllmDecodeRecord, throughput_label
+from specmon.redact import redact_text
 from specmon.session.state import ServerState
 from specmon.session.window import (
     MIN_N,
@@ -277,6 +278,7 @@ def startup_pieces(state: ServerState, width: int = 200, control: str | None = N
     p: list[Piece] = []
 
     def line(text: str, style: str = "") -> None:
+        text = redact_text(text)  # before it is cut: a cut secret escapes the screenshot's mask
         p.append((("\n" if p else "") + (fit(text, width) or text[:width]), style))
 
     if control:
