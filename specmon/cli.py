@@ -72,7 +72,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 # Commands that read files and write results: SIGTERM ends them like Ctrl-C (cleanups run, no
-# temp file is left, exit 143); the live ones (record, connect, demo) handle it in their loop.
+# temp file is left, exit 143); the live ones (record, connect, demo, replay) handle it in their
+# loop (the full-screen ones end their app as its quit key does: specmon/ui/signals.py).
 OFFLINE_COMMANDS = {"parse", "export", "report", "check", "baseline", "compare", "advise"}
 # Textual apps own the terminal; every other command's output goes through the one text-safety
 # function (specmon/textsafe.py), so text from hosts and files never reaches it as escapes.

@@ -52,12 +52,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from specmon.ui.signals import exit_on_signals
+
     app, actions = await open_app(args)
     try:
-        await app.run_async()
+        with exit_on_signals(app) as got:
+            await app.run_async()
     finally:
         await close_app(app, actions)
-    return 0
+    return 128 + got[0] if got else 0
 
 
 async def close_app(app: SpecmonApp, actions: dict[Key, ServerController]) -> None:

@@ -36,5 +36,8 @@ def run(args: argparse.Namespace) -> int:
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
                     source_name=Path(args.snapshot).name,
                     keymap=dict(cfg.keys) if cfg is not None else None)
-    app.run()
-    return 0
+    from specmon.ui.signals import exit_on_signals
+
+    with exit_on_signals(app) as got:
+        app.run()
+    return 128 + got[0] if got else 0
