@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from specmon.errors import CliError
 from specmon.export.snapshot import (
     SnapshotError,
     SymlinkOutputError,
+    atomic_write_bytes,
+    encode,
     snapshot_from_record,
     symlink_refusal,
-    write_snapshot,
 )
+from specmon.interrupt import killable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,14 +51,19 @@ def run(args: argparse.Namespace) -> int:
     refusal = None if args.force else symlink_refusal(args.out, "--out ")
     if refusal is not None:
         raise CliError(refusal)
+    out = Path(args.out)
     try:
-        snap = snapshot_from_record(args.record, host=args.host, log_lines=args.log_lines,
-                                    gpu_max_per_gpu=args.gpu_max_samples, warn=_warn)
+        # reading, building and encoding write nothing: an interrupt ends them at once
+        # (specmon/interrupt.py); the write below runs under the handlers that remove its temp
+        with killable():
+            snap = snapshot_from_record(args.record, host=args.host, log_lines=args.log_lines,
+                                        gpu_max_per_gpu=args.gpu_max_samples, warn=_warn)
+            data = encode(snap, redact=not args.no_redact,
+                          compress=bool(args.gzip) or out.name.endswith(".gz"))
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
     try:
-        path = write_snapshot(snap, args.out, redact=not args.no_redact,
-                              compress=True if args.gzip else None, force=args.force)
+        path = atomic_write_bytes(out, data, force=args.force)
     except SymlinkOutputError as exc:  # made a link since the check above
         raise CliError(symlink_refusal(args.out, "--out ") or str(exc)) from None
     except OSError as exc:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
+from specmon.interrupt import killable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from specmon.export.snapshot import SnapshotError, read_snapshot
 
     try:
-        snap = read_snapshot(args.snapshot)
+        with killable():  # (specmon/interrupt.py: a large snapshot's decode is one long C call)
+            snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
     if not 0 < args.speed < float("inf"):  # NaN fails this too

@@ -21,6 +21,7 @@ from specmon.export.snapshot import (
     read_snapshot,
     symlink_refusal,
 )
+from specmon.interrupt import killable
 from specmon.jsonout import dumps
 
 
@@ -69,12 +70,14 @@ def _write_all(files: list[tuple[Path, str, bytes]], force: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        snap = read_snapshot(args.snapshot)
+        with killable():  # reading, decoding and building write nothing (specmon/interrupt.py)
+            snap = read_snapshot(args.snapshot)
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
     out_what = "--out " if args.out else ""
     if args.format == "json":
-        text = dumps(report_json(snap), indent=1) + "\n"
+        with killable():
+            text = dumps(report_json(snap), indent=1) + "\n"
         if args.out == "-":
             sys.stdout.write(text)
             return 0
@@ -82,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         _write_all([(out, out_what, text.encode())], args.force)
         print(f"specmon report: wrote {out}", file=sys.stderr)
         return 0
-    blocks = build_blocks(snap)
+    with killable():
+        blocks = build_blocks(snap)
     if args.out == "-":
         if args.format == "html":
             sys.stdout.write(render_html(blocks))
