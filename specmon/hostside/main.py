@@ -12,8 +12,8 @@ import time
 from .control import op_inspect, op_launch, op_owners, op_remove, op_signal, op_write
 from .nvml import GpuStream, NvmlCollector, gpu_run, import_pynvml
 from .procs import op_probe, op_proc_info, op_procs, op_read, op_stat
-from .protocol import DEFAULT_WINDOW, MAX_LINE, PROTOCOL_VERSION, _emit, _one_line
-from .tail import Tail, Watcher
+from .protocol import DEFAULT_WINDOW, MAX_LINE, PROTOCOL_VERSION, _batch, _emit, _one_line
+from .tail import CR_QUIET_S, Tail, Watcher
 
 
 class Agent:
@@ -37,6 +37,7 @@ class Agent:
             "remove": op_remove, "launch": op_launch, "owners": op_owners, "probe": op_probe,
             "config": self.op_config, "tail_start": self.op_tail_start,
             "tail_stop": self.op_tail_stop, "tail_credit": self.op_tail_credit,
+            "tail_flush": self.op_tail_flush,
             "nvml_start": self.op_nvml_start, "nvml_stop": self.op_nvml_stop,
         }  # type: dict
 
@@ -75,6 +76,17 @@ class Agent:
         if t is not None:
             t.close()
         return None
+
+    def op_tail_flush(self, req):
+        """The client stops: the tail's quiet unterminated last line (Tail.flush_quiet) as a
+        "lines" message, or None."""
+        t = self.tails.get(req["tail"])
+        if t is None:
+            return None
+        out = []  # type: list
+        t.flush_quiet(float(req.get("quiet", CR_QUIET_S)), out)
+        msgs = [m for m in _batch(out) if m.get("t") == "lines"]
+        return msgs[0] if msgs else None
 
     def op_tail_credit(self, req):
         t = self.tails.get(req["tail"])

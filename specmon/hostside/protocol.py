@@ -36,6 +36,10 @@ it was away) the agent says so and reads the file from the start.
 Flow control: each tail may have at most `window` bytes of line cost (the "cost" of a lines
 message) outstanding; the client returns credit with {"op": "tail_credit", "tail", "n"} as
 its consumer takes lines, so catching up on a large log never runs ahead of the consumer.
+
+Stopping, the client asks {"op": "tail_flush", "tail", "quiet"} for each tail: the reply is a
+"lines" message with the file's unterminated last line when it ends the file and has not grown
+for `quiet` s (offline reading ends a file's last line there too), else null.
 """
 
 import base64

@@ -84,6 +84,7 @@ class Tail:
         # followed only when it has this owner or ours (in a shared folder another user may
         # put their own file, or a FIFO, where the log was)
         self.owner = None
+        self.read_at = time.monotonic()  # when bytes last came from the file
 
     def _owners(self):
         return None if self.owner is None else (self.owner, os.geteuid())
@@ -404,6 +405,7 @@ class Tail:
             data = self.f.read(want)
             if not data:
                 return None
+            self.read_at = time.monotonic()
             got += len(data)
             n0 = len(out)
             self._consume(data, out)
@@ -442,6 +444,22 @@ class Tail:
         elif now - self.cr_since >= CR_QUIET_S:
             self.cr_since = None
             self._flush_partial(out)
+
+    def flush_quiet(self, quiet, out):
+        """The client stops: a last line without its newline that ends the file and has not
+        grown for `quiet` s is delivered, marked noeol, as the end of the file ends it offline
+        (`parse` reads a file's unterminated last line; `record` dropped it). One that grew
+        more recently may be a writer's line cut mid-write: it is left, as before."""
+        if self.f is None or not (self.buf or self.cut is not None or self.cr_held):
+            return
+        if time.monotonic() - self.read_at < quiet:
+            return
+        try:
+            if os.fstat(self.f.fileno()).st_size != self.pos:
+                return  # bytes after it not read yet (the client stopped crediting): not the end
+        except OSError:
+            return
+        self._flush_partial(out)
 
     # -- rotation ----------------------------------------------------------------------
     def _sight(self, out):

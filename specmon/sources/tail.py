@@ -49,6 +49,9 @@ class TailSpec:
 # tail in flight between the agent and the consumer: the protocol's own constants
 CHECK_BYTES = hostside_protocol.CHECK_BYTES
 WINDOW = hostside_protocol.DEFAULT_WINDOW
+# at a stop, an unterminated last line quiet this long is the file's end, not a line cut
+# mid-write (the agent's rule for a CR at the end of a file: hostside/tail.py CR_QUIET_S)
+QUIET_LAST_S = 0.5
 
 
 @dataclass
@@ -261,6 +264,10 @@ class LogTailer:
                         sub.outstanding[msg["tail"]] -= msg["cost"]
                         with contextlib.suppress(HostError):
                             await client.send("tail_credit", tail=msg["tail"], n=msg["cost"])
+                if self._stopped and not client.closed.is_set():
+                    for evs in await self._last_lines(client, sub.keys):
+                        self.lines_out += len(evs)
+                        yield evs
             finally:
                 self._sub = None
                 self._client = None
@@ -281,6 +288,27 @@ class LogTailer:
             else:
                 yield [TailNotice(spec.name, spec.path, "disconnected",
                                   {"state": self.host.state.describe()}) for spec in self.specs]
+
+    async def _last_lines(self, client: AgentClient, keys: list[int]) -> list[list[TailEvent]]:
+        """Stopping: each file's unterminated last line that has been quiet for QUIET_LAST_S
+        (the file ends there), as offline reading ends it (`record` of a file whose last line
+        has no newline had one row fewer than `parse` read)."""
+        out: list[list[TailEvent]] = []
+        index = {k: i for i, k in enumerate(keys)}
+        for key in keys:
+            try:
+                msg = await shielded(client.request("tail_flush", tail=key, quiet=QUIET_LAST_S,
+                                                    timeout=2.0))
+            except Exception:  # noqa: BLE001 - an agent going away: nothing more to deliver
+                continue
+            if isinstance(msg, dict) and msg.get("t") == "lines" and msg.get("tail") == key:
+                try:
+                    evs = list(self._handle(self.specs[index[key]], msg))
+                except ProtocolError:
+                    continue
+                if evs:
+                    out.append(evs)
+        return out
 
     def _lines(self, spec: TailSpec, msg: dict[str, Any], now: float) -> list[LogLine]:
         """Decode one checked "lines" message; ProtocolError when it does not continue the

@@ -84,3 +84,53 @@ async def test_stop_writes_every_line_already_received(tmp_path: Path, monkeypat
         assert [r["offset"] for r in rows] == received[:len(rows)]
         lost = len(received) - len(rows)
         assert (f"stopped with {lost} received line(s) not written" in said) == (lost > 0)
+
+
+def _record(log: Path, out: Path, seconds: float) -> list[dict]:
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
+                          f"s={log}", "--whole-file", "--out", str(out), "--duration",
+                          str(seconds)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [json.loads(x) for x in out.read_text().splitlines() if '"gpus"' not in x]
+
+
+def test_a_last_line_without_its_newline_is_recorded_as_parse_reads_it(tmp_path: Path) -> None:
+    """A file whose last line has no newline: `parse` reads it, `record` dropped it (10 lines
+    against 9 rows). At the stop, a quiet unterminated last line is the file's end."""
+    from specmon.analysis.logfile import LogLines
+
+    log = tmp_path / "s.log"
+    log.write_bytes(b"".join(LINE.encode() % i for i in range(9)) + b"the last, unterminated")
+    with LogLines(str(log)) as lines:
+        offline = list(lines)
+    rows = _record(log, tmp_path / "r.jsonl", 2)
+    assert [r["line"] for r in rows] == [ln.decode().rstrip("\n") for ln in offline]
+    assert len(offline) == 10
+    assert rows[-1]["offset"] == log.stat().st_size - len("the last, unterminated")
+
+
+def test_a_line_still_being_written_at_the_stop_is_not_cut(tmp_path: Path) -> None:
+    """One that grew within the last half second may be a writer's line cut mid-write (a
+    decode line cut inside its number reads as another number): it is left out, as before."""
+    import threading
+
+    log = tmp_path / "s.log"
+    log.write_bytes(b"".join(LINE.encode() % i for i in range(3)) + b"[2025-06-01 12:00:01] Dec")
+    done = threading.Event()
+
+    def writer() -> None:  # a byte every 50 ms, through the stop and beyond
+        with open(log, "ab", buffering=0) as f:
+            while not done.wait(0.05):
+                f.write(b"e")
+
+    th = threading.Thread(target=writer)
+    th.start()
+    try:
+        rows = _record(log, tmp_path / "r.jsonl", 2)
+    finally:
+        done.set()
+        th.join()
+    assert len(rows) == 3 and not any(r["line"].startswith("[2025-06-01 12:00:01]") for r in rows)
