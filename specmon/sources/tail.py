@@ -293,14 +293,19 @@ class LogTailer:
         """Stopping: each file's unterminated last line that has been quiet for QUIET_LAST_S
         (the file ends there), as offline reading ends it (`record` of a file whose last line
         has no newline had one row fewer than `parse` read)."""
+        async def ask(key: int) -> Any:
+            try:
+                return await client.request("tail_flush", tail=key, quiet=QUIET_LAST_S,
+                                            timeout=0.5)
+            except Exception:  # noqa: BLE001 - an agent going away: nothing more to deliver
+                return None
+
+        # at once for every tail, briefly and not shielded: a busy or gone agent must not hold
+        # the stop (the drain's deadline cancels this like the rest)
+        answers = await asyncio.gather(*(ask(k) for k in keys))
         out: list[list[TailEvent]] = []
         index = {k: i for i, k in enumerate(keys)}
-        for key in keys:
-            try:
-                msg = await shielded(client.request("tail_flush", tail=key, quiet=QUIET_LAST_S,
-                                                    timeout=2.0))
-            except Exception:  # noqa: BLE001 - an agent going away: nothing more to deliver
-                continue
+        for key, msg in zip(keys, answers, strict=True):
             if isinstance(msg, dict) and msg.get("t") == "lines" and msg.get("tail") == key:
                 try:
                     evs = list(self._handle(self.specs[index[key]], msg))
