@@ -6,6 +6,7 @@ never parses: the pipeline hands it records that `specmon.parse` already produce
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -89,7 +90,7 @@ class DecodePoint:
     groups: int = 1  # DP groups summed into this point
     after_prefill: bool = False  # a prefill line came since the previous decode line
     seg: int = 0  # the run's time segment it belongs to (see Run.segment)
-    epoch: int = 0  # bumped only when log time went back: windows never reach behind it
+    epoch: int = 0  # bumped only when log time went back: run figures never reach behind it
 
 
 @dataclass(frozen=True)
@@ -306,9 +307,8 @@ class Run:
     spec_changes: deque[SpecChange] = field(
         default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
     prefill_pending: bool = False  # a prefill line since the last decode line
-    segment: int = 0  # the current time segment (0: none broke yet)
-    # log time went back this many times: a window never reaches behind the last (a jump ahead
-    # needs no cut: points before it are older than any window after it, by their own times)
+    segment: int = 0  # the current time segment (0: none broke yet): no window reaches behind it
+    # log time went back this many times: the whole run's figures never reach behind the last
     epoch: int = 0
     segments: list[TimeSegment] = field(default_factory=list)  # boundaries, newest last
     _seg_last_t: float | None = None
@@ -423,10 +423,16 @@ class Run:
         return [k for k, g in self.groups.items() if g.silent]
 
     def points_since(self, t0: float) -> Iterator[DecodePoint]:
-        """Server-level points with record time >= t0, oldest first, without copying the run."""
+        """Server-level points with record time >= t0, oldest first, without copying the run.
+
+        A window never reaches behind a break of log time, back or ahead (a 300 s window
+        blended both sides of a 2-minute jump: 74 tok/s where the server ran at 88, then 60).
+        The whole run (t0 -inf) counts both sides of a jump ahead, each gen throughput being
+        the server's own measure of its interval, and nothing behind a step back."""
         rev: list[DecodePoint] = []
+        whole = t0 == -math.inf
         for p in reversed(self.decode):
-            if p.t < t0 or p.epoch != self.epoch:  # never behind a step back of log time
+            if p.t < t0 or (p.epoch != self.epoch if whole else p.seg != self.segment):
                 break
             rev.append(p)
         return reversed(rev)

@@ -109,7 +109,7 @@ def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[G
         last = g.last
         st = None
         if last is not None and last.rec.running_req is not None and end is not None:
-            pts = [p for p in g.points if p.t >= end - window_s and p.epoch == run.epoch]
+            pts = [p for p in g.points if p.t >= end - window_s and p.seg == run.segment]
             st = stats_for(pts, last.rec.running_req, window_s)
         rows.append(GroupRow(k, g.total, st, last.t if last else None, g.silent))
     return rows
