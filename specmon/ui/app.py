@@ -42,7 +42,7 @@ from specmon.session.state import HostState
 from specmon.session.window import DEFAULT_WINDOW_S
 from specmon.ui.advisor_screen import AdvisorKeys
 from specmon.ui.chart import METRICS, ThroughputChart, chart_model
-from specmon.ui.control_keys import ServerControl
+from specmon.ui.control_keys import ConfirmScreen, ServerControl
 from specmon.ui.headline import HeadlineModel, headline_model
 from specmon.ui.keys import bindings
 from specmon.ui.safe import plain, plain_lines
@@ -317,6 +317,19 @@ class SpecmonApp(App[None]):
             await worker.wait()
 
     async def action_quit(self) -> None:
+        busy = sorted(set(self.control.busy.values()))
+        if busy:  # quitting ends it half-way: a swap leaves the server it stopped down
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self.run_worker(self._quit_now(), group="quit", exclusive=True)
+
+            self.push_screen(ConfirmScreen(
+                f"{'; '.join(busy)} is in progress. Quitting ends it half-way (a swap leaves "
+                "the server it stopped down). Quit anyway?"), answered)
+            return
+        await self._quit_now()
+
+    async def _quit_now(self) -> None:
         await self.stop_feed()
         self.exit()
 

@@ -82,6 +82,10 @@ class ServerControl:
         self.app = app
         self.controllers = dict(controllers)
         self.status: dict[Key, str] = {}
+        # servers a control action is working on, and what it is: a second action there is
+        # refused, not run over it (Textual's exclusive workers cancelled a swap mid-start,
+        # leaving the stopped server down without a word)
+        self.busy: dict[Key, str] = {}
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -105,12 +109,30 @@ class ServerControl:
         return cb
 
     def _run(self, server: Key, what: str, coro: Coroutine[Any, Any, T],
-             done: Callable[[T], None] | None = None) -> None:
+             done: Callable[[T], None] | None = None, also: Key | None = None) -> None:
+        """Run `coro` for `server` (and `also`, the server a swap stops), unless an action is
+        already working on either: then nothing runs over it, and the user is told."""
         app = self.app
+        keys = [k for k in (server, also) if k is not None]
+        held = next((k for k in keys if k in self.busy), None)
+        if held is not None:
+            coro.close()  # (never started)
+            app.notify(f"{self._name(held)}: {self.busy[held]} is in progress; wait for it to "
+                       "end", severity="warning", markup=False)
+            return
         state = app.fleet.server(*server)
         self.status[server] = f"{what}…"
+        for k in keys:
+            self.busy[k] = what
 
         async def work() -> None:
+            try:
+                await guarded()
+            finally:
+                for k in keys:
+                    self.busy.pop(k, None)
+
+        async def guarded() -> None:
             try:
                 result = await coro
             except Exception as exc:  # noqa: BLE001 - every control failure is one line
@@ -192,7 +214,8 @@ class ServerControl:
         def answered(yes: bool | None) -> None:
             if yes:
                 self._run(to, f"swap ({self._name(server)} -> {self._name(to)})",
-                          swap(ctl, other, self._progress(to)), self._after_start(to))
+                          swap(ctl, other, self._progress(to)), self._after_start(to),
+                          also=server)
 
         self.app.push_screen(ConfirmScreen(f"Swap: stop {self._name(server)}, wait for the GPUs, "
                                            f"start {self._name(to)}?"), answered)
@@ -225,7 +248,7 @@ class ServerControl:
             if yes:
                 self._run(server, f"swap ({them} -> {me})",
                           swap(stop_ctl, start_ctl, self._progress(server)),
-                          self._after_start(server))
+                          self._after_start(server), also=other)
 
         self.app.push_screen(ConfirmScreen(f"{me}: its GPUs are used by {them}. Swap: stop "
                                            f"{them}, wait for the GPUs, start {me}?"), answered)

@@ -256,3 +256,51 @@ async def test_all_users_is_said_for_as_long_as_the_app_runs_and_on_each_foreign
             assert "every user's servers (--all-users)" in app.sub_title  # still
     finally:
         await close_app(app, actions)
+
+
+async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_path):
+    """A key on the panel of the server a swap is starting cancelled the swap half-way
+    (Textual's exclusive worker): the server it had stopped stayed down, nothing said. Now a
+    second action is refused with a line, the swap ends, and `q` asks first."""
+    from specmon.ui.control_keys import ConfirmScreen
+
+    spec_profile = sim_server(tmp_path, "spec", "speculative").replace(
+        '"--startup-s", "0.3"', '"--startup-s", "6"')
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + spec_profile
+                   + """
+[servers.spec.speculative]
+algorithm = "EAGLE3"
+draft_model_path = "org/draft"
+num_steps = 2
+eagle_topk = 1
+num_draft_tokens = 3
+""")
+    args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
+    app, actions = await open_app(args)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            base, spec = app.session.server("base"), app.session.server("spec")
+            app.query_one("#panel-base").focus()
+            await pilot.press("u")
+            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            toasts = capture_toasts(app)
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: ("box", "spec") in app.control.busy, 10)
+            for panel in ("#panel-spec", "#panel-base"):  # either server of the swap
+                app.query_one(panel).focus()
+                await pilot.press("m")
+            assert sum("is in progress; wait for it to end" in t for t in toasts) == 2, toasts
+            await pilot.press("q")  # asks: quitting would leave base down
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10)
+            assert "swap (base -> spec) is in progress" in str(app.screen.question)
+            await pilot.press("n")
+            await wait_for(pilot, lambda: spec.decode_total >= 2, 120)  # the swap went through
+            assert any("swap (base -> spec) done" in t for t in toasts), toasts
+            assert not app.control.busy
+    finally:
+        for ctl in actions.values():
+            await ctl.close()
+        cleanup_pidfiles(tmp_path / "run")
