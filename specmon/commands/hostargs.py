@@ -55,7 +55,8 @@ class HostPlan:
 
 
 def plans_from_args(args: argparse.Namespace, cfg: Config | None = None) -> list[HostPlan]:
-    """TARGETs from the command line (a [hosts.NAME] of the config by its name), else the
+    """TARGETs from the command line (a [hosts.NAME] of the config by its name, or by its
+    target when one host has it: its ssh config, known hosts and python apply), else the
     config's [hosts.NAME]; one plan per host."""
     targets = list(getattr(args, "targets", None) or [])
     specs = specs_from_args(args)
@@ -75,6 +76,12 @@ def plans_from_args(args: argparse.Namespace, cfg: Config | None = None) -> list
                                   hp.python)
                 hs = list(specs) or [TailSpec(n, p) for n, p in hp.logs.items()]
                 plans.append(HostPlan(host, hs if i == 0 or not specs else [], hp.python))
+                continue
+            by_target = [h for h in cfg.hosts.values() if h.target == t] if cfg else []
+            if len(by_target) == 1:  # its target: how to reach it and its python hold too
+                hp = by_target[0]    # (the agent ran the default python), its logs do not
+                host = _make_host(t, args, t, hp.ssh_config, hp.known_hosts, hp.python)
+                plans.append(HostPlan(host, list(specs) if i == 0 else [], hp.python))
             else:
                 plans.append(HostPlan(_make_host(t, args), list(specs) if i == 0 else []))
     else:

@@ -308,3 +308,14 @@ def test_the_configured_python_runs_the_agent(world, tmp_path):
     assert any(ln.startswith("-u -c import os,sys") for ln in calls.read_text().splitlines()), \
         calls.read_text()
     assert "88.8" in _rows(out)
+    # TARGET given as that host's target, not its name: its python holds too (it ran the
+    # host's default python3)
+    calls.unlink()
+    out = tmp_path / "by-target.jsonl"
+    res = subprocess.run([sys.executable, "-m", "specmon", "record", "testbox", "--config",
+                          str(cfg), "--log", f"x={log}", "--out", str(out), "--duration", "2"],
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert calls.exists() and any(ln.startswith("-u -c import os,sys")
+                                  for ln in calls.read_text().splitlines())
+    assert "88.8" in _rows(out)
