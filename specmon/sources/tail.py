@@ -79,7 +79,7 @@ class LogLine:
     history: bool = False  # read as history on first connect, not live
     cut: int | None = None  # original length when the line was cut
     noeol: bool = False  # a rotated file ended without a newline
-    eol: bytes = b"\n"  # the byte that ended it: b"\r" for a piece of a CR-only line
+    eol: bytes = b"\n"  # what ended it: b"\r" (a piece of a CR-only line) or b"\r\n" (CRLF)
 
 
 def split_cr(ln: LogLine) -> list[LogLine]:
@@ -333,6 +333,10 @@ class LogTailer:
             extra = item[3] if len(item) > 3 else None
             if extra is None:
                 data = text.encode("utf-8")
+                if text.endswith("\r"):  # CRLF: the CR is the line end's, not the text's
+                    out.append(LogLine(spec.name, spec.path, ino, off, end, data[:-1],
+                                       text[:-1], now, end <= hist_end, eol=b"\r\n"))
+                    continue
                 out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
                                    end <= hist_end))
                 continue
@@ -351,6 +355,9 @@ class LogTailer:
             eol = b"\n"
             if noeol and cut is None and data.endswith(b"\r"):  # ended at a lone CR (the
                 data, noeol, eol = data[:-1], False, b"\r"  # agent sends its CR): as split_cr
+                text = text[:-1] if text.endswith("\r") else text
+            elif not noeol and cut is None and data.endswith(b"\r"):  # CRLF, as above
+                data, eol = data[:-1], b"\r\n"
                 text = text[:-1] if text.endswith("\r") else text
             out.append(LogLine(spec.name, spec.path, ino, off, end, data, text, now,
                                end <= hist_end, cut, noeol, eol))

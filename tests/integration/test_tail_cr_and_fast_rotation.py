@@ -80,3 +80,21 @@ async def test_two_rotations_a_quarter_second_apart_lose_no_line(host, tmp_path)
     finally:
         th.join()
         await col.close()
+
+
+async def test_a_crlf_log_gives_lines_without_their_cr_and_exact_offsets(host, tmp_path):
+    """CRLF is one line end: the CR is not part of the line's text (record's rows kept a
+    trailing \\r that `parse` does not show), and the offsets still cover every byte."""
+    log = tmp_path / "crlf.log"
+    log.write_bytes(b"".join(b"crlf %d\r\n" % i for i in range(20)) + b"a\rb\r\n")
+    col = Collector(LogTailer(host, [TailSpec("c", str(log))], history_lines=None))
+    try:
+        await col.wait_lines(22)
+        assert col.texts() == [f"crlf {i}" for i in range(20)] + ["a", "b"]
+        lines = col.lines
+        assert lines[0].offset == 0 and lines[-1].end == log.stat().st_size
+        for a, b in zip(lines, lines[1:], strict=False):
+            assert b.offset == a.end
+        assert all(ln.data + ln.eol == log.read_bytes()[ln.offset:ln.end] for ln in lines)
+    finally:
+        await col.close()
