@@ -251,7 +251,7 @@ def section(p: RunPart) -> str:
 
 def list_runs(files: list[str], as_json: bool) -> int:
     """`specmon parse --runs`: each log's runs, as the session model splits them."""
-    from specmon.session.runs import read_runs, run_row
+    from specmon.session.runs import read_runs, run_row, time_break_text
 
     damage: CliError | None = None
     listed = 0
@@ -277,14 +277,7 @@ def list_runs(files: list[str], as_json: bool) -> int:
                       f"p10-p90 {b['p10']:.2f}-{b['p90']:.2f}, n {b['n']}"
                       + ("" if acc is None else f", accept len {acc:.2f}"))
             for sg in row["time_segments"]:  # log time broke: windows restart there
-                step = sg["step_s"]
-                what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
-                # (the run figures above: the points since the last step back, `run_window`)
-                rule = ("no time window and none of the run's figures above reach behind it"
-                        if step < 0 else "time windows restart there; the run's figures above "
-                        "count both sides (each is the server's own measure of its interval)")
-                print(f"    time segment {sg['segment']} from {sg['from']}: log time {what} "
-                      f"(after {sg['after']}); {rule}")
+                print(f"    {time_break_text(sg)}")
         if log.error is not None and not as_json:
             print("  (the rest of the file could not be read: the error follows)")
     if damage is not None:

@@ -68,16 +68,33 @@ def args_summary(args: dict[str, Any]) -> str:
     return redact_text(", ".join(parts)) if parts else "no server_args line"
 
 
+def time_segments(run: Run) -> list[dict[str, Any]]:
+    """Where the run's log time broke (a clock stepped back, a gap or step ahead)."""
+    return [{"segment": sg.index + 1, "from": stamp(sg.start_t), "after": stamp(sg.prev_t),
+             "step_s": round(sg.step_s, 3)} for sg in run.segments]
+
+
+def time_break_text(sg: dict[str, Any]) -> str:
+    """What a break of log time does to the figures, in the words every front end uses
+    (`parse --runs`, `compare`): the whole-run figures count the points since the last step
+    back (`Run.points_since`), both sides of a jump ahead; no window spans either."""
+    step = sg["step_s"]
+    what = f"went back {-step:.0f} s" if step < 0 else f"jumped ahead {step:.0f} s"
+    rule = ("no time window and none of the run's figures above reach behind it" if step < 0
+            else "time windows restart there; the run's figures above count both sides (each "
+            "is the server's own measure of its interval)")
+    return f"time segment {sg['segment']} from {sg['from']}: log time {what} " \
+           f"(after {sg['after']}); {rule}"
+
+
 def run_row(run: Run) -> dict[str, Any]:
     """One line of `specmon parse --runs`."""
     return {"run": run.index, "start": stamp(run.start_t), "end": stamp(run.last_t),
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "args": args_summary(run.args), "decode_lines": run.lines_total,
             "dp_groups": len([k for k in run.groups if k is not None]),
-            "untimed_lines": run.untimed,
-            "time_segments": [{"segment": sg.index + 1, "from": stamp(sg.start_t),
-                               "after": stamp(sg.prev_t), "step_s": round(sg.step_s, 3)}
-                              for sg in run.segments], **by_running_req(run)}
+            "untimed_lines": run.untimed, "time_segments": time_segments(run),
+            **by_running_req(run)}
 
 
 def run_by_rr(run: Run) -> list[dict[str, Any]]:
@@ -216,6 +233,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        notes += [f"{label} run {run.index}: {time_break_text(sg)}" for sg in time_segments(run)]
         fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
                                                              or ""))
         if fixed:

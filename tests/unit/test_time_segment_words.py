@@ -46,3 +46,24 @@ def test_a_log_in_order_says_nothing_of_time(tmp_path: Path, capsys) -> None:
     assert main(["parse", str(log)]) == 0
     out = capsys.readouterr().out
     assert "went back" not in out and "time span: 2026-05-28 20:26:40 -> " in out
+
+
+def test_compare_says_where_log_time_broke_in_the_words_parse_uses(tmp_path: Path,
+                                                                  capsys) -> None:
+    """`compare` printed the figures after a step back (n 60 of 120 lines) and said nothing
+    of it; now each break is a note, in the words of `parse --runs` (one function)."""
+    base, spec = tmp_path / "b.log", tmp_path / "s.log"
+    back = T0 + 60 - 3600
+    base.write_text("".join([line(T0 + 2 * i, 80) for i in range(30)]
+                            + [line(back + 2 * i, 40) for i in range(30)]))
+    spec.write_text("".join(line(T0 + 2 * i, 60) for i in range(30)))
+    assert main(["compare", str(base), str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "median 40.00 tok/s, n 30" in out  # the figures: after the step back
+    note = next(ln for ln in out.splitlines() if "time segment" in ln)
+    assert note.startswith("note: baseline run 1: time segment 2 from ")
+    assert "log time went back 3598 s" in note  # 20:27:38 -> 19:27:40
+    assert "none of the run's figures above reach behind it" in note
+    assert main(["parse", "--runs", str(base)]) == 0
+    parse_line = next(ln for ln in capsys.readouterr().out.splitlines() if "time segment" in ln)
+    assert parse_line.strip() == note.removeprefix("note: baseline run 1: ")
