@@ -40,6 +40,17 @@ extra_args = ["--startup-s", "0.3", "--sim-dir", "{tmp_path / 'sim'}", "--n-gpus
 
 
 
+# the speculative settings a speculative profile needs (the config refuses one without them)
+SPEC_SETTINGS = """
+[servers.spec.speculative]
+algorithm = "EAGLE3"
+draft_model_path = "org/draft"
+num_steps = 2
+eagle_topk = 1
+num_draft_tokens = 3
+"""
+
+
 def capture_toasts(app) -> list[str]:  # noqa: ANN001 - a SpecmonApp
     """Every toast's text from now on (the app still shows them)."""
     toasts: list[str] = []
@@ -88,14 +99,7 @@ async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(
 
     cfg = tmp_path / "specmon.toml"
     cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline")
-                   + sim_server(tmp_path, "spec", "speculative") + """
-[servers.spec.speculative]
-algorithm = "EAGLE3"
-draft_model_path = "org/draft"
-num_steps = 2
-eagle_topk = 1
-num_draft_tokens = 3
-""")
+                   + sim_server(tmp_path, "spec", "speculative") + SPEC_SETTINGS)
     args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
     app, actions = await open_app(args)
     try:
@@ -268,14 +272,7 @@ async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_pat
         '"--startup-s", "0.3"', '"--startup-s", "6"')
     cfg = tmp_path / "specmon.toml"
     cfg.write_text(host_box(tmp_path) + sim_server(tmp_path, "base", "baseline") + spec_profile
-                   + """
-[servers.spec.speculative]
-algorithm = "EAGLE3"
-draft_model_path = "org/draft"
-num_steps = 2
-eagle_topk = 1
-num_draft_tokens = 3
-""")
+                   + SPEC_SETTINGS)
     args = build_parser().parse_args(["connect", "box", "--config", str(cfg)])
     app, actions = await open_app(args)
     try:
