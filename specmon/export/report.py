@@ -32,7 +32,13 @@ from specmon.session.fleet import FleetSession
 from specmon.session.offline import play
 from specmon.session.ownership import owned_gpus
 from specmon.session.pays import KIND as PAYS_KIND
-from specmon.session.runs import compare, run_by_rr, run_fingerprint_offline, run_row
+from specmon.session.runs import (
+    compare,
+    run_by_rr,
+    run_fingerprint_offline,
+    run_row,
+    time_break_text,
+)
 from specmon.session.state import Run, ServerState
 from specmon.session.window import (
     recomputed_accept_rate,
@@ -439,7 +445,8 @@ def _run_doc(run: Run) -> dict[str, Any]:
     return {"run": run.index, "start": row["start"], "end": row["end"],
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "exit_code": run.exit_code, "args": row["args"], "decode_lines": run.lines_total,
-            "by_running_req": run_by_rr(run), "accept_len": _accept(run, ndt)}
+            "by_running_req": run_by_rr(run), "accept_len": _accept(run, ndt),
+            "time_segments": row["time_segments"]}
 
 
 def _speedup_doc(model: ReportModel) -> dict[str, Any]:
@@ -572,14 +579,16 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                               else "") + f"); {r['args']}; {r['decode_lines']:,} decode lines"))
             if not r["by_running_req"]:
                 b.append(("p", "no decode lines with a throughput"))
-                continue
-            b.append(("table", ["#running-req", "n", "median tok/s", "p10", "p90", "robust CV",
-                                "accept len (median)"],
-                      [[str(w["running_req"]), f"{w['n']:,}", num(w["median_tok_s"]),
-                        num(w["p10"]), num(w["p90"]),
-                        num(w["robust_cv"] * 100 if w["robust_cv"] is not None else None,
-                            "{:.1f}%"), num(w["accept_len_median"])]
-                       for w in r["by_running_req"]]))
+            else:
+                b.append(("table", ["#running-req", "n", "median tok/s", "p10", "p90",
+                                    "robust CV", "accept len (median)"],
+                          [[str(w["running_req"]), f"{w['n']:,}", num(w["median_tok_s"]),
+                            num(w["p10"]), num(w["p90"]),
+                            num(w["robust_cv"] * 100 if w["robust_cv"] is not None else None,
+                                "{:.1f}%"), num(w["accept_len_median"])]
+                           for w in r["by_running_req"]]))
+            for sg in r["time_segments"]:  # log time broke: in parse --runs' and compare's words
+                b.append(("p", time_break_text(sg)))
         if not s["runs"]:
             b.append(("h", 3, f"{s['name']} ({s['role'] or 'role unknown'})"))
             b.append(("p", "no decode lines with a throughput"))

@@ -67,3 +67,22 @@ def test_compare_says_where_log_time_broke_in_the_words_parse_uses(tmp_path: Pat
     assert main(["parse", "--runs", str(base)]) == 0
     parse_line = next(ln for ln in capsys.readouterr().out.splitlines() if "time segment" in ln)
     assert parse_line.strip() == note.removeprefix("note: baseline run 1: ")
+
+
+def test_the_report_says_where_log_time_broke_in_each_run(tmp_path: Path, capsys) -> None:
+    """The report printed a run's figures (after a step back: n 30 of 60) without a word of
+    the break; now each break follows the run's table, in the words of `parse --runs`."""
+    from kit.snapshots import write_record
+
+    back = T0 + 60 - 3600
+    texts = [line(T0 + 2 * i, 80) for i in range(30)] + [line(back + 2 * i, 40) for i in range(30)]
+    rec = write_record(tmp_path / "r.jsonl",
+                       [("base", t.rstrip("\n"), T0 + i) for i, t in enumerate(texts)])
+    snap = tmp_path / "s.json"
+    assert main(["export", str(rec), "-o", str(snap)]) == 0
+    assert main(["report", str(snap), "--format", "md"]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert "time segment 2 from " in md and "log time went back 3598 s" in md
+    assert "none of the run's figures above reach behind it" in md
+    assert md.index("time segment 2") > md.index("| #running-req")  # after its table
+    capsys.readouterr()
