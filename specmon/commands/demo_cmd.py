@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 from specmon.commands.options import add_config, add_export_dir
@@ -65,37 +61,19 @@ def run(args: argparse.Namespace) -> int:
                      store_note=None if args.keep else
                      "demo: temporary store, deleted at exit")
 
-    watchdog: list[threading.Timer] = []
-
-    def _force_quit(signum: int) -> None:
-        feed.stop_all_sync()
-        if not args.keep:
-            shutil.rmtree(feed.workdir, ignore_errors=True)
-        os._exit(128 + signum)
-
-    def _quit(signum: int, _frame: object) -> None:
+    def _cleanup() -> None:
         # a closed terminal (SIGHUP) or a kill (SIGTERM) must still stop the servers we started
-        if not watchdog:
-            watchdog.append(threading.Timer(QUIT_GRACE_S, _force_quit, (signum,)))
-            watchdog[0].daemon = True
-            watchdog[0].start()
-        try:
-            asyncio.get_running_loop().call_soon_threadsafe(app.exit)
-        except RuntimeError:  # not inside the app's loop: stop now
-            feed.stop_all_sync()
-            raise SystemExit(1) from None
-
-    old = {sig: signal.signal(sig, _quit) for sig in (signal.SIGHUP, signal.SIGTERM)}
-    try:
-        app.run()
-    finally:
-        for timer in watchdog:
-            timer.cancel()  # (the app ended: the cleanup below is the whole way out)
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
         feed.stop_all_sync()
         if not args.keep:
             shutil.rmtree(feed.workdir, ignore_errors=True)
-        else:
+
+    from specmon.ui.signals import exit_on_signals
+
+    try:
+        with exit_on_signals(app, grace=QUIT_GRACE_S, cleanup=_cleanup):
+            app.run()
+    finally:
+        _cleanup()
+        if args.keep:
             print(f"demo logs kept in {feed.workdir}")
     return 0

@@ -1,9 +1,9 @@
 """SIGTERM (a kill) and SIGHUP (the terminal went away) end a full-screen app the way its quit
 key does. Their default action killed the process on the spot: Textual never left the
 alternate screen nor turned mouse reporting off, and the user's terminal stayed broken.
-If the app has not ended after QUIT_GRACE_S (with its terminal gone, Textual's writer may block
-the event loop for good), the process ends there. (`demo` has its own handler: it must also
-stop the servers it started.)"""
+If the app has not ended after `grace` s (with its terminal gone, Textual's writer may block
+the event loop for good), the process ends there, after `cleanup` (the demo stops the servers
+it started)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -20,21 +20,29 @@ QUIT_GRACE_S = 2.0
 
 
 @contextlib.contextmanager
-def exit_on_signals(app: Any) -> Iterator[list[int]]:
+def exit_on_signals(app: Any, *, grace: float = QUIT_GRACE_S,
+                    cleanup: Callable[[], None] | None = None) -> Iterator[list[int]]:
     """While the block runs `app`, SIGTERM and SIGHUP ask it to exit; the list it yields
     receives the signal that did (the command then exits with 128 + its number)."""
     got: list[int] = []
     watchdog: list[threading.Timer] = []
 
+    def force(signum: int) -> None:
+        if cleanup is not None:
+            cleanup()
+        os._exit(128 + signum)
+
     def handler(signum: int, _frame: object) -> None:
         got.append(signum)
         if not watchdog:
-            watchdog.append(threading.Timer(QUIT_GRACE_S, os._exit, (128 + signum,)))
+            watchdog.append(threading.Timer(grace, force, (signum,)))
             watchdog[0].daemon = True
             watchdog[0].start()
         try:
             asyncio.get_running_loop().call_soon_threadsafe(app.exit)
         except RuntimeError:  # not inside the app's loop (before it runs): stop now
+            if cleanup is not None:
+                cleanup()
             raise SystemExit(128 + signum) from None
 
     old = {sig: signal.signal(sig, handler) for sig in SIGNALS}
