@@ -44,3 +44,10 @@ def wait_until(cond: Callable[[], object], timeout: float = 30.0, what: str = "c
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+async def wait_control_idle(pilot: Any, app: Any, timeout: float = 60.0) -> float:
+    """In a Pilot test with server control: wait until no control action is in progress. A
+    server's panel can say "ready" or "stopped" while the action that got it there is still
+    finishing (GPU check, notify); the next key pressed then is refused, as for a user."""
+    return await wait_for(pilot, lambda: not app.control.busy, timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from kit.control import cleanup_pidfiles, free_port
-from kit.wait import wait_for
+from kit.wait import wait_control_idle, wait_for
 
 from specmon.cli import build_parser
 from specmon.commands.connect_cmd import open_app
@@ -82,6 +82,7 @@ NCCL_PROTO = "LL"
             workers = st.env_audit.workers
             assert len(workers) == 2 and all(w.status == "ok" for w in workers)
             assert all(w.env.get("NCCL_PROTO") == "LL" for w in workers)
+            await wait_control_idle(pilot, app)
             await pilot.press("x")
             await pilot.pause(0.3)
             toasts = capture_toasts(app)
@@ -146,6 +147,7 @@ command = {crash!r}
             app.query_one("#panel-base").focus()
             await pilot.press("u")
             await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            await wait_control_idle(pilot, app)
             actions[("box", "base")].profile.command = crash  # its restart will fail too
             toasts = capture_toasts(app)
             await pilot.press("o")
@@ -200,6 +202,7 @@ async def test_connect_with_config_and_prometheus_has_the_control_keys_and_remap
                        if s.name == "specmon_server_decode_samples"]
             assert [s.labels["host"] for s in samples] == ["box"]
             assert 1 <= samples[0].value <= n  # this window of the same points, not doubled
+            await wait_control_idle(pilot, app)
             await pilot.press("x")
             await pilot.pause(0.3)
             toasts = capture_toasts(app)
@@ -281,6 +284,7 @@ async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_pat
             app.query_one("#panel-base").focus()
             await pilot.press("u")
             await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            await wait_control_idle(pilot, app)
             toasts = capture_toasts(app)
             await pilot.press("o")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kit.wait import wait_for
+from kit.wait import wait_control_idle, wait_for
 
 from specmon.control.local import group_members
 from specmon.feeds.demo import DemoFeed, default_servers, demo_actions
@@ -31,10 +31,12 @@ async def test_stop_confirm_start_and_benchmark_from_the_keyboard(tmp_path):
         await pilot.press("y")
         await wait_for(pilot, lambda: st.status == "stopped", 30)
         await wait_for(pilot, lambda: not group_members(pgid), 10)
+        await wait_control_idle(pilot, app)
         n = st.decode_total
         await pilot.press("u")
         await wait_for(pilot, lambda: st.decode_total >= n + 2, 60)
         assert st.status == "ready" and servers[0].proc.pid != pgid
+        await wait_control_idle(pilot, app)
         await pilot.press("m")
         await wait_for(pilot, lambda: st.last_bench is not None, 90)
         bench = st.last_bench
