@@ -204,6 +204,10 @@ def phantom_baseline_app(tmp_path):  # noqa: ANN001, ANN201 - a SpecmonApp over 
     servers = default_servers()
     for s in servers:
         s.args += ["--startup-s", "0.5"]
+    # the baseline logs a decode line every 10 steps, not 40: the scenario's phases count its
+    # lines (the noise moves once a line), so they take ~20 s, not ~75 s; the speculative
+    # server keeps SGLang's default (its lines span 40 cycles, request gaps included)
+    servers[0].args += ["--decode-log-interval", "10"]
     feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
                     phase_lines=50)
     return SpecmonApp(HostState(host="demo"), feed, show_clock=False,

@@ -102,7 +102,8 @@ async def test_phantom_baseline_three_phases_honest_speedup_and_causes(tmp_path)
         assert "vs recorded" in first["text"] and "bs=1" in first["text"]
         assert first["level"] in ("warning", "critical")
         assert any("NCCL_PROTO=LL" in c and "lack" in c for c in first["causes"]), first
-        # within 30 s of the change: at ~62.9 tok/s a decode line (40 steps) comes every ~0.64 s
+        # within 40 lines of the change: ~25 s at SGLang's default of a decode line per 40 steps
+        # (~0.64 s at ~62.9 tok/s; this test's baseline logs every 10)
         assert state.decode_total - lines_at_restart <= 40
         banner = str(app.query_one("#alerts").content)
         assert "NCCL_PROTO" in banner and app.query_one("#alerts").display
