@@ -173,9 +173,10 @@ class Agent:
             while True:
                 out = []  # type: list
                 timeout = 0 if busy else self.poll_interval
-                if self.gpus:
-                    due = min(g.next_t for g in self.gpus.values()) - time.monotonic()
-                    timeout = max(0.0, min(timeout, due))
+                dues = [g.next_t for g in self.gpus.values()]
+                dues.extend(d for d in (t.due() for t in self.tails.values()) if d is not None)
+                if dues:
+                    timeout = max(0.0, min(timeout, min(dues) - time.monotonic()))
                 fds = [self.inp_fd]
                 if self.watch is not None and self.watch.fd is not None:
                     fds.append(self.watch.fd)

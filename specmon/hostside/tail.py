@@ -600,6 +600,17 @@ class Tail:
             return True
         return False
 
+    def due(self):
+        """When this tail must be polled though nothing woke the agent (a quiet period it
+        waits out: a rotated-away file, a held CR), as time.monotonic(); None if never. An
+        agent asked to poll seldom (inotify does the waking) must not sleep past it."""
+        times = []
+        if self.pending and self.quiet_since is not None:
+            times.append(self.quiet_since[0] + ROTATE_QUIET_S)
+        if self.cr_since is not None:
+            times.append(self.cr_since + CR_QUIET_S)
+        return min(times) if times else None
+
     def close(self):
         if self.f is not None:
             self.f.close()

@@ -269,3 +269,55 @@ def test_agent_is_python36_syntax_and_avoids_37_only_calls():
         assert ".isascii()" not in src and "capture_output" not in src and "text=True" not in src
     for data in (b"", b"abc\n", b"\xc3\xa9", b"\x7f", b"\x80"):
         assert protocol._isascii_36(data) == data.isascii()
+
+
+def test_agent_polled_seldom_still_ends_a_rotation_alone(tmp_path):
+    """The agent sleeps until input, inotify or its poll period (here 600 s). A rotation ends
+    only after the old file has been quiet for ROTATE_QUIET_S, a moment no event marks: the
+    agent must wake for it on its own. Talking to the agent directly (no client heartbeat to
+    wake it), the new file's line comes; before, it waited for the next input (20 s live).
+    The same for a held CR at the end of the file."""
+    import json
+    import select
+    import subprocess
+
+    log = tmp_path / "w.log"
+    log.write_bytes(b"w0\n")
+    proc = subprocess.Popen([sys.executable, str(AGENT_PATH)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    got: list[dict] = []
+    fd, buf = proc.stdout.fileno(), [b""]  # raw reads: select() cannot see a file's buffer
+
+    def send(obj: dict) -> None:
+        proc.stdin.write(json.dumps(obj).encode() + b"\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+    def wait(cond, what: str, timeout: float = 15.0) -> None:  # noqa: ANN001
+        import time
+
+        end = time.monotonic() + timeout
+        while not cond():
+            left = end - time.monotonic()
+            assert left > 0, f"no {what} from the agent: {got}"
+            if select.select([fd], [], [], left)[0]:
+                data = os.read(fd, 1 << 16)
+                assert data, f"the agent ended: {proc.stderr.read()!r}"  # type: ignore[union-attr]
+                buf[0] += data
+                *lines, buf[0] = buf[0].split(b"\n")
+                got.extend(json.loads(x) for x in lines)
+
+    try:
+        send({"id": 1, "op": "config", "poll_interval": 600, "watch": True})
+        send({"id": 2, "op": "tail_start", "tail": "w", "path": str(log), "window": None})
+        wait(lambda: any(m.get("ev") == "history_end" for m in got), "history_end")
+        os.rename(log, tmp_path / "w.log.1")
+        log.write_bytes(b"r1\n")
+        wait(lambda: any(m.get("ev") == "rotated" for m in got), "rotation")
+        wait(lambda: "r1" in str(got), "line of the new file")
+        with open(log, "ab") as f:  # a lone CR ends its line once nothing follows for a while
+            f.write(b"c1\r")
+        wait(lambda: "c1" in str(got), "line ended by a lone CR")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=20)
