@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specmon.keymap import BINDING_IDS, key_problem
+from specmon.sshtarget import read_target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -529,31 +530,6 @@ def _toml(v: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _target_problem(target: str) -> str | None:
-    """Why `[USER@]HOST[:PORT]` (IPv6 as `[ADDR]:PORT`) cannot be connected to, else None; the
-    same reading as specmon.hosts.ssh.parse_target (which connect uses), without its imports."""
-    rest = target.strip()
-    if "@" in rest:
-        user, rest = rest.rsplit("@", 1)
-        if not user:
-            return "empty user name"
-    port = None
-    if rest.startswith("["):
-        rest, sep, tail = rest[1:].partition("]")
-        if not sep:
-            return "unclosed '['"
-        if tail and not tail.startswith(":"):
-            return f"unexpected {tail!r} after ']'"
-        port = tail[1:] if tail else None
-    elif rest.count(":") == 1:
-        rest, port = rest.split(":")
-    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        return f"bad SSH port {port!r}"
-    if not rest or any(c.isspace() for c in rest):
-        return "bad host name"
-    return None
-
-
 def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:
     if not isinstance(t, dict):
         ck.add(where, "must be a table", f"write [{where}]" if "[" not in where else
@@ -574,7 +550,7 @@ def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:
             ck.add(f"{where}.{k}", "is empty", "remove it or give a value")
             continue
         setattr(h, k, v)
-    if h.target != "local" and (why := _target_problem(h.target)) is not None:
+    if h.target != "local" and isinstance(why := read_target(h.target), str):
         ck.value(where, "target", h.target, why,
                  "'local', [USER@]HOST[:PORT] with PORT 1-65535, or an ~/.ssh/config alias")
     n_gpus = ck.int_in(t, "n_gpus", where, 1, MAX_GPUS, "a GPU count")

@@ -16,7 +16,6 @@ import os
 import random
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,45 +38,7 @@ from specmon.hosts.base import (
     PortForward,
     command_text,
 )
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    host: str
-    user: str | None = None
-    port: int | None = None
-
-
-def parse_target(text: str) -> SshTarget:
-    """Parse `[USER@]HOST[:PORT]` (IPv6 as `[ADDR]:PORT`); raise ValueError when malformed."""
-    user: str | None = None
-    rest = text.strip()
-    if "@" in rest:
-        user, rest = rest.rsplit("@", 1)
-        if not user:
-            raise ValueError(f"empty user name in {text!r}")
-    port: int | None = None
-    if rest.startswith("["):
-        addr, sep, tail = rest[1:].partition("]")
-        if not sep:
-            raise ValueError(f"unclosed '[' in {text!r}")
-        rest = addr
-        if tail:
-            if not tail.startswith(":"):
-                raise ValueError(f"unexpected {tail!r} after ']' in {text!r}")
-            port = _port(tail[1:], text)
-    elif rest.count(":") == 1:
-        rest, p = rest.split(":")
-        port = _port(p, text)
-    if not rest or any(c.isspace() for c in rest):
-        raise ValueError(f"bad host in {text!r}")
-    return SshTarget(rest, user, port)
-
-
-def _port(s: str, text: str) -> int:
-    if not s.isdigit() or not 0 < int(s) < 65536:
-        raise ValueError(f"bad port {s!r} in {text!r}")
-    return int(s)
+from specmon.sshtarget import SshTarget, parse_target
 
 
 def _hostpat(host: str, port: int) -> str:

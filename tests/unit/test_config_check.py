@@ -462,3 +462,23 @@ def test_help_documents_the_exit_status(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "(exit 0 valid, 1 problems, 2 unreadable)" in text
     assert "config check's exit status: 0 the config is valid" in text
+
+
+@pytest.mark.parametrize("target", ["gpu1", "me@box:2222", "[::1]:22", "[::1]", "fe80::1",
+                                    "@box", "box:0", "box:x", "box:\u00b2", "[::1", "[::1]x",
+                                    "gpu box", "me@", "box:65536", "a@b@c:22"])
+def test_the_config_check_and_the_ssh_connection_read_a_target_alike(tmp_path, capsys, target):
+    """One reading of a target: what `config check` accepts is what connect can parse, and
+    what it refuses, connect refuses with the same reason."""
+    from specmon.hosts.ssh import parse_target
+
+    p = write(tmp_path, GOOD.replace("me@box:2222", target))
+    rc, out, _ = check(capsys, "--config", str(p))
+    try:
+        parse_target(target)
+    except ValueError as exc:
+        reason = str(exc).rsplit(" in ", 1)[0]
+        assert rc == 1 and len(out) == 1 and out[0].startswith(f"{p}: hosts.box.target = ")
+        assert out[0].endswith(f": {reason} {_E_TARGET}"), (out, exc)
+    else:
+        assert rc == 0, out
