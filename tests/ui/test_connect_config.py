@@ -109,6 +109,7 @@ async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(
             app.query_one("#panel-base").focus()
             await pilot.press("u")
             await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+            await wait_control_idle(pilot, app)  # the swap offered below stops base
             app.query_one("#panel-spec").focus()
             await pilot.press("u")  # same GPUs: refused, naming the owner, swap offered
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60)
@@ -299,7 +300,8 @@ async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_pat
             assert "swap (base -> spec) is in progress" in str(app.screen.question)
             await pilot.press("n")
             await wait_for(pilot, lambda: spec.decode_total >= 2, 120)  # the swap went through
-            assert any("swap (base -> spec) done" in t for t in toasts), toasts
+            # (its start is still finishing when spec's first lines come)
+            await wait_for(pilot, lambda: any("swap (base -> spec) done" in t for t in toasts), 60)
             assert not app.control.busy
     finally:
         for ctl in actions.values():
