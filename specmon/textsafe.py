@@ -30,6 +30,20 @@ def visible(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
+def _json_escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
+def json_safe(text: str) -> str:
+    """JSON text with every character `visible` escapes written as a JSON \\u escape: the same
+    JSON value (outside strings JSON text is ASCII), but `tail -f` of a recording or `zcat` of
+    a snapshot sends no C1 control, DEL or bidi override to a terminal. Other non-ASCII text
+    (a prompt in Chinese) stays as it is. (The encoders already escape C0 controls.)"""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return _CONTROL.sub(_json_escape, text)
+
+
 def visible_lines(text: str) -> str:
     """Like `visible`, but newlines stay line breaks."""
     return "\n".join(visible(part) for part in str(text).split("\n"))

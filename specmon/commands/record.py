@@ -38,6 +38,7 @@ from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
 from specmon.redact import redact_text
 from specmon.sources.tail import LogLine
+from specmon.textsafe import json_safe
 
 if TYPE_CHECKING:
     from specmon.session.fleet import FleetSession
@@ -92,7 +93,7 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
     }
     if host is not None:
         obj["host"] = host
-    return dumps_line(obj)
+    return json_safe(dumps_line(obj))  # `tail -f` of the file: no C1 or bidi to the terminal
 
 
 def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, whole: bool,

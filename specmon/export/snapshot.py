@@ -41,6 +41,7 @@ from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.redact import redact_obj, redact_text
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
+from specmon.textsafe import json_safe
 
 SCHEMA_NAME = "specmon.snapshot"
 SCHEMA_VERSION = 1
@@ -536,7 +537,8 @@ def encode(snap: Snapshot, *, redact: bool = True, compress: bool = False) -> by
         doc["redaction"] = {"enabled": True, "rule": REDACTION_RULE}
     else:
         doc["redaction"] = {"enabled": False}
-    data = dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    # json_safe: `zcat` of a snapshot sends no C1 control or bidi override to a terminal
+    data = json_safe(dumps(doc, ensure_ascii=False, separators=(",", ":"))).encode()
     if compress:
         data = gzip.compress(data, compresslevel=6, mtime=0)
     return data

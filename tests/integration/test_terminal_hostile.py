@@ -117,3 +117,33 @@ def test_visible_leaves_no_control_character(a: str, b: str) -> None:
     out = visible(a + b)
     assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f
                    or c in "\u2028\u2029" for c in out)
+
+
+def test_record_and_snapshot_files_send_nothing_to_a_terminal_but_keep_the_text(tmp_path):
+    """`tail -f` of a recording and `zcat` of a snapshot reach a terminal: their JSON holds C1
+    controls, DEL, line separators and bidi overrides from a log as \\u escapes (the same
+    JSON value), while other non-ASCII text (a prompt in Chinese) stays readable."""
+    import json
+
+    from specmon.export.snapshot import read_snapshot
+
+    evil = C1 + "\u2028 \u202eevil\u202c \x7f \u4e2d\u6587"
+    log = tmp_path / "s.log"
+    log.write_text(f"[2026-02-26 19:17:00] worker said {evil} ok\n" + decode_line(88.0) + "\n",
+                   encoding="utf-8")
+    rec = tmp_path / "r.jsonl"
+    r = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
+                        f"base={log}", "--whole-file", "--out", str(rec), "--duration", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    snap = write_snapshot(snapshot_from_record(rec), tmp_path / "s.json")
+    raw = [b"\xc2\x9b", b"\xc2\x9d", b"\xc2\x9c", b"\xe2\x80\xa8", b"\xe2\x80\xae", b"\x7f",
+           b"\x1b"]
+    for path in (rec, snap):
+        data = path.read_bytes()
+        assert not [b for b in raw if b in data], path
+        assert "\u4e2d\u6587".encode() in data  # readable, not \u escaped
+    lines = [json.loads(x)["line"] for x in rec.read_text().splitlines() if '"line"' in x]
+    assert f"worker said {evil} ok" in lines[0]  # the same text, read back
+    assert any(f"worker said {evil} ok" in (e.line or "")
+               for e in read_snapshot(snap).servers[0].entries)
