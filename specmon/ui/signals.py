@@ -35,9 +35,12 @@ def exit_on_signals(app: Any, *, grace: float = QUIT_GRACE_S,
     def handler(signum: int, _frame: object) -> None:
         got.append(signum)
         if not watchdog:
-            watchdog.append(threading.Timer(grace, force, (signum,)))
-            watchdog[0].daemon = True
-            watchdog[0].start()
+            # this timer, not watchdog[0]: a second signal (SIGHUP after SIGTERM as the
+            # terminal closes) can run its handler in the middle of this one and start its own
+            timer = threading.Timer(grace, force, (signum,))
+            timer.daemon = True
+            watchdog.append(timer)
+            timer.start()
         try:
             asyncio.get_running_loop().call_soon_threadsafe(app.exit)
         except RuntimeError:  # not inside the app's loop (before it runs): stop now
