@@ -251,7 +251,7 @@ def section(p: RunPart) -> str:
 
 def list_runs(files: list[str], as_json: bool) -> int:
     """`specmon parse --runs`: each log's runs, as the session model splits them."""
-    from specmon.session.runs import read_runs, run_row, time_break_text
+    from specmon.session.runs import read_runs, run_row, time_break_texts
 
     damage: CliError | None = None
     listed = 0
@@ -276,8 +276,8 @@ def list_runs(files: list[str], as_json: bool) -> int:
                 print(f"    #running-req {b['running_req']}: median {b['median_tok_s']:.2f} tok/s, "
                       f"p10-p90 {b['p10']:.2f}-{b['p90']:.2f}, n {b['n']}"
                       + ("" if acc is None else f", accept len {acc:.2f}"))
-            for sg in row["time_segments"]:  # log time broke: windows restart there
-                print(f"    {time_break_text(sg)}")
+            for text in time_break_texts(row["time_segments"], None):  # windows restart there
+                print(f"    {text}")
         if log.error is not None and not as_json:
             print("  (the rest of the file could not be read: the error follows)")
     if damage is not None:

@@ -37,7 +37,7 @@ from specmon.session.runs import (
     run_by_rr,
     run_fingerprint_offline,
     run_row,
-    time_break_text,
+    time_break_texts,
 )
 from specmon.session.state import Run, ServerState
 from specmon.session.window import (
@@ -587,8 +587,8 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                             num(w["robust_cv"] * 100 if w["robust_cv"] is not None else None,
                                 "{:.1f}%"), num(w["accept_len_median"])]
                            for w in r["by_running_req"]]))
-            for sg in r["time_segments"]:  # log time broke: in parse --runs' and compare's words
-                b.append(("p", time_break_text(sg)))
+            # log time broke: in parse --runs' and compare's words
+            b.extend(("p", t) for t in time_break_texts(r["time_segments"]))
         if not s["runs"]:
             b.append(("h", 3, f"{s['name']} ({s['role'] or 'role unknown'})"))
             b.append(("p", "no decode lines with a throughput"))

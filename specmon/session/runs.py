@@ -87,6 +87,31 @@ def time_break_text(sg: dict[str, Any]) -> str:
            f"(after {sg['after']}); {rule}"
 
 
+SHOWN_JUMPS = 3  # jumps ahead listed one by one in a summary (compare, report); then one line
+
+
+def time_break_texts(segments: list[dict[str, Any]], limit: int | None = SHOWN_JUMPS) -> list[str]:
+    """A run's breaks of log time in `time_break_text`'s words. Every step back is listed; of
+    the jumps ahead (an idle server logs nothing: a benchmark every 5 min gives one per pause)
+    the first `limit`, then one line for the rest, so a day's log is not 30 lines of notes.
+    `limit=None`: all (`parse --runs`, the detailed view the summary line points to)."""
+    out: list[str] = []
+    rest: list[float] = []
+    shown = 0  # jumps ahead listed
+    for sg in segments:
+        ahead = sg["step_s"] >= 0
+        if ahead and limit is not None and shown >= limit:
+            rest.append(sg["step_s"])
+            continue
+        out.append(time_break_text(sg))
+        shown += ahead
+    if rest:
+        out.append(f"log time jumped ahead {len(rest)} more time(s), by "
+                   f"{min(rest):.0f}-{max(rest):.0f} s, each the start of a time segment where "
+                   "time windows restart (`specmon parse --runs FILE` lists them)")
+    return out
+
+
 def run_row(run: Run) -> dict[str, Any]:
     """One line of `specmon parse --runs`."""
     return {"run": run.index, "start": stamp(run.start_t), "end": stamp(run.last_t),
@@ -233,7 +258,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
-        notes += [f"{label} run {run.index}: {time_break_text(sg)}" for sg in time_segments(run)]
+        notes += [f"{label} run {run.index}: {t}" for t in time_break_texts(time_segments(run))]
         fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
                                                              or ""))
         if fixed:

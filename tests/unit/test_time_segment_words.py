@@ -86,3 +86,40 @@ def test_the_report_says_where_log_time_broke_in_each_run(tmp_path: Path, capsys
     assert "none of the run's figures above reach behind it" in md
     assert md.index("time segment 2") > md.index("| #running-req")  # after its table
     capsys.readouterr()
+
+
+def test_an_idle_servers_many_gaps_are_three_notes_and_one_line_not_one_each(tmp_path: Path,
+                                                                            capsys) -> None:
+    """A baseline benchmarked every ~8 min logs nothing between: a day's log held 24 jumps
+    ahead, and `compare` printed 24 notes of them (the real cli991 log in tests/data). Now
+    `compare` and the report list the first three jumps and every step back, then one line
+    for the rest; `parse --runs`, where that line points, lists each."""
+    from kit.snapshots import write_record
+
+    base, spec = tmp_path / "b.log", tmp_path / "s.log"
+    lines: list[str] = []
+    t = T0
+    for k in range(7):  # 7 bursts of 10 lines; gaps of 500 + 10k s: 6 jumps ahead
+        lines += [line(t + 2 * i, 80) for i in range(10)]
+        t += 18 + 500 + 10 * k
+    lines += [line(t - 7200 + 2 * i, 80) for i in range(10)]  # and a step back
+    base.write_text("".join(lines))
+    spec.write_text("".join(line(T0 + 2 * i, 120) for i in range(30)))
+    assert main(["compare", str(base), str(spec)]) == 0
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "log time" in ln]
+    assert [("went back" in n, "jumped ahead" in n) for n in notes] == \
+        [(False, True)] * 3 + [(True, False), (False, True)], notes
+    assert notes[-1] == ("note: baseline run 1: log time jumped ahead 3 more time(s), by "
+                         "530-550 s, each the start of a time segment where time windows "
+                         "restart (`specmon parse --runs FILE` lists them)")
+    assert main(["parse", "--runs", str(base)]) == 0
+    listed = [ln for ln in capsys.readouterr().out.splitlines() if "time segment" in ln]
+    assert len(listed) == 7 and sum("jumped ahead" in ln for ln in listed) == 6
+    rec = write_record(tmp_path / "r.jsonl",
+                       [("base", x.rstrip("\n"), T0 + i) for i, x in enumerate(lines)])
+    snap = tmp_path / "s.json"
+    assert main(["export", str(rec), "-o", str(snap)]) == 0
+    assert main(["report", str(snap), "--format", "md"]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert md.count("log time jumped ahead") == 4 and "3 more time(s)" in md
+    capsys.readouterr()
