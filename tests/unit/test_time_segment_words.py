@@ -19,6 +19,18 @@ def line(t: float, gt: float) -> str:
             f"gen throughput (token/s): {gt:.2f}, #queue-req: 0, \n")
 
 
+def report_md(tmp_path: Path, texts: list[str]) -> str:
+    """The Markdown report of a recording of `texts` (server "base", a line a second)."""
+    from kit.snapshots import write_record
+
+    rec = write_record(tmp_path / "r.jsonl",
+                       [("base", t.rstrip("\n"), T0 + i) for i, t in enumerate(texts)])
+    snap = tmp_path / "s.json"
+    assert main(["export", str(rec), "-o", str(snap)]) == 0
+    assert main(["report", str(snap), "--format", "md"]) == 0
+    return (tmp_path / "s.report.md").read_text()
+
+
 def test_a_step_back_cuts_the_run_figures_and_a_jump_ahead_does_not(tmp_path: Path,
                                                                      capsys) -> None:
     log = tmp_path / "t.log"
@@ -72,16 +84,9 @@ def test_compare_says_where_log_time_broke_in_the_words_parse_uses(tmp_path: Pat
 def test_the_report_says_where_log_time_broke_in_each_run(tmp_path: Path, capsys) -> None:
     """The report printed a run's figures (after a step back: n 30 of 60) without a word of
     the break; now each break follows the run's table, in the words of `parse --runs`."""
-    from kit.snapshots import write_record
-
     back = T0 + 60 - 3600
     texts = [line(T0 + 2 * i, 80) for i in range(30)] + [line(back + 2 * i, 40) for i in range(30)]
-    rec = write_record(tmp_path / "r.jsonl",
-                       [("base", t.rstrip("\n"), T0 + i) for i, t in enumerate(texts)])
-    snap = tmp_path / "s.json"
-    assert main(["export", str(rec), "-o", str(snap)]) == 0
-    assert main(["report", str(snap), "--format", "md"]) == 0
-    md = (tmp_path / "s.report.md").read_text()
+    md = report_md(tmp_path, texts)
     assert "time segment 2 from " in md and "log time went back 3598 s" in md
     assert "none of the run's figures above reach behind it" in md
     assert md.index("time segment 2") > md.index("| #running-req")  # after its table
@@ -94,8 +99,6 @@ def test_an_idle_servers_many_gaps_are_three_notes_and_one_line_not_one_each(tmp
     ahead, and `compare` printed 24 notes of them (the real cli991 log in tests/data). Now
     `compare` and the report list the first three jumps and every step back, then one line
     for the rest; `parse --runs`, where that line points, lists each."""
-    from kit.snapshots import write_record
-
     base, spec = tmp_path / "b.log", tmp_path / "s.log"
     lines: list[str] = []
     t = T0
@@ -115,11 +118,6 @@ def test_an_idle_servers_many_gaps_are_three_notes_and_one_line_not_one_each(tmp
     assert main(["parse", "--runs", str(base)]) == 0
     listed = [ln for ln in capsys.readouterr().out.splitlines() if "time segment" in ln]
     assert len(listed) == 7 and sum("jumped ahead" in ln for ln in listed) == 6
-    rec = write_record(tmp_path / "r.jsonl",
-                       [("base", x.rstrip("\n"), T0 + i) for i, x in enumerate(lines)])
-    snap = tmp_path / "s.json"
-    assert main(["export", str(rec), "-o", str(snap)]) == 0
-    assert main(["report", str(snap), "--format", "md"]) == 0
-    md = (tmp_path / "s.report.md").read_text()
+    md = report_md(tmp_path, lines)
     assert md.count("log time jumped ahead") == 4 and "3 more time(s)" in md
     capsys.readouterr()
