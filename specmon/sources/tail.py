@@ -304,11 +304,10 @@ class LogTailer:
         # the stop (the drain's deadline cancels this like the rest)
         answers = await asyncio.gather(*(ask(k) for k in keys))
         out: list[list[TailEvent]] = []
-        index = {k: i for i, k in enumerate(keys)}
-        for key, msg in zip(keys, answers, strict=True):
+        for spec, key, msg in zip(self.specs, keys, answers, strict=True):
             if isinstance(msg, dict) and msg.get("t") == "lines" and msg.get("tail") == key:
                 try:
-                    evs = list(self._handle(self.specs[index[key]], msg))
+                    evs = list(self._handle(spec, msg))
                 except ProtocolError:
                     continue
                 if evs:

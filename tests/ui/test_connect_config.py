@@ -51,6 +51,16 @@ num_draft_tokens = 3
 """
 
 
+async def start_base(pilot, app) -> None:  # noqa: ANN001 - a Pilot and a SpecmonApp
+    """`u` on base's panel; back once base logs decode lines and the start action has ended
+    (a next action on base is refused while it runs)."""
+    base = app.session.server("base")
+    app.query_one("#panel-base").focus()
+    await pilot.press("u")
+    await wait_for(pilot, lambda: base.decode_total >= 2, 90)
+    await wait_control_idle(pilot, app)
+
+
 def capture_toasts(app) -> list[str]:  # noqa: ANN001 - a SpecmonApp
     """Every toast's text from now on (the app still shows them)."""
     toasts: list[str] = []
@@ -105,11 +115,8 @@ async def test_busy_gpus_offer_a_swap_that_stops_the_owner_and_starts_the_other(
     app, actions = await open_app(args)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            base, spec = app.session.server("base"), app.session.server("spec")
-            app.query_one("#panel-base").focus()
-            await pilot.press("u")
-            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
-            await wait_control_idle(pilot, app)  # the swap offered below stops base
+            spec = app.session.server("spec")
+            await start_base(pilot, app)  # the swap offered below stops base
             app.query_one("#panel-spec").focus()
             await pilot.press("u")  # same GPUs: refused, naming the owner, swap offered
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60)
@@ -144,11 +151,7 @@ command = {crash!r}
     app, actions = await open_app(args)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            base = app.session.server("base")
-            app.query_one("#panel-base").focus()
-            await pilot.press("u")
-            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
-            await wait_control_idle(pilot, app)
+            await start_base(pilot, app)
             actions[("box", "base")].profile.command = crash  # its restart will fail too
             toasts = capture_toasts(app)
             await pilot.press("o")
@@ -281,11 +284,8 @@ async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_pat
     app, actions = await open_app(args)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            base, spec = app.session.server("base"), app.session.server("spec")
-            app.query_one("#panel-base").focus()
-            await pilot.press("u")
-            await wait_for(pilot, lambda: base.decode_total >= 2, 90)
-            await wait_control_idle(pilot, app)
+            spec = app.session.server("spec")
+            await start_base(pilot, app)
             toasts = capture_toasts(app)
             await pilot.press("o")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30)
