@@ -31,7 +31,9 @@ def visible(text: str) -> str:
 
 
 def _json_escape(m: re.Match[str]) -> str:
-    return f"\\u{ord(m.group()):04x}"
+    c = m.group()
+    # tab, LF, CR: JSON whitespace outside strings (indented JSON), escaped by the encoders inside
+    return c if c in "\t\n\r" else f"\\u{ord(c):04x}"
 
 
 def json_safe(text: str) -> str:

@@ -12,6 +12,7 @@ from specmon.export.snapshot import (
     SymlinkOutputError,
     atomic_write_bytes,
     encode,
+    gzip_for,
     snapshot_from_record,
     symlink_refusal,
 )
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             snap = snapshot_from_record(args.record, host=args.host, log_lines=args.log_lines,
                                         gpu_max_per_gpu=args.gpu_max_samples, warn=_warn)
             data = encode(snap, redact=not args.no_redact,
-                          compress=bool(args.gzip) or out.name.endswith(".gz"))
+                          compress=gzip_for(out, True if args.gzip else None))
     except SnapshotError as exc:
         raise CliError(str(exc)) from None
     try:

@@ -93,7 +93,7 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
     }
     if host is not None:
         obj["host"] = host
-    return json_safe(dumps_line(obj))  # `tail -f` of the file: no C1 or bidi to the terminal
+    return dumps_line(obj)
 
 
 def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, whole: bool,
@@ -133,6 +133,7 @@ class RecordOut:
     def write(self, row: str) -> None:
         if self.error is not None:
             return
+        row = json_safe(row)  # every row (lines, GPU names): `tail -f` gets no C1 or bidi
         self.buf.append(row)
         self.size += len(row) + 1
         if self.size >= self.FLUSH_BYTES:

@@ -672,9 +672,13 @@ def write_snapshot(snap: Snapshot, path: str | Path, *, redact: bool = True,
     """Atomic write; gzip when asked or when the name ends in .gz. Redaction is on by default.
     A symbolic link at `path` is refused unless `force` (`atomic_write_bytes`)."""
     p = Path(path)
-    if compress is None:
-        compress = p.name.endswith(".gz")
-    return atomic_write_bytes(p, encode(snap, redact=redact, compress=compress), force=force)
+    return atomic_write_bytes(p, encode(snap, redact=redact, compress=gzip_for(p, compress)),
+                              force=force)
+
+
+def gzip_for(path: Path, compress: bool | None) -> bool:
+    """Whether a snapshot written to `path` is gzipped: as asked, else by its `.gz` name."""
+    return path.name.endswith(".gz") if compress is None else compress
 
 
 def read_snapshot(path: str | Path) -> Snapshot:

@@ -147,3 +147,25 @@ def test_record_and_snapshot_files_send_nothing_to_a_terminal_but_keep_the_text(
     assert f"worker said {evil} ok" in lines[0]  # the same text, read back
     assert any(f"worker said {evil} ok" in (e.line or "")
                for e in read_snapshot(snap).servers[0].entries)
+
+
+def test_every_record_row_is_written_terminal_safe(tmp_path):
+    """The writer makes each row safe, whatever made it (a GPU row holds the host's GPU names,
+    which are host text too)."""
+    import json
+
+    from specmon.commands.record import RecordOut, gpu_json
+    from specmon.parse.gpu_sample import GpuSample
+
+    path = tmp_path / "r.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        out = RecordOut(fd, str(path))
+        gpu = GpuSample(index=0, name="H200" + C1 + "\u202e", ts=T0)
+        out.write(gpu_json("box", [gpu], multi=False))
+        out.flush()
+    finally:
+        os.close(fd)
+    data = path.read_bytes()
+    assert b"\xc2\x9b" not in data and b"\xe2\x80\xae" not in data, data
+    assert json.loads(data)["gpus"][0]["name"] == "H200" + C1 + "\u202e"
