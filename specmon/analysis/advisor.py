@@ -466,6 +466,29 @@ def flags_for(c: Candidate) -> str:
 
 
 @dataclass(frozen=True)
+class MeasuredSpeedup:
+    """The measured speedup as every front end shows it: the session's one speedup rule
+    (`session.window.run_speedup`, medians of the current runs at one batch size), handed in by
+    the session layer (`session.advice.with_speedup`). The advisor's clean-line means only fit
+    its model; shown as "the speedup" they would contradict `compare` and the headline."""
+
+    ratio: float
+    ci95: tuple[float, float] | None
+    ci_reason: str | None  # why there is no interval
+    running_req: int
+    n_base: int
+    n_spec: int
+    break_even_accept_len: float | None  # accept len at which spec would only match base
+    basis: str  # what the medians cover: `whole runs (baseline run 1, speculative run 2)`
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": _round(self.ratio),
+                "ci95": None if self.ci95 is None else [_round(x) for x in self.ci95],
+                "ci95_reason": self.ci_reason, "running_req": self.running_req,
+                "n_base": self.n_base, "n_spec": self.n_spec, "basis": self.basis}
+
+
+@dataclass(frozen=True)
 class Advice:
     running_req: int
     measured: tuple[Measured, ...]
@@ -479,6 +502,8 @@ class Advice:
     conditions_differ: tuple[str, ...] = ()
     engine: str = "sglang"  # "vllm": the flags are vLLM's `--speculative-config`
     method: str | None = None  # the speculative algorithm of the latest run
+    # the measured speedup (None: N/A, no baseline run at this batch size), from the session
+    speedup: MeasuredSpeedup | None = None
 
     @property
     def baseline_ms_per_token(self) -> float | None:
@@ -504,21 +529,10 @@ class Advice:
                 "and the predictions mix speculation with those differences; make them match")
 
     @property
-    def measured_speedup(self) -> tuple[float, float, float] | None:
-        """Latest speculative run vs the baseline at the same batch size: (ratio, lo, hi)."""
-        if self.baseline is None:
-            return None
-        cur = self.current
-        r = cur.tok_s / self.baseline.tok_s
-        se = math.hypot(cur.se_log_tok_s, self.baseline.se_log_tok_s)
-        return r, r * math.exp(-Z * se), r * math.exp(Z * se)
-
-    @property
     def break_even_accept_len(self) -> float | None:
-        """Accept len at which the latest run's cycle would only match the baseline."""
-        tb = self.baseline_ms_per_token
-        cyc = self.current.t_cycle_ms
-        return None if tb is None or cyc is None else cyc / tb
+        """Of the measured speedup (the accept len at which speculation would only match the
+        baseline), so it agrees with the headline's and compare's."""
+        return None if self.speedup is None else self.speedup.break_even_accept_len
 
     @property
     def flags(self) -> str | None:
@@ -548,6 +562,7 @@ class Advice:
             "measured": [m.to_json() for m in self.measured],
             "baseline_run": self.baseline_run,
             "baseline_ms_per_token": _round(self.baseline_ms_per_token),
+            "speedup": None if self.speedup is None else self.speedup.to_json(),
             "break_even_accept_len": _round(self.break_even_accept_len),
             "assumptions": list(self.assumptions),
             "candidates": [c.to_json() for c in self.candidates],

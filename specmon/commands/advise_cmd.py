@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--running-req must be >= 1 (got {args.running_req})")
     if sum(1 for x in [*args.spec_logs, args.baseline_log] if x == "-") > 1:
         raise CliError("only one input can be '-' (stdin)")
-    from specmon.session.advice import segments
+    from specmon.session.advice import segments, with_speedup
 
     spec: list[Segment] = []
     damage: list[CliError] = []  # read errors: advice on the lines before them, then said
@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         for err in damage:
             print(f"specmon advise: {err}; only the lines before it were read", file=sys.stderr)
         return 2 if damage else 3
+    # the measured speedup is compare's: the last runs' medians at this batch size
+    adv = with_speedup(adv, bstate, states[-1])
     if args.json:
         print(dumps(adv.to_json()))
     else:
@@ -121,23 +123,30 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 def render(adv: Advice, checks: list[Check]) -> str:
     from specmon.ui.safe import plain
 
-    out = [f"speculative advice at #running-req {adv.running_req}", "", "measured runs:"]
+    out = [f"speculative advice at #running-req {adv.running_req}", "",
+           "measured runs (the model's inputs: means of clean decode lines, without warm-up, "
+           "queue, prefill or idle gaps):"]
     out.append(f"  {'run':<28} {'steps':>5} {'topk':>4} {'draft':>5} {'accept':>7} "
                f"{'cycle ms':>9} {'tok/s':>8} {'n':>5}")
     for m in adv.measured:
         out.append(f"  {plain(m.run)[:28]:<28} {_f(m.steps, 'd') if m.steps else 'N/A':>5} "
                    f"{m.topk or 'N/A':>4} {m.draft_tokens or 'N/A':>5} {_f(m.accept_len):>7} "
                    f"{_f(m.t_cycle_ms):>9} {m.tok_s:>8.2f} {m.n:>5}")
-    sp, bl = adv.measured_speedup, adv.baseline
-    if sp is None or bl is None:  # both or neither: the speedup needs the baseline
+    from specmon.session.advice import best_speedup_text, speedup_text
+
+    bl = adv.baseline
+    if bl is None:
         out.append("baseline: N/A (no --baseline-log): no speedup, break-even or predicted "
                    "speedup")
     else:
         out.append(f"{plain(adv.baseline_run or 'baseline')}: {adv.baseline_ms_per_token:.2f} "
-                   f"ms/token ({bl.tok_s:.2f} tok/s, n={bl.n})")
-        out.append(f"measured speedup ({plain(adv.current.run)}): {sp[0]:.3f}x "
-                   f"(95 % {sp[1]:.3f}-{sp[2]:.3f}); break-even accept len "
-                   f"{_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
+                   f"ms/token ({bl.tok_s:.2f} tok/s clean-line mean, n={bl.n}; the model's t_b)")
+    if adv.speedup is not None:
+        out.append(f"measured speedup (as compare): {speedup_text(adv.speedup)}; break-even "
+                   f"accept len {_f(adv.break_even_accept_len)} (now {_f(adv.current.accept_len)})")
+    elif bl is not None:
+        out.append(f"measured speedup: N/A (the last runs have no #running-req "
+                   f"{adv.running_req} with enough samples on both)")
     if adv.conditions_differ:
         out.append("conditions differ: " + plain("; ".join(adv.conditions_differ)))
     out += ["", "assumptions:"] + [f"  - {plain(a)}" for a in adv.assumptions]
@@ -149,7 +158,8 @@ def render(adv: Advice, checks: list[Check]) -> str:
             + f", then {adv.profile.tail:.2f}"]
     out.append("cost model: " + adv.cost_text())
     out += ["", "candidates (basis: measured, model = identified by the runs, prior = N/A point, "
-            "band over the stated priors):"]
+            "band over the stated priors; tok/s and speedup as the model reads them: clean-line "
+            "means against the baseline's t_b):"]
     out.append(f"  {'steps':>5} {'topk':>4} {'draft':>5} {'tok/s':>8} {'95 % band':>17} "
                f"{'speedup':>8}  basis")
     for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:12]:
@@ -161,12 +171,13 @@ def render(adv: Advice, checks: list[Check]) -> str:
     if b is None:
         out += ["", plain(adv.no_recommendation or "no setting recommended")]
     else:
+        keep = b.basis == "measured" and b.matches(adv.current.steps, adv.current.topk,
+                                                   adv.current.draft_tokens)
         what = ("measured" if b.basis == "measured" else "predicted")
-        out += ["", f"try: {adv.flags}" if b.basis != "measured" or not b.matches(
-            adv.current.steps, adv.current.topk, adv.current.draft_tokens)
-            else f"keep: {adv.flags} (no other setting is shown to be at least as good)",
+        out += ["", f"keep: {adv.flags} (no other setting is shown to be at least as good)"
+                if keep else f"try: {adv.flags}",
                 f"     {what} {_f(b.predicted_tok_s)} tok/s (95 % {b.band[0]:.2f}-{b.band[1]:.2f})"
-                + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else "")]
+                + best_speedup_text(adv)]
     if checks:
         out += ["", "predicted (from the runs before) vs measured:"]
         for ch in checks:

@@ -8,12 +8,17 @@ server-level decode interval (a DP server's groups summed), on the times SGLang 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from specmon.analysis.advisor import Line, Segment
+from specmon.analysis.advisor import Advice, CannotAdvise, Line, MeasuredSpeedup, Segment, advise
+from specmon.session.drift_watch import run_fingerprint
 from specmon.session.runs import stamp
-from specmon.session.state import Run, ServerState
+from specmon.session.speedup import fingerprint_differences
+from specmon.session.state import HostState, Run, ServerState
+from specmon.session.window import run_speedup
 
 
 def _int(v: Any) -> int | None:
@@ -57,3 +62,72 @@ def segments(state: ServerState, label: str | None = None,
     if out and histogram:
         out[-1].histogram = list(histogram)
     return out
+
+
+def with_speedup(adv: Advice, base: ServerState | None, spec: ServerState,
+                 window_s: float = math.inf) -> Advice:
+    """The advice with its measured speedup: the current runs at the advice's batch size, by
+    the rule `compare` (window_s inf: whole runs) and the headline (the live window) use, so
+    the three say the same number. None (N/A) without a baseline run with enough samples."""
+    if base is None or not base.runs or not spec.runs:
+        return replace(adv, speedup=None)
+    br, sr = base.runs[-1], spec.runs[-1]
+    sp = run_speedup(br, sr, window_s, running_req=adv.running_req)
+    if sp is None:
+        return replace(adv, speedup=None)
+    span = "whole runs" if math.isinf(window_s) else f"last {window_s:.0f} s of each run"
+    return replace(adv, speedup=MeasuredSpeedup(
+        sp.ratio, sp.ci95, sp.ci_reason, sp.running_req, sp.base.n, sp.spec.n,
+        sp.break_even_accept_len,
+        f"medians, {span} (baseline run {br.index}, speculative run {sr.index})"))
+
+
+def speedup_text(sp: MeasuredSpeedup) -> str:
+    """`2.115x (95 % 2.052-2.180; #running-req 1, n 40 base / 40 spec; medians, whole runs
+    (baseline run 1, speculative run 2))`: the value, its interval and what it covers."""
+    ci = (f"95 % {sp.ci95[0]:.3f}-{sp.ci95[1]:.3f}" if sp.ci95 is not None
+          else sp.ci_reason or "95% interval N/A")
+    return (f"{sp.ratio:.3f}x ({ci}; #running-req {sp.running_req}, n {sp.n_base} base / "
+            f"{sp.n_spec} spec; {sp.basis})")
+
+
+def best_speedup_text(adv: Advice) -> str:
+    """The best setting's speedup: for the running setting the measured one (said above, the
+    same as compare's), else the model's, named as such."""
+    b = adv.best
+    if b is None or not b.predicted_speedup:
+        return ""
+    if b.basis == "measured" and b.matches(adv.current.steps, adv.current.topk,
+                                           adv.current.draft_tokens):
+        return ", speedup: the measured one above" if adv.speedup is not None else ""
+    what = "clean-line means" if b.basis == "measured" else "predicted"
+    return f", speedup {b.predicted_speedup:.3f}x ({what})"
+
+
+def host_advice(session: HostState, window_s: float) -> Advice:
+    """The advice for a live host: its speculative server's runs against its baseline's (when
+    the baseline cannot be used, the advice without it), the conditions that differ besides
+    speculation (no setting is recommended while they do, as `specmon advise` says) and the
+    speedup the headline shows. Raises CannotAdvise saying what is missing."""
+    spec = session.by_role("speculative")
+    if spec is None:
+        raise CannotAdvise("no speculative server in this session")
+    base = session.by_role("baseline")
+    hist = getattr(spec.last_bench, "spec_histogram", None)
+    segs = segments(spec, spec.name, hist)  # the session's runs, no re-parse
+    bsegs = segments(base, base.name) if base is not None else []
+    differ: list[str] = []
+    if base is not None and base.runs and spec.runs:
+        rr = spec.last_decode.running_req if spec.last_decode is not None else None
+        differ = fingerprint_differences(run_fingerprint(session, base),
+                                         run_fingerprint(session, spec), rr)
+    try:
+        adv = advise(segs, bsegs, conditions_differ=differ)
+    except CannotAdvise as exc:
+        if not bsegs:
+            raise
+        try:  # without a usable baseline the advice still stands (no speedup)
+            return advise(segs)
+        except CannotAdvise:
+            raise exc from None
+    return with_speedup(adv, base, spec, window_s)

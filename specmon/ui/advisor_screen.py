@@ -16,17 +16,13 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specmon.analysis.advisor import (
-    Advice,
-    CannotAdvise,
-    advise,
-    check_prediction,
-)
+from specmon.analysis.advisor import Advice, CannotAdvise, check_prediction
 from specmon.numfmt import num
-from specmon.session.advice import segments
+from specmon.session.advice import best_speedup_text, host_advice, speedup_text
 from specmon.session.state import HostState
+from specmon.session.window import DEFAULT_WINDOW_S
 from specmon.ui.keys import bindings
-from specmon.ui.safe import plain
+from specmon.ui.safe import plain, plain_lines
 
 
 @dataclass
@@ -52,46 +48,49 @@ class AdvisorMemory:
 _n = num  # specmon.numfmt: the one N/A formatter
 
 
-def advisor_report(session: HostState, memory: AdvisorMemory) -> str:
-    """The screen's text: measured speedup, break-even, best settings and flags, and predicted
-    vs measured for a run started with settings predicted earlier."""
-    spec = session.by_role("speculative")
-    base = session.by_role("baseline")
-    if spec is None:
-        return "advisor: no speculative server in this session (N/A)"
-    hist = getattr(spec.last_bench, "spec_histogram", None)
-    segs = segments(spec, plain(spec.name), hist)  # the session's runs, no re-parse
-    bsegs = segments(base, plain(base.name)) if base is not None else []
+def advisor_report(session: HostState, memory: AdvisorMemory, window_s: float = DEFAULT_WINDOW_S
+                   ) -> str:
+    """The screen's text: measured speedup (the headline's, over the same window), break-even,
+    best settings and flags, and predicted vs measured for a run started with settings
+    predicted earlier. The advice is the session's (`session.advice.host_advice`)."""
     try:
-        adv = advise(segs, bsegs)
+        adv = host_advice(session, window_s)
     except CannotAdvise as exc:
-        try:  # without a usable baseline the advice still stands (no speedup)
-            adv = advise(segs)
-        except CannotAdvise:
-            return f"advisor: too little data: {exc}"
-    lines = [f"advisor: {plain(spec.name)} at #running-req {adv.running_req}"]
+        if session.by_role("speculative") is None:
+            return "advisor: no speculative server in this session (N/A)"
+        return plain(f"advisor: too little data: {exc}")
+    spec = session.by_role("speculative")
+    assert spec is not None  # host_advice raised otherwise
+    return plain_lines("\n".join(_report_lines(adv, spec.name, memory)))
+
+
+def _report_lines(adv: Advice, server: str, memory: AdvisorMemory) -> list[str]:
+    lines = [f"advisor: {server} at #running-req {adv.running_req}"]
     cur = adv.current
     lines.append(f"now: steps {cur.steps} topk {cur.topk} draft tokens {cur.draft_tokens}, "
                  f"accept len {_n(cur.accept_len)}, cycle {_n(cur.t_cycle_ms)} ms, "
                  f"{cur.tok_s:.1f} tok/s (n={cur.n})")
-    sp = adv.measured_speedup
+    sp = adv.speedup
     if sp is None:
-        lines.append("measured speedup: N/A (no baseline at this batch size)")
+        lines.append("measured speedup: N/A (no baseline run with enough samples at this batch "
+                     "size)")
     else:
-        lines.append(f"measured speedup {sp[0]:.3f}x (95 % {sp[1]:.3f}-{sp[2]:.3f}); "
-                     f"break-even accept len {_n(adv.break_even_accept_len)}")
+        lines.append(f"measured speedup {speedup_text(sp)}; break-even accept len "
+                     f"{_n(adv.break_even_accept_len)}")
+    if adv.conditions_differ:
+        lines.append("conditions differ: " + "; ".join(adv.conditions_differ))
     b = adv.best
     if adv.baseline_run:
-        lines.append(plain(adv.baseline_run))
+        lines.append(adv.baseline_run)
     if b is None:
-        lines.append(plain(adv.no_recommendation or "no setting recommended"))
+        lines.append(adv.no_recommendation or "no setting recommended")
     else:
         lines.append(f"best ({b.basis}): steps {b.steps} topk {b.topk} draft tokens "
                      f"{b.draft_tokens}: {_n(b.predicted_tok_s, '.1f')} tok/s (95 % "
                      f"{b.band[0]:.1f}-{b.band[1]:.1f})"
-                     + (f", speedup {b.predicted_speedup:.3f}x" if b.predicted_speedup else ""))
+                     + best_speedup_text(adv))
         lines.append(f"try: {adv.flags}")
-    prev = memory.before(spec.name, cur.run)
+    prev = memory.before(server, cur.run)
     if prev is not None:
         chk = check_prediction(prev, cur)
         if chk is not None:
@@ -100,7 +99,7 @@ def advisor_report(session: HostState, memory: AdvisorMemory) -> str:
                          f"{_n(chk.predicted_tok_s, '.1f')} ({chk.band[0]:.1f}-{chk.band[1]:.1f}),"
                          f" measured {chk.measured_tok_s:.1f} tok/s ({err}"
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
-    memory.remember(spec.name, cur.run, adv)
+    memory.remember(server, cur.run, adv)
     lines.append("P(draft position k accepted): "
                  + ", ".join(f"{p:.2f}" for p in adv.profile.survival)
                  + f" (from {adv.profile.source})")
@@ -111,7 +110,7 @@ def advisor_report(session: HostState, memory: AdvisorMemory) -> str:
     for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:8]:
         lines.append(f"  steps {c.steps} topk {c.topk} draft {c.draft_tokens}: "
                      f"{_n(c.predicted_tok_s, '.1f')} ({c.band[0]:.1f}-{c.band[1]:.1f}) {c.basis}")
-    return "\n".join(lines)
+    return lines
 
 
 class AdvisorScreen(ModalScreen[None]):
@@ -132,6 +131,9 @@ class AdvisorApp(Protocol):
     @property
     def session(self) -> HostState: ...
 
+    @property
+    def window_s(self) -> float: ...
+
     def push_screen(self, screen: AdvisorScreen) -> object: ...
 
 
@@ -143,4 +145,5 @@ class AdvisorKeys:
         self.memory = AdvisorMemory()
 
     def show(self) -> None:
-        self.app.push_screen(AdvisorScreen(advisor_report(self.app.session, self.memory)))
+        self.app.push_screen(AdvisorScreen(advisor_report(self.app.session, self.memory,
+                                                          self.app.window_s)))

@@ -52,7 +52,7 @@ def test_json_shape_and_values(logs):
     r = advise(str(logs["s2"]), str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert list(d) == ["measured", "baseline_run", "baseline_ms_per_token",
+    assert list(d) == ["measured", "baseline_run", "baseline_ms_per_token", "speedup",
                        "break_even_accept_len", "assumptions", "candidates", "best", "flags",
                        "conditions_differ", "no_recommendation"]
     started = logs["base"].read_text()[1:20]  # the log time of its server_args line
@@ -61,9 +61,22 @@ def test_json_shape_and_values(logs):
     assert [m["steps"] for m in d["measured"]] == [2, 4]
     assert {m["running_req"] for m in d["measured"]} == {1}
     assert 10.5 < d["baseline_ms_per_token"] < 12.0  # the sim's tuned bs-1 step (~11.3 ms)
-    cur = d["measured"][-1]
-    assert d["break_even_accept_len"] == pytest.approx(cur["t_cycle_ms"]
-                                                       / d["baseline_ms_per_token"], rel=1e-3)
+    # one truth: the measured speedup is compare's (the last runs' medians at the advice's
+    # batch size), not the advisor's clean-line means; the break-even accept len is its
+    rr = d["measured"][-1]["running_req"]
+    c = subprocess.run([sys.executable, "-m", "specmon", "compare", str(logs["base"]),
+                        str(logs["s4"]), "--running-req", str(rr), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    cmp = json.loads(c.stdout)
+    sp = d["speedup"]
+    assert sp["value"] == cmp["speedup"]["value"] and sp["ci95"] == cmp["speedup"]["ci95"]
+    assert (sp["running_req"], sp["n_base"], sp["n_spec"]) == (
+        rr, cmp["speedup"]["n_base"], cmp["speedup"]["n_spec"])
+    assert sp["basis"] == "medians, whole runs (baseline run 1, speculative run 1)"
+    means = d["measured"][-1]["tok_s"] * d["baseline_ms_per_token"] / (1000.0 * rr)
+    assert abs(sp["value"] - means) > 1e-4  # the two statistics differ on these logs
+    accept = cmp["speculative"]["accept_len_median"]
+    assert d["break_even_accept_len"] == pytest.approx(accept / sp["value"], rel=1e-3)
     assert d["best"] in d["candidates"]
     best_measured = max(m["tok_s"] for m in d["measured"])
     # the pick: the best measured setting, or one whose whole band lies at or above it
@@ -86,7 +99,8 @@ def test_text_shows_advice_and_predicted_vs_measured_after_restart(logs):
                str(logs["base"]))
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "measured speedup (s3.log run 1)" in out and "break-even accept len" in out
+    assert "measured speedup (as compare): " in out and "break-even accept len" in out
+    assert "medians, whole runs (baseline run 1, speculative run 1)" in out
     assert "try: --speculative-num-steps" in out or "keep: --speculative-num-steps" in out
     assert "predicted (from the runs before) vs measured:" in out
     assert "s3.log run 1: predicted" in out and "inside the band" in out

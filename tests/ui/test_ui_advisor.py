@@ -10,6 +10,7 @@ from kit.ui import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
 
 from specmon.session.pays import PaysWatcher
 from specmon.session.state import HostState
+from specmon.session.window import speedup
 from specmon.sim import formats
 from specmon.sim.engine import simulate
 from specmon.ui.advisor_screen import AdvisorMemory, AdvisorScreen, advisor_report
@@ -21,9 +22,9 @@ import advisor_eval as ev  # noqa: E402
 CASE = ev.Case(5, 0.8, 0.15, 0.03)
 
 
-def sim_lines(cfg, seconds: float) -> list[str]:
+def sim_lines(cfg, seconds: float, tp: int = 8) -> list[str]:
     s = cfg.spec
-    args = {"model_path": "m", "tp_size": 8, "speculative_algorithm": s.algorithm if s else None,
+    args = {"model_path": "m", "tp_size": tp, "speculative_algorithm": s.algorithm if s else None,
             "speculative_num_steps": s.num_steps if s else None,
             "speculative_eagle_topk": s.eagle_topk if s else None,
             "speculative_num_draft_tokens": s.num_draft_tokens if s else None}
@@ -59,6 +60,42 @@ def test_report_advises_then_shows_predicted_vs_measured_after_restart():
     assert "this run vs the earlier prediction: predicted" in second
     assert "inside the band" in second
     assert "this run vs the earlier prediction" in advisor_report(s, mem)  # stays for the run
+
+
+def _pair(base_tp: int = 8) -> HostState:
+    s = HostState(host="sim")
+    s.server("base").role = "baseline"
+    s.server("spec").role = "speculative"
+    feed(s, "base", sim_lines(CASE.engine(None, 4), 150, base_tp), T0)
+    feed(s, "spec", sim_lines(CASE.engine(CASE.spec(3), 1), 150), T0)
+    return s
+
+
+def test_report_speedup_is_the_headlines_over_the_same_window():
+    """One truth: the advisor's measured speedup is the headline's (session.window.speedup,
+    the app's window), not the advisor's own clean-line means."""
+    s = _pair()
+    base, spec = s.by_role("baseline"), s.by_role("speculative")
+    shown = set()
+    for window_s in (20.0, 120.0):
+        sp = speedup(base, spec, T0 + 200, window_s)
+        text = advisor_report(s, AdvisorMemory(), window_s)
+        line = next(x for x in text.splitlines() if x.startswith("measured speedup "))
+        assert line.startswith(f"measured speedup {sp.ratio:.3f}x (95 % {sp.low:.3f}-"
+                               f"{sp.high:.3f}; #running-req {sp.running_req}, n {sp.base.n} "
+                               f"base / {sp.spec.n} spec; medians, last {window_s:.0f} s of each "
+                               "run (baseline run 1, speculative run 1))"), line
+        assert f"break-even accept len {sp.break_even_accept_len:.2f}" in line
+        shown.add(line.split()[2])
+    assert len(shown) == 2  # the two windows give two numbers: the window is the app's
+
+
+def test_report_withholds_advice_while_conditions_differ_as_the_cli_does():
+    text = advisor_report(_pair(base_tp=4), AdvisorMemory())
+    assert "conditions differ: tp_size: 4 vs 8" in text
+    assert "no setting recommended: the baseline and the speculative server differ" in text
+    assert "try: " not in text
+    assert "try: " in advisor_report(_pair(), AdvisorMemory())
 
 
 def test_report_without_speculative_server_is_na():
