@@ -179,6 +179,8 @@ def open_input(name: str) -> BinaryIO:
     """A binary stream for FILE, '-' (stdin) or a .gz file (detected by its magic bytes). A
     device or socket is refused (/dev/zero never ends); a FIFO is read as stdin is."""
     size = 0
+    if name == "":  # (open("") says "no such file", which hides that the name is empty)
+        raise CliError("empty file name: expected a log file, or - for stdin")
     if name == "-":
         raw: BinaryIO = sys.stdin.buffer
     else:

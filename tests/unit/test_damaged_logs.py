@@ -104,6 +104,14 @@ def test_a_long_line_costs_max_line_not_its_length(capsys, logs, tmp_path: Path)
     assert peak < 12 * logfile.MAX_LINE, peak  # reading the line whole takes 40 MiB
 
 
+def test_an_empty_file_name_is_said_to_be_empty() -> None:
+    for argv in (("parse", ""), ("parse", "--json", ""), ("advise", "")):
+        res = subprocess.run([sys.executable, "-m", "specmon", *argv], capture_output=True,
+                             text=True, timeout=60)
+        assert (res.returncode, res.stderr) == (
+            2, f"specmon {argv[0]}: empty file name: expected a log file, or - for stdin\n"), argv
+
+
 def test_devices_are_refused_in_one_line(logs) -> None:
     for argv in (("parse", "/dev/zero"), ("parse", "--json", "/dev/zero"),
                  ("compare", str(logs["dir"] / "base.log"), "/dev/zero"),
