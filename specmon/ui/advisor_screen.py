@@ -69,7 +69,7 @@ def _report_lines(adv: Advice, server: str, memory: AdvisorMemory) -> list[str]:
     cur = adv.current
     lines.append(f"now: steps {cur.steps} topk {cur.topk} draft tokens {cur.draft_tokens}, "
                  f"accept len {_n(cur.accept_len)}, cycle {_n(cur.t_cycle_ms)} ms, "
-                 f"{cur.tok_s:.1f} tok/s (n={cur.n})")
+                 f"{cur.tok_s:.1f} tok/s (mean of n={cur.n} clean lines: the model's input)")
     sp = adv.speedup
     if sp is None:
         lines.append("measured speedup: N/A (no baseline run with enough samples at this batch "
