@@ -480,12 +480,14 @@ class MeasuredSpeedup:
     n_spec: int
     break_even_accept_len: float | None  # accept len at which spec would only match base
     basis: str  # what the medians cover: `whole runs (baseline run 1, speculative run 2)`
+    conditions_unknown: tuple[str, ...] = ()  # a side without its launch line: said with it
 
     def to_json(self) -> dict[str, Any]:
         return {"value": _round(self.ratio),
                 "ci95": None if self.ci95 is None else [_round(x) for x in self.ci95],
                 "ci95_reason": self.ci_reason, "running_req": self.running_req,
-                "n_base": self.n_base, "n_spec": self.n_spec, "basis": self.basis}
+                "n_base": self.n_base, "n_spec": self.n_spec, "basis": self.basis,
+                "conditions_unknown": list(self.conditions_unknown)}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ A speedup only measures speculation when everything else is equal. `conditions_d
 what is not: server arguments other than `speculative_*`, the NCCL environment the workers saw,
 GPU power limits and max clocks, the engine's (SGLang's or vLLM's) files modified against the
 installed wheel, and versions (the engine's, NCCL's). Only what both sides know is compared; an
-unknown is never a difference.
+unknown is never a difference. But a run whose server arguments are unknown (its log holds no
+launch line: cut, rotated, or read from the middle) could differ in anything, model and TP size
+included, so `conditions_unknown` says so beside the speedup rather than let it pass as clean.
 
 Used by the live speedup line and headline (session.speedup), `specmon compare` (text and
 `--json` "conditions_differ"), the report, and available to the advisor (pure, no I/O).
@@ -129,3 +131,11 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
         if b and s and b != s:
             out.append(f"{label} {b} vs {s}")
     return out
+
+
+def conditions_unknown(base: Fingerprint, spec: Fingerprint) -> list[str]:
+    """What cannot be compared because a side does not know it (empty: both sides know their
+    server arguments). Said beside every speedup, as `conditions_differ` is."""
+    return [f"{side}'s server args (no launch line in its run)"
+            for side, fp in (("the baseline", base), ("the speculative server", spec))
+            if not fp.server_args]

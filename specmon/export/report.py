@@ -39,6 +39,7 @@ from specmon.session.runs import (
     run_row,
     time_break_texts,
 )
+from specmon.session.speedup import unknown_text
 from specmon.session.state import Run, ServerState
 from specmon.session.window import (
     recomputed_accept_rate,
@@ -460,7 +461,7 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
                            "baseline": base.name if base else None,
                            "speculative": spec.name if spec else None,
                            "base_median": None, "spec_median": None, "conditions_differ": [],
-                           "by_running_req": [], "reason": None}
+                           "conditions_unknown": [], "by_running_req": [], "reason": None}
     if base is None or spec is None:
         out["reason"] = "needs one baseline and one speculative server"
         return out
@@ -471,7 +472,8 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
         return out
     res = cmp.result
     out.update(base_run=res["baseline"]["run"], spec_run=res["speculative"]["run"],
-               conditions_differ=res["conditions_differ"], by_running_req=res["by_running_req"])
+               conditions_differ=res["conditions_differ"],
+               conditions_unknown=res["conditions_unknown"], by_running_req=res["by_running_req"])
     sp = res["speedup"]
     if sp is None:
         out["reason"] = cmp.why
@@ -615,6 +617,9 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         if sp["conditions_differ"]:
             b.append(("p", "**conditions differ**: " + "; ".join(sp["conditions_differ"])
                            + " (the speedup measures these as well as speculation)."))
+        if sp.get("conditions_unknown"):
+            b.append(("p", "**" + unknown_text(sp["conditions_unknown"]).replace(
+                ": ", "**: ", 1) + "."))
         b.append(("table", ["#running-req", f"{sp['baseline']} run {sp['base_run']} n",
                             f"{sp['speculative']} run {sp['spec_run']} n", "speedup",
                             "95% interval"],

@@ -15,8 +15,8 @@ from typing import Any
 
 from specmon.analysis.advisor import Advice, CannotAdvise, Line, MeasuredSpeedup, Segment, advise
 from specmon.session.drift_watch import run_fingerprint
-from specmon.session.runs import stamp
-from specmon.session.speedup import fingerprint_differences
+from specmon.session.runs import run_unknowns, stamp
+from specmon.session.speedup import fingerprint_differences, unknown_text
 from specmon.session.state import HostState, Run, ServerState
 from specmon.session.window import run_speedup
 
@@ -79,7 +79,8 @@ def with_speedup(adv: Advice, base: ServerState | None, spec: ServerState,
     return replace(adv, speedup=MeasuredSpeedup(
         sp.ratio, sp.ci95, sp.ci_reason, sp.running_req, sp.base.n, sp.spec.n,
         sp.break_even_accept_len,
-        f"medians, {span} (baseline run {br.index}, speculative run {sr.index})"))
+        f"medians, {span} (baseline run {br.index}, speculative run {sr.index})",
+        tuple(run_unknowns(br, sr))))
 
 
 def speedup_text(sp: MeasuredSpeedup) -> str:
@@ -88,7 +89,8 @@ def speedup_text(sp: MeasuredSpeedup) -> str:
     ci = (f"95 % {sp.ci95[0]:.3f}-{sp.ci95[1]:.3f}" if sp.ci95 is not None
           else sp.ci_reason or "95% interval N/A")
     return (f"{sp.ratio:.3f}x ({ci}; #running-req {sp.running_req}, n {sp.n_base} base / "
-            f"{sp.n_spec} spec; {sp.basis})")
+            f"{sp.n_spec} spec; {sp.basis}"
+            + (f"; {unknown_text(sp.conditions_unknown)}" if sp.conditions_unknown else "") + ")")
 
 
 def best_speedup_text(adv: Advice) -> str:

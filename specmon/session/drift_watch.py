@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from specmon.analysis.conditions import conditions_unknown
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.parse.gpu_sample import GpuSample
@@ -109,7 +110,7 @@ def session_speedup_view(session: HostState, base: ServerState | None, spec: Ser
     if base is not None and spec is not None and base.runs and spec.runs:
         rr = view.running_req if view.running_req is not None else \
             (spec.last_decode.running_req if spec.last_decode is not None else None)
-        diffs = fingerprint_differences(run_fingerprint(session, base),
-                                        run_fingerprint(session, spec), rr)
-        view = replace(view, fingerprint_diffs=tuple(diffs))
+        bfp, sfp = run_fingerprint(session, base), run_fingerprint(session, spec)
+        view = replace(view, fingerprint_diffs=tuple(fingerprint_differences(bfp, sfp, rr)),
+                       conditions_unknown=tuple(conditions_unknown(bfp, sfp)))
     return view

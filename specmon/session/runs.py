@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from specmon.analysis.conditions import conditions_differ
+from specmon.analysis.conditions import conditions_differ, conditions_unknown
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
 from specmon.numfmt import NA, num, spec_config_text
@@ -22,6 +22,7 @@ from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
 from specmon.redact import redact_text
+from specmon.session.speedup import unknown_text
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
 
@@ -228,6 +229,12 @@ def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list
                              running_req)
 
 
+def run_unknowns(base: Run, spec: Run) -> list[str]:
+    """What the two runs' conditions cannot be compared on (analysis.conditions, the one
+    rule): a side without its launch line."""
+    return conditions_unknown(run_fingerprint_offline(base), run_fingerprint_offline(spec))
+
+
 def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None,
             spec_run: int | None = None, running_req: int | None = None,
             labels: tuple[str, str] = ("baseline", "speculative")) -> Comparison:
@@ -284,6 +291,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
     differ = run_conditions(b, s, rr)
     result = {
         "conditions_differ": differ,
+        "conditions_unknown": run_unknowns(b, s),
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
         "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
@@ -314,6 +322,8 @@ def render(res: dict[str, Any]) -> str:
                      f"at #running-req {sp['running_req']}")
     if res.get("conditions_differ"):
         lines.append("conditions differ: " + "; ".join(res["conditions_differ"]))
+    if res.get("conditions_unknown"):
+        lines.append(unknown_text(res["conditions_unknown"]))
     for label, d in (("baseline", b), ("speculative", s)):
         extra = f", accept len {num(d.get('accept_len_median'))}" if "accept_len_median" in d else ""
         if "accept_rate_counts" in d:

@@ -38,6 +38,7 @@ class SpeedupView:
     vs_recorded_ci95: tuple[float, float] | None = None  # from the spec median's and the
     # recorded stratum's standard errors (log space), like the live speedup's interval
     fingerprint_diffs: tuple[str, ...] = ()  # conditions that differ besides speculation
+    conditions_unknown: tuple[str, ...] = ()  # what cannot be compared (a side's server args)
     base_ended_age_s: float | None = None  # seconds since the baseline's run ended (None: running)
     spec_ended_age_s: float | None = None
     reason: str | None = None  # why there is no value
@@ -116,6 +117,13 @@ def conditions_text(diffs: Sequence[str]) -> str:
     return "conditions differ: " + "; ".join(diffs)
 
 
+def unknown_text(unknown: list[str] | tuple[str, ...]) -> str:
+    """`conditions unknown: the baseline's server args (...): the speedup may measure more
+    than speculation` (every front end that shows a speedup says it so)."""
+    return ("conditions unknown: " + "; ".join(unknown) + ": the speedup may measure more than "
+            "speculation")
+
+
 def format_speedup(v: SpeedupView) -> str:
     """`1.50x vs live baseline 62.9 (run 2) · baseline DRIFT -29% vs recorded 88.8 · 1.07x vs
     recorded` (plus the fingerprint differences and the age of an ended run)."""
@@ -133,6 +141,8 @@ def format_speedup(v: SpeedupView) -> str:
         parts.append(f"{v.vs_recorded:.2f}x vs recorded")
     if v.fingerprint_diffs:
         parts.append(conditions_text(v.fingerprint_diffs))
+    if v.conditions_unknown:
+        parts.append(unknown_text(v.conditions_unknown))
     return " · ".join(parts)
 
 

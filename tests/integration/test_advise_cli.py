@@ -193,3 +193,18 @@ def test_a_truncated_log_gives_advice_on_the_lines_before_and_says_where_it_brok
     assert len(err) == 1 and f"read error after {len(lines):,} lines" in err[0], err
     assert "the advice above is on the lines before it" in err[0]
     assert json.loads(res.stdout) == json.loads(full.stdout)  # every line before it was used
+
+
+def test_a_baseline_without_its_launch_line_is_said_with_the_speedup(logs, tmp_path):
+    late = tmp_path / "late-base.log"  # the baseline's log from after its server_args line
+    late.write_text("\n".join(logs["base"].read_text().splitlines()[1:]) + "\n")
+    r = advise(str(logs["s4"]), "--baseline-log", str(late), "--json")
+    assert r.returncode == 0, r.stderr
+    sp = json.loads(r.stdout)["speedup"]
+    assert sp["conditions_unknown"] == ["the baseline's server args (no launch line in its run)"]
+    text = advise(str(logs["s4"]), "--baseline-log", str(late)).stdout
+    line = next(x for x in text.splitlines() if x.startswith("measured speedup"))
+    assert ("; conditions unknown: the baseline's server args (no launch line in its run): the "
+            "speedup may measure more than speculation); break-even accept len ") in line
+    r = advise(str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
+    assert json.loads(r.stdout)["speedup"]["conditions_unknown"] == []  # its launch line read

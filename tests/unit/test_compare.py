@@ -68,8 +68,11 @@ def test_compare_last_runs_json_shape_and_numbers(tmp_path, capsys, two_run_base
     code, out, _ = run_cli(capsys, "compare", base, spec, "--json")
     assert code == 0
     res = json.loads(out)
-    assert set(res) == {"conditions_differ", "baseline", "speculative", "by_running_req",
-                        "speedup", "notes"}
+    assert set(res) == {"conditions_differ", "conditions_unknown", "baseline", "speculative",
+                        "by_running_req", "speedup", "notes"}
+    # the real speculative log starts after its launch line: its args are unknown, and said so
+    assert res["conditions_unknown"] == [
+        "the speculative server's server args (no launch line in its run)"]
     b, s = res["baseline"], res["speculative"]
     assert (b["run"], b["runs"], s["run"], s["runs"]) == (2, 2, 1, 1)
     assert b["start"] == "2026-05-25 18:04:00"
@@ -190,3 +193,23 @@ def test_compare_says_which_conditions_differ(tmp_path, capsys):
                **common, **spec_args)
     code, out, _ = run_cli(capsys, "compare", base, same, "--json")
     assert json.loads(out)["conditions_differ"] == []  # port and speculative_* do not count
+    assert json.loads(out)["conditions_unknown"] == []  # both launch lines read
+
+
+def test_compare_says_when_a_run_has_no_launch_line(tmp_path, capsys):
+    """A run read without its server_args line could differ in anything (model, TP size): the
+    speedup is still shown, with that said beside it, never as if the conditions matched."""
+    def log(name: str, vals: list[float], accept: float | None = None) -> str:
+        acc = f"accept len: {accept:.2f}, accept rate: 0.70, " if accept else ""
+        return write(tmp_path / name, [
+            f"[2026-05-25 17:57:{10 + i:02d}] Decode batch, #running-req: 1, #token: 900, token "
+            f"usage: 0.04, {acc}cuda graph: True, gen throughput (token/s): {v:.2f}, "
+            "#queue-req: 0" for i, v in enumerate(vals)])
+
+    base, spec = log("b.log", [88.0, 89.0, 90.0]), log("s.log", [94.0, 95.0, 93.0], 2.5)
+    code, out, _ = run_cli(capsys, "compare", base, spec)
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "conditions unknown: the baseline's server args (no launch line in its run); the "
+        "speculative server's server args (no launch line in its run): the speedup may measure "
+        "more than speculation")

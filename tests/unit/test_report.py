@@ -178,3 +178,22 @@ def test_history_read_at_connect_is_charted_on_log_time_per_run(tmp_path):
     assert xs1 == [float(i) for i in range(10)]  # one a minute from the first line, not all 0
     assert xs2[0] == 10.0 and xs2[-1] == 19.0
     assert {y for _, y in series["base (baseline) run 2 bs 1"]} == {62.0, 63.0, 64.0}
+
+
+def test_report_says_when_a_run_has_no_launch_line(tmp_path):
+    """The report's speedup carries compare's caveat: the baseline was read without its
+    server_args line, so its conditions cannot be compared."""
+    from kit.snapshots import write_record
+    from kit.ui import ARGS_SPEC, decode_line
+
+    t0 = 1.78e9
+    rows = [("spec", ARGS_SPEC, t0)]
+    for i in range(30):
+        rows.append(("base", decode_line(i, 88.0 + (i % 3) * 0.2), t0 + 1 + i))
+        rows.append(("spec", decode_line(i, 94.0 + (i % 3) * 0.2, 2.5), t0 + 1 + i))
+    rec = write_record(tmp_path / "r.jsonl", rows)
+    assert main(["export", str(rec), "-o", str(tmp_path / "s.json")]) == 0
+    assert main(["report", str(tmp_path / "s.json"), "--format", "md"]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert ("**conditions unknown**: the baseline's server args (no launch line in its run): the "
+            "speedup may measure more than speculation.") in md.splitlines()

@@ -79,3 +79,28 @@ def test_fingerprint_differences_name_what_matters():
     assert any(d.startswith("NCCL env seen by workers: NCCL_PROTO LL vs unset") for d in diffs), diffs
     assert any("speculative: sglang/srt/layers/communicator.py" in d for d in diffs)
     assert fingerprint_differences(a, a) == []
+
+
+def test_a_run_without_its_launch_line_is_said_beside_the_live_speedup():
+    """The headline (session_speedup_view) says what it cannot compare, as compare does."""
+    from specmon.session.drift_watch import session_speedup_view
+    from specmon.session.state import HostState
+
+    session = HostState(host="h")
+    base, spec = session.server("baseline"), session.server("speculative")
+    base.role, spec.role = "baseline", "speculative"
+    lines = run(base, 0, [88.8] * 40)
+    run(spec, 0, [94.4] * 40, spec=True)
+    v = session_speedup_view(session, base, spec, None, 60.0, 1e9 + 100)
+    assert v.conditions_unknown == () and "unknown" not in format_speedup(v)
+    late = HostState(host="h")  # the baseline's log read from after its launch line
+    b2, s2 = late.server("baseline"), late.server("speculative")
+    b2.role, s2.role = "baseline", "speculative"
+    for ln in lines[1:]:
+        b2.apply(ln, parse_line(ln), 1e9)
+    run(s2, 0, [94.4] * 40, spec=True)
+    v = session_speedup_view(late, b2, s2, None, 60.0, 1e9 + 100)
+    assert v.value == spec.runs[-1].decode[-1].rec.gen_throughput / 88.8
+    assert format_speedup(v).split(" · ")[1:] == [
+        "conditions unknown: the baseline's server args (no launch line in its run): the "
+        "speedup may measure more than speculation"]
