@@ -109,6 +109,10 @@ def report_model(snap: Snapshot) -> ReportModel:
         st = session.server(s.name)
         if s.role and st.role is None:
             st.role = s.role
+        if s.args and st.runs and not st.runs[-1].args:
+            # a live snapshot keeps only its last lines, and may have lost the current run's
+            # server_args line; its `args` are that run's (the live state's), still known
+            st.runs[-1].args = dict(s.args)
     return ReportModel(fleet, host, {s.name: session.server(s.name) for s in snap.servers})
 
 

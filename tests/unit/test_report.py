@@ -197,3 +197,30 @@ def test_report_says_when_a_run_has_no_launch_line(tmp_path):
     md = (tmp_path / "s.report.md").read_text()
     assert ("**conditions unknown**: the baseline's server args (no launch line in its run): the "
             "speedup may measure more than speculation.") in md.splitlines()
+
+
+def test_a_live_snapshot_that_lost_the_launch_line_still_knows_the_args(tmp_path):
+    """A live snapshot keeps only its last lines: the server's `args` it carries are those of
+    the current run, so the report compares them (no false "conditions unknown")."""
+    import json
+
+    from kit.snapshots import write_record
+    from kit.ui import ARGS_BASE, ARGS_SPEC, decode_line
+
+    t0 = 1.78e9
+    rows = [("base", ARGS_BASE, t0), ("spec", ARGS_SPEC, t0)]
+    for i in range(30):
+        rows.append(("base", decode_line(i, 88.0 + (i % 3) * 0.2), t0 + 1 + i))
+        rows.append(("spec", decode_line(i, 94.0 + (i % 3) * 0.2, 2.5), t0 + 1 + i))
+    rec = write_record(tmp_path / "r.jsonl", rows)
+    snap = tmp_path / "s.json"
+    assert main(["export", str(rec), "-o", str(snap)]) == 0
+    doc = json.loads(snap.read_text())
+    for sd in doc["servers"]:  # as if --log-lines had dropped the launch lines
+        assert sd["args"]["tp_size"] == 8
+        sd["lines"] = [e for e in sd["lines"] if "server_args=" not in e[1]]
+    snap.write_text(json.dumps(doc))
+    assert main(["report", str(snap), "--format", "json"]) == 0
+    rep = json.loads((tmp_path / "s.report.json").read_text())
+    assert rep["speedup"]["conditions_unknown"] == []
+    assert rep["speedup"]["value"] is not None
