@@ -115,20 +115,24 @@ def _check_lines(msg: dict[str, Any]) -> None:
         raise ProtocolError(f"lines: inode {ascii(msg.get('ino'))[:40]} is not an integer")
     if not _is_int(msg.get("cost")):
         raise ProtocolError("lines: 'cost' is not a byte count")
-    items = msg.get("lines")
+    _check_items(msg.get("lines"))
+
+
+def _check_items(items: Any, what: str = "lines") -> None:
+    """The line items of a "lines" message or a "head" event: consecutive [off, end, text]."""
     if not isinstance(items, list) or not items:
-        raise ProtocolError("lines: 'lines' is not a non-empty list")
+        raise ProtocolError(f"{what}: 'lines' is not a non-empty list")
     prev_end: int | None = None
     for item in items:
         if not isinstance(item, list) or len(item) not in (3, 4):
-            raise ProtocolError("lines: an item is not [off, end, text(, extra)]")
+            raise ProtocolError(f"{what}: an item is not [off, end, text(, extra)]")
         off, end, text = item[0], item[1], item[2]
         if not (_is_int(off) and _is_int(end) and off <= end):
-            raise ProtocolError(f"lines: bad offsets {ascii(item[:2])[:80]}")
+            raise ProtocolError(f"{what}: bad offsets {ascii(item[:2])[:80]}")
         if prev_end is not None and off != prev_end:
-            raise ProtocolError(f"lines: offset {off} does not follow {prev_end}")
+            raise ProtocolError(f"{what}: offset {off} does not follow {prev_end}")
         prev_end = end
-        _check_text(text, "lines: text")
+        _check_text(text, f"{what}: text")
         if len(item) == 4:
             _check_extra(item[3], end - off)
 
@@ -167,6 +171,10 @@ def _check_tail(msg: dict[str, Any]) -> None:
         raise ProtocolError("tail event: 'opened' without inode and offset")
     if msg["ev"] == "rotated" and not _is_int(msg.get("ino")):
         raise ProtocolError("tail event: 'rotated' without the new inode")
+    if msg["ev"] == "head":
+        if not _is_int(msg.get("ino")):
+            raise ProtocolError("tail event: 'head' without an inode")
+        _check_items(msg.get("lines"), "head")
     for k in ("path", "error", "copy", "reason"):
         v = msg.get(k)
         if v is not None:

@@ -24,6 +24,9 @@ Protocol (version 2), one JSON object per line in each direction:
    when the line was capped, "noeol": true when a rotated file ended without a newline}
   {"t": "tail", "tail": T, "ev": "opened" | "truncated" | "rotated" | "missing" | "lost" |
    "history_end" | "error", ...details}
+  {"t": "tail", "tail": T, "ev": "head", "ino": I, "lines": [items as above]} before the
+   "opened" of a history that starts after its run's launch line: that run's start-up lines
+   (its server arguments), at their own offsets, outside the tail's position
 * GPU samples (after "nvml_start"): {"t": "gpu", "stream": S, "rec": {"type": "sample", ...}}
   and {"t": "gpu_end", "stream": S, "reason": "..."} when the stream stops.
 
@@ -52,7 +55,8 @@ import zlib
 PROTOCOL_VERSION = 2
 #: message types the agent sends ("t"), and the events of a "tail" message ("ev")
 MESSAGE_TYPES = ("hello", "reply", "lines", "tail", "gpu", "gpu_end")
-TAIL_EVENTS = ("opened", "truncated", "rotated", "missing", "lost", "history_end", "error")
+TAIL_EVENTS = ("head", "opened", "truncated", "rotated", "missing", "lost", "history_end",
+               "error")
 MAX_LINE = 1 << 20  # longer lines are cut, with a marker, instead of filling memory
 READ_CHUNK = 1 << 20
 TICK_BUDGET = 8 << 20  # bytes read per tail per tick, so one busy file cannot starve the rest

@@ -35,6 +35,15 @@ ROTATE_QUIET_S = 1.0
 # ends its line (offline, the end of the file ends it: `record` and `parse` then agree)
 CR_QUIET_S = 0.5
 
+# A history that starts after its run's launch line (a server up for hours) would leave the run
+# without its server arguments, and the speedup's conditions could not be compared. The run's
+# start-up lines go first, as a "head" event: from the last launch line within HEAD_SCAN bytes
+# before the history up to the run's first stats line, at most HEAD_MAX bytes.
+HEAD_SCAN = 64 << 20
+HEAD_MAX = 1 << 20
+_LAUNCH_MARKS = (b"server_args=", b"non-default args:")
+_STATS = re.compile(b"Decode batch|Prefill batch|Avg prompt throughput|SpecDecoding metrics|"
+                    b"Speculative metrics")
 _EOL = re.compile(b"\r\n|\r|\n")
 _SKIPPED = ("a file the log was rotated to was gone (rotated away and removed) before it could "
             "be read: its lines were not read")
@@ -215,9 +224,47 @@ class Tail:
         size = st.st_size
         start = 0 if history is None or history < 0 else self._history_start(size, history)
         self._open(self.path, start)
+        head = self._launch_head(start) if start > 0 else []
+        if head:
+            evs.append(self._ev("head", ino=self.ino, lines=head))
         evs.append(self._ev("opened", ino=self.ino, off=start, resumed=False, size=size))
         self.history_end = size
         return evs
+
+    def _launch_head(self, start):
+        """Line items of the start-up lines of the run the history (from `start`) falls in, when
+        its launch line lies before: [] when none is within HEAD_SCAN bytes (or on a read
+        error: the head is a help, the tail goes on without it)."""
+        try:
+            fd = self.f.fileno()
+            keep = max(map(len, _LAUNCH_MARKS)) - 1  # a mark cut by a block edge
+            floor = max(0, start - HEAD_SCAN)
+            hi, at, edge = start, -1, b""
+            while hi > floor and at < 0:
+                lo = max(floor, hi - (1 << 20))
+                block = os.pread(fd, hi - lo, lo) + edge
+                at = max(block.rfind(m) for m in _LAUNCH_MARKS)
+                at = lo + at if at >= 0 else -1
+                edge, hi = block[:keep], lo
+            if at < 0:
+                return []
+            back = max(0, at - self.max_line)
+            ls = os.pread(fd, at - back, back).rfind(b"\n") + 1 + back
+            if ls == back and back > 0:
+                return []  # the launch line is longer than a line may be
+            data = os.pread(fd, min(start - ls, HEAD_MAX), ls)
+        except OSError:
+            return []
+        items = []
+        off = ls
+        for raw in data.split(b"\n")[:-1]:  # complete lines only (the last piece has no end)
+            if _STATS.search(raw):
+                break  # the run's stats begin: the history has its own
+            end = off + len(raw) + 1
+            cut = len(raw) if len(raw) > self.max_line else None
+            items.append(_line_event(self.tid, self.ino, off, end, raw[:self.max_line], cut)[2])
+            off = end
+        return items
 
     def _history_start(self, size, n):
         """Offset where the last n complete lines begin (a partial last line is not counted)."""

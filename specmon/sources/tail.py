@@ -326,8 +326,19 @@ class LogTailer:
                                 f"{where} of {spec.path}")
         hist = self._history_until.get(spec.name)
         hist_end = hist[1] if hist is not None and hist[0] == ino else -1
+        out = self._items(spec, ino, msg["lines"], now, hist_end)
+        # the lines are handed over together (`batches`): the position moves past all of them
+        # at once, exact resume from the end of the message
+        self.positions[spec.name] = FilePosition(ino, out[-1].end, self._end_check(pos.check, out))
+        return out
+
+    @staticmethod
+    def _items(spec: TailSpec, ino: int, items: list[Any], now: float,
+               hist_end: int) -> list[LogLine]:
+        """Checked line items as LogLines (history: those ending by `hist_end`); ProtocolError
+        when a line's bytes do not match its offsets."""
         out: list[LogLine] = []
-        for item in msg["lines"]:
+        for item in items:
             off, end, text = item[0], item[1], item[2]
             extra = item[3] if len(item) > 3 else None
             if extra is None:
@@ -362,9 +373,6 @@ class LogTailer:
                                end <= hist_end, cut, noeol, eol))
         if b"\r" in b"".join([ln.data for ln in out]):  # (one C search per message)
             out = [piece for ln in out for piece in split_cr(ln)]
-        # the lines are handed over together (`batches`): the position moves past all of them
-        # at once, exact resume from the end of the message
-        self.positions[spec.name] = FilePosition(ino, out[-1].end, self._end_check(pos.check, out))
         return out
 
     @staticmethod
@@ -392,6 +400,10 @@ class LogTailer:
             yield from self._lines(spec, msg, now)  # checked whole before delivery
             return
         kind = msg["ev"]
+        if kind == "head":  # the run's start-up lines before the history: history too, at
+            # their own offsets (the tail's position is set by the "opened" that follows)
+            yield from self._items(spec, msg["ino"], msg["lines"], now, 1 << 62)
+            return
         detail = {k: v for k, v in msg.items() if k not in ("t", "tail", "ev", "path")}
         if kind == "opened":
             self.positions[spec.name] = FilePosition(msg["ino"], msg["off"],

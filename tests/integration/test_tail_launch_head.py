@@ -1,0 +1,41 @@
+"""`record` of servers up for longer than the history it reads: the agent's "head" brings each
+run's launch line, so the report compares the two servers' conditions (here a TP size that
+differs) instead of saying they are unknown, and nothing is recorded twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kit.ui import ARGS_BASE, ARGS_SPEC, READY, decode_line
+
+
+def test_record_reads_each_runs_launch_line_before_its_history(tmp_path: Path) -> None:
+    logs = {}
+    for name, args, acc in (("base", ARGS_BASE, None),
+                            ("spec", ARGS_SPEC.replace("tp_size=8", "tp_size=4"), 2.5)):
+        lines = [args, READY] + [decode_line(i, 88.0 + (i % 3) * 0.2 if acc is None
+                                             else 94.0 + (i % 3) * 0.2, acc) for i in range(3000)]
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_text("".join(x + "\n" for x in lines))
+    out = tmp_path / "r.jsonl"
+    r = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
+                        f"base={logs['base']}", "--log", f"spec={logs['spec']}", "--out", str(out),
+                        "--duration", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    for name in ("base", "spec"):
+        mine = [x for x in rows if x.get("server") == name]
+        # the launch and ready lines at offset 0, then the last 2,000 lines (the history)
+        assert [x["offset"] for x in mine[:2]] == [0, len(logs[name].read_text().split("\n")[0]) + 1]
+        assert "server_args=" in mine[0]["line"] and len(mine) == 2 + 2000
+        assert len({x["offset"] for x in mine}) == len(mine)  # none twice
+    snap = tmp_path / "s.json"
+    assert subprocess.run([sys.executable, "-m", "specmon", "export", str(out), "-o", str(snap)],
+                          capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "specmon", "report", str(snap), "--format",
+                           "json"], capture_output=True, timeout=120).returncode == 0
+    sp = json.loads((tmp_path / "s.report.json").read_text())["speedup"]
+    assert sp["conditions_unknown"] == [] and sp["conditions_differ"] == ["tp_size: 8 vs 4"]

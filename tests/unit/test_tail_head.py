@@ -1,0 +1,84 @@
+"""A history that starts after its run's launch line: the agent sends the run's start-up lines
+first (a "head" event), so a server up for hours still has its server arguments and the
+speedup's conditions can be compared (the real agent's Tail on real files; the client's check
+of the event)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from kit.ui import ARGS_BASE, ARGS_SPEC, READY, decode_line
+
+from specmon.hosts.agent_protocol import ProtocolError, decode
+from specmon.hostside import tail as agent_tail
+from specmon.hostside.tail import Tail
+
+KV = "[2026-11-29 10:00:02] KV Cache is allocated. #tokens: 1048576, K size: 8.00 GB"
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(x + "\n" for x in lines))
+    return path
+
+
+def head_and_open(path: Path, history: int = 100) -> tuple[list[list], dict]:
+    evs = Tail(1, str(path)).start(history=history)
+    heads = [e for e in evs if e["ev"] == "head"]
+    opened = next(e for e in evs if e["ev"] == "opened")
+    assert [e["ev"] for e in evs] == ["head"] * len(heads) + ["opened"]  # the head goes first
+    return (heads[0]["lines"] if heads else []), opened
+
+
+def test_the_last_runs_start_up_lines_come_before_the_history(tmp_path: Path) -> None:
+    first_run = [ARGS_SPEC, READY] + [decode_line(i, 94.0, 2.5) for i in range(50)]
+    second = [ARGS_BASE, KV, READY]
+    log = write(tmp_path / "s.log", first_run + second + [decode_line(i, 88.0) for i in range(300)])
+    data = log.read_bytes()
+    head, opened = head_and_open(log)
+    # the restarted run's launch line and start-up lines, up to its first stats line
+    assert [x[2] for x in head] == second
+    for off, end, text in head:  # at their own offsets in the file, all before the history
+        assert data[off:end] == text.encode() + b"\n"
+    assert head[-1][1] <= opened["off"] == len(data) - sum(
+        len(decode_line(i, 88.0)) + 1 for i in range(200, 300))
+
+
+def test_no_head_where_the_history_holds_the_launch_line_or_none_is_near(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    short = write(tmp_path / "short.log", [ARGS_BASE, READY] + [decode_line(i, 88.0)
+                                                                for i in range(50)])
+    assert head_and_open(short)[0] == []  # the history starts at byte 0
+    none = write(tmp_path / "none.log", [decode_line(i, 88.0) for i in range(300)])
+    assert head_and_open(none) == ([], head_and_open(none)[1])  # no launch line at all
+    far = write(tmp_path / "far.log", [ARGS_BASE] + [decode_line(i, 88.0) for i in range(300)])
+    assert head_and_open(far)[0][0][2] == ARGS_BASE
+    monkeypatch.setattr(agent_tail, "HEAD_SCAN", 4096)  # searched no further back than this
+    assert head_and_open(far)[0] == []
+
+
+def test_a_head_line_with_non_utf8_bytes_keeps_them(tmp_path: Path) -> None:
+    raw = ARGS_BASE.replace("model_path='", "model_path='caf\xe9-").encode("latin-1")
+    log = tmp_path / "b.log"
+    log.write_bytes(raw + b"\n" + "".join(decode_line(i, 88.0) + "\n"
+                                          for i in range(200)).encode())
+    (item,), _ = head_and_open(log)
+    assert item[:2] == [0, len(raw) + 1] and "b64" in item[3]
+
+
+def _event(lines: object, ino: object = 7) -> bytes:
+    return json.dumps({"t": "tail", "tail": 1, "ev": "head", "path": "/l", "ino": ino,
+                       "lines": lines}).encode()
+
+
+def test_the_client_checks_a_head_event_as_it_checks_lines() -> None:
+    assert decode(_event([[0, 5, "abcd"], [5, 9, "efg"]]))["ev"] == "head"
+    for bad, why in (([], "'lines' is not a non-empty list"),
+                     ([[0, 5, "abcd"], [6, 9, "efg"]], "offset 6 does not follow 5"),
+                     ([[5, 0, "x"]], "bad offsets"), ([[0, 5]], "is not [off, end, text")):
+        with pytest.raises(ProtocolError, match=re.escape(why)):
+            decode(_event(bad))
+    with pytest.raises(ProtocolError, match="'head' without an inode"):
+        decode(_event([[0, 5, "abcd"]], ino=None))
