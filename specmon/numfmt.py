@@ -19,6 +19,13 @@ def num(v: float | int | None, fmt: str = "{:.2f}") -> str:
     return fmt.format(v)
 
 
+def spread_text(p10: float | None, p90: float | None, fmt: str = "{:.2f}") -> str:
+    """`85.18-92.33`, or "N/A" when either end is missing (too few samples for a spread)."""
+    if num(p10) == NA or num(p90) == NA:
+        return NA
+    return f"{fmt.format(p10)}-{fmt.format(p90)}"
+
+
 SPEC_KEYS = (("speculative_num_steps", "steps"), ("speculative_eagle_topk", "topk"),
              ("speculative_num_draft_tokens", "draft"))
 

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from specmon.analysis.stats import weighted_quantiles
+from specmon.analysis.stats import MIN_SPREAD_N, weighted_quantiles
 from specmon.numfmt import NA, num
 from specmon.parse.fastscan import FastCounts, add_counts
 from specmon.parse.sglang import BatchRecord, EventRecord
@@ -138,8 +138,11 @@ class LogSummary:
             spec, rr = key
             vals = buckets.get(key, Counter())
             p10, med, p90 = weighted_quantiles(vals.items(), (0.1, 0.5, 0.9))
+            n = sum(vals.values())
+            if n < MIN_SPREAD_N:  # no spread of one or two values (N/A)
+                p10 = p90 = None
             out.setdefault(spec, {})[rr] = {
-                "n": sum(vals.values()), "median": med, "p10": p10, "p90": p90,
+                "n": n, "median": med, "p10": p10, "p90": p90,
                 "unreadable": unreadable.get(key, 0),
             }
         return out
@@ -192,6 +195,8 @@ class LogSummary:
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})
                 p10, med, p90 = weighted_quantiles(vals.items(), (0.1, 0.5, 0.9))
+                if sum(vals.values()) < MIN_SPREAD_N:
+                    p10 = p90 = None
                 lines.append(
                     f"  accept len (tokens per verify round, bonus included): median {_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"

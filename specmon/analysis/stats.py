@@ -7,6 +7,10 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 
+# Samples before a p10-p90 spread is shown: the "spread" of one or two values is no spread
+# (p10 = p90 = the value reads as zero variation), so it is N/A, as the live panel says it
+MIN_SPREAD_N = 3
+
 
 def quantile_sorted(xs: Sequence[float], q: float) -> float | None:
     """Linear-interpolated quantile of an already sorted sequence (numpy's default method)."""

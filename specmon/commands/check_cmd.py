@@ -20,6 +20,7 @@ from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, for
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
+from specmon.numfmt import spread_text
 from specmon.parse.sglang import EventRecord, parse_line
 from specmon.parse.vllm import EngineGuard, SpecJoiner
 
@@ -202,7 +203,7 @@ def render(out: dict[str, Any]) -> str:
                      + (", the last" if out["run"] == out["runs_total"] else ""))
     for row in out.get("by_running_req", []):
         lines.append(f"run median at #running-req {row['running_req']}: {row['median_tok_s']} tok/s "
-                     f"(p10 {row['p10']}, p90 {row['p90']}, n {row['n']}; whole run, as compare "
+                     f"(p10-p90 {spread_text(row['p10'], row['p90'])}, n {row['n']}; whole run, as compare "
                      "and parse --runs)")
     if out["first_alert_line"] is not None:
         lines.append(f"first alert at line {out['first_alert_line']}")

@@ -33,6 +33,7 @@ from specmon.analysis.logfile import (
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.jsonout import dumps
+from specmon.numfmt import spread_text
 from specmon.parse.sglang import EventRecord, parse_line
 
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
@@ -274,7 +275,7 @@ def list_runs(files: list[str], as_json: bool) -> int:
             for b in row["by_running_req"]:
                 acc = b["accept_len_median"]
                 print(f"    #running-req {b['running_req']}: median {b['median_tok_s']:.2f} tok/s, "
-                      f"p10-p90 {b['p10']:.2f}-{b['p90']:.2f}, n {b['n']}"
+                      f"p10-p90 {spread_text(b['p10'], b['p90'])}, n {b['n']}"
                       + ("" if acc is None else f", accept len {acc:.2f}"))
             for text in time_break_texts(row["time_segments"], None):  # windows restart there
                 print(f"    {text}")

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from specmon.analysis.fingerprint import Fingerprint
-from specmon.analysis.stats import median, quantile_sorted
+from specmon.analysis.stats import MIN_SPREAD_N, median, quantile_sorted
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.hosts.base import ConnectionState
 from specmon.numfmt import NA, num, spec_config_text
@@ -431,8 +431,10 @@ def _accept(run: Run, ndt: int | None) -> dict[str, Any] | None:
     measured = [p.rec for p in run.decode if isinstance(p.rec, VllmDecodeRecord) and p.rec.spec]
     acc_n = sum(r.spec.get("accepted") or 0 for r in measured if r.spec)
     dra_n = sum(r.spec.get("drafted") or 0 for r in measured if r.spec)
-    return {"median": _r(med), "p10": _r(quantile_sorted(acc, 0.1)),
-            "p90": _r(quantile_sorted(acc, 0.9)), "n": len(acc), "draft_tokens": ndt,
+    spread = len(acc) >= MIN_SPREAD_N  # (no spread of one or two values)
+    return {"median": _r(med), "p10": _r(quantile_sorted(acc, 0.1)) if spread else None,
+            "p90": _r(quantile_sorted(acc, 0.9)) if spread else None, "n": len(acc),
+            "draft_tokens": ndt,
             "accept_rate_recomputed": None if measured else _r(rate),
             # vLLM prints accepted and drafted counts: the rate is measured, not recomputed
             "accept_rate_measured": _r(acc_n / dra_n) if dra_n else None,

@@ -17,7 +17,7 @@ from typing import Any
 from specmon.analysis.conditions import conditions_differ, conditions_unknown
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
-from specmon.numfmt import NA, num, spec_config_text
+from specmon.numfmt import NA, num, spec_config_text, spread_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import BONUS_NOTE, EngineGuard, VllmDecodeRecord, throughput_label
@@ -134,7 +134,7 @@ def run_by_rr(run: Run) -> list[dict[str, Any]]:
         if st is None:
             continue
         out.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
-                    "p10": _r(st.p10), "p90": _r(st.p90),
+                    **_spread(st),
                     "robust_cv": _r(st.robust_cv) if st.robust_cv is not None else None,
                     "accept_len_median": _r(st.accept_len) if st.accept_len is not None
                     else None})
@@ -160,7 +160,7 @@ def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run": run.index, "runs": runs, "start": stamp(run.start_t),
         "median_tok_s": _r(st.median) if st else None, "n": st.n if st else 0,
-        "p10": _r(st.p10) if st else None, "p90": _r(st.p90) if st else None,
+        **_spread(st),
     }
     if spec:
         acc = median([p.rec.accept_len for p in pts
@@ -172,6 +172,12 @@ def side(run: Run, runs: int, rr: int | None, spec: bool) -> dict[str, Any]:
         if dra:  # vLLM prints its counts: the rate over the compared intervals, measured
             out["accept_rate_counts"] = _r(sum(c.get("accepted") or 0 for c in counts) / dra)
     return out
+
+
+def _spread(st: WindowStats | None) -> dict[str, float | None]:
+    """p10 and p90, N/A (None) under MIN_SPREAD_N samples (`WindowStats.spread`)."""
+    sp = st.spread if st is not None else None
+    return {"p10": _r(sp[0]) if sp else None, "p90": _r(sp[1]) if sp else None}
 
 
 def _r(x: float) -> float:
@@ -329,8 +335,8 @@ def render(res: dict[str, Any]) -> str:
         if "accept_rate_counts" in d:
             extra += f", accept rate {num(d['accept_rate_counts'], '{:.3f}')} (vLLM's counts)"
         lines.append(f"{label}: run {d['run']} of {d['runs']} (from {d['start'] or '?'}): median "
-                     f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 {num(d['p10'])}-"
-                     f"{num(d['p90'])}{extra}")
+                     f"{num(d['median_tok_s'])} tok/s, n {d['n']}, p10-p90 "
+                     f"{spread_text(d['p10'], d['p90'])}{extra}")
     if res["by_running_req"]:
         lines.append(f"{'#running-req':>12}  {'speedup':>8}  {'95% CI':>15}  {'n base':>7}  {'n spec':>7}")
         for row in res["by_running_req"]:

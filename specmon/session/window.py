@@ -14,11 +14,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmon.analysis.stats import mad, median, quantile_sorted
+from specmon.analysis.stats import MIN_SPREAD_N, mad, median, quantile_sorted
 from specmon.session.state import DecodePoint, Run, ServerState
 
 DEFAULT_WINDOW_S = 60.0
-MIN_N = 3  # samples a side before a batch size is the headline speedup
+MIN_N = MIN_SPREAD_N  # samples a side before a batch size is the headline speedup
 MIN_CI_N = 2  # samples a side before an interval is given (fewer: N/A with the reason)
 
 
@@ -32,6 +32,11 @@ class WindowStats:
     robust_cv: float | None
     window_s: float
     accept_len: float | None  # median over the same samples (speculative only)
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """(p10, p90), or None (N/A) from fewer than MIN_SPREAD_N samples."""
+        return (self.p10, self.p90) if self.n >= MIN_SPREAD_N else None
 
     @property
     def se_log(self) -> float | None:
