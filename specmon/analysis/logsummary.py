@@ -40,6 +40,7 @@ class LogSummary:
     spec_drafted: int = 0
     spec_pos: list[float] = field(default_factory=list)  # sum of rate x drafted, per position
     spec_pos_drafted: int = 0  # drafted tokens behind spec_pos (lines with the same k)
+    dp_groups: bool = False  # lines of DP ranks besides 0 (DP attention): one line per group
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -108,6 +109,7 @@ class LogSummary:
         _merge(self.accept, other.accept)
         self.invalid += other.invalid
         self.events += other.events
+        self.dp_groups = self.dp_groups or other.dp_groups
         self._add_times(other.first_time, other.last_time)
 
     def _add_times(self, first: str | None, last: str | None) -> None:
@@ -167,6 +169,11 @@ class LogSummary:
                 "its stats interval (~10 s; prefill steps and accepted drafts included) over that",
                 "interval; idle servers print nothing. Not a benchmark's end-to-end tok/s.",
             ]
+        if self.dp_groups and self.engine != "vllm":
+            lines[6:6] = [
+                "DP attention: the log holds the lines of several DP groups, and each row counts",
+                "a group's own line (its #running-req, its gen throughput). `parse --runs`,",
+                "`compare` and the live panel sum the groups per interval (the server's total)."]
         if self.invalid:
             lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
                             "absurd numbers) read as N/A; their lines are kept")
