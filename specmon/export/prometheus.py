@@ -26,8 +26,9 @@ from prometheus_client.registry import Collector
 from specmon.parse.gpu_sample import REASON_BITS, decode_reasons
 from specmon.parse.vllm import throughput_label
 from specmon.redact import redact_text
+from specmon.session.drift_watch import session_speedup_view
 from specmon.session.fleet import ALERT_LEVELS, FleetSession
-from specmon.session.window import speedup, stats_for, window_points
+from specmon.session.window import stats_for, window_points
 from specmon.textsafe import visible
 
 STATES = ("connecting", "connected", "reconnecting", "failed", "closed")
@@ -43,6 +44,7 @@ METRIC_NAMES = (
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
     "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
+    "specmon_speedup_conditions_differ", "specmon_speedup_conditions_unknown",
     "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
     "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
     "specmon_gpu_slowdown_temperature_celsius", "specmon_gpu_power_watts",
@@ -112,6 +114,12 @@ class FleetCollector(Collector):
                     ["host", "server", "baseline", "running_req"])
         sp_hi = fam("specmon_speedup_ratio_ci95_high", "Upper end of the speedup's 95% interval",
                     ["host", "server", "baseline", "running_req"])
+        sp_diff = fam("specmon_speedup_conditions_differ", "Conditions that differ between the "
+                      "two servers besides speculation (the headline's 'conditions differ'; 0: "
+                      "none known)", ["host", "server", "baseline"])
+        sp_unk = fam("specmon_speedup_conditions_unknown", "Servers of the pair whose conditions "
+                     "cannot be compared (no launch line in the run: 'conditions unknown')",
+                     ["host", "server", "baseline"])
         clk = fam("specmon_gpu_sm_clock_hertz", "Current SM clock", GPU)
         clk_max = fam("specmon_gpu_sm_clock_max_hertz", "Maximum SM clock", GPU)
         reason = fam("specmon_gpu_clock_event_reason",
@@ -166,7 +174,12 @@ class FleetCollector(Collector):
             b = hv.session.by_role("baseline")
             s_ = hv.session.by_role("speculative")
             if b is not None and s_ is not None:
-                res = speedup(b, s_, now, f.window_s)
+                # the headline's view (the same speedup, and what it says beside it)
+                view = session_speedup_view(hv.session, b, s_, None, f.window_s, now)
+                if b.runs and s_.runs:
+                    sp_diff.add_metric([h, s_.name, b.name], float(len(view.fingerprint_diffs)))
+                    sp_unk.add_metric([h, s_.name, b.name], float(len(view.conditions_unknown)))
+                res = view.detail if view.value is not None else None
                 if res is not None:
                     lab = [h, s_.name, b.name, str(res.running_req)]
                     sp.add_metric(lab, res.ratio)

@@ -325,6 +325,40 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
     assert row.alerts == 1 and {r.name: r.alert_level for r in row.servers}["base"] == "critical"
 
 
+def test_the_speedup_metrics_say_what_the_headline_says_beside_it():
+    """/metrics carries the headline's speedup and what it says beside it: how many
+    conditions differ besides speculation, and how many sides have no launch line."""
+    from kit.ui import ARGS_BASE, ARGS_SPEC
+
+    def scrape(base_args: str | None) -> dict[str, list]:
+        fleet = FleetSession(["h"])
+        fleet.host_state("h", ConnectionState("connected"))
+        fleet.declare_server("h", "base", "baseline", "/b.log")
+        fleet.declare_server("h", "spec", "speculative", "/s.log")
+        for server, args in (("base", base_args), ("spec", ARGS_SPEC)):
+            if args is not None:
+                fleet.lines("h", server, [LineItem(args, parse_line(args), 899.0)])
+        feed_lines(fleet, "h", "base", [88.0, 88.4, 88.2] * 10, 900.0)
+        t = 900.0
+        items = []
+        for i in range(30):
+            text = decode(94.0 + (i % 3) * 0.2, accept=2.5)
+            items.append(LineItem(text, parse_line(text), t + i))
+        fleet.lines("h", "spec", items)
+        return families(generate_latest(registry_for(fleet)).decode())
+
+    lab = dict(host="h", server="spec", baseline="base")
+    same = scrape(ARGS_BASE)
+    assert value(same, "specmon_speedup_ratio", running_req="1", **lab) == pytest.approx(94.2 / 88.2)
+    assert value(same, "specmon_speedup_conditions_differ", **lab) == 0.0
+    assert value(same, "specmon_speedup_conditions_unknown", **lab) == 0.0
+    tp4 = scrape(ARGS_BASE.replace("tp_size=8", "tp_size=4"))
+    assert value(tp4, "specmon_speedup_conditions_differ", **lab) == 1.0  # tp_size: 4 vs 8
+    late = scrape(None)  # the baseline's launch line was never read
+    assert value(late, "specmon_speedup_conditions_unknown", **lab) == 1.0
+    assert value(late, "specmon_speedup_ratio", running_req="1", **lab) == pytest.approx(94.2 / 88.2)
+
+
 def test_metric_labels_are_redacted_and_hold_no_escape_sequence():
     """Label values come from host names, --log names and the baseline store: a scrape is a
     way out (`curl :9464/metrics` in a terminal ran OSC 52 and printed an hf_ token)."""
