@@ -237,6 +237,10 @@ class Tail:
         error: the head is a help, the tail goes on without it)."""
         try:
             fd = self.f.fileno()
+            first = os.pread(fd, self.max_line, start)
+            first = first[:first.find(b"\n") + 1 or len(first)]
+            if any(m in first for m in _LAUNCH_MARKS):
+                return []  # the history starts with a launch line: its run's own
             keep = max(map(len, _LAUNCH_MARKS)) - 1  # a mark cut by a block edge
             floor = max(0, start - HEAD_SCAN)
             hi, at, edge = start, -1, b""

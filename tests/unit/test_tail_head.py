@@ -59,6 +59,16 @@ def test_no_head_where_the_history_holds_the_launch_line_or_none_is_near(
     assert head_and_open(far)[0] == []
 
 
+def test_no_head_where_the_history_starts_with_a_launch_line(tmp_path: Path) -> None:
+    """A restart right where the history starts: that run's own launch line is in the history,
+    and the previous run's start-up lines would only make an empty run before it."""
+    tail = [decode_line(i, 88.0) for i in range(99)]
+    log = write(tmp_path / "s.log", [ARGS_SPEC, READY] + [decode_line(i, 94.0, 2.5)
+                                                          for i in range(50)] + [ARGS_BASE] + tail)
+    head, opened = head_and_open(log)
+    assert head == [] and log.read_bytes()[opened["off"]:].startswith(ARGS_BASE.encode())
+
+
 def test_a_head_line_with_non_utf8_bytes_keeps_them(tmp_path: Path) -> None:
     raw = ARGS_BASE.replace("model_path='", "model_path='caf\xe9-").encode("latin-1")
     log = tmp_path / "b.log"
