@@ -41,7 +41,10 @@ CR_QUIET_S = 0.5
 # before the history up to the run's first stats line, at most HEAD_MAX bytes.
 HEAD_SCAN = 64 << 20
 HEAD_MAX = 1 << 20
-_LAUNCH_MARKS = (b"server_args=", b"non-default args:")
+# SGLang's server_args line; vLLM's engine config line (`Initializing a V1 LLM engine (vX) with
+# config:`) and the `non-default args:` line its API server prints a little before it
+_LAUNCH_MARKS = (b"server_args=", b"LLM engine (v", b"non-default args:")
+_VLLM_ARGS_BACK = 256 << 10  # how far before a vLLM config line its non-default args may be
 _STATS = re.compile(b"Decode batch|Prefill batch|Avg prompt throughput|SpecDecoding metrics|"
                     b"Speculative metrics")
 _EOL = re.compile(b"\r\n|\r|\n")
@@ -256,6 +259,12 @@ class Tail:
             ls = os.pread(fd, at - back, back).rfind(b"\n") + 1 + back
             if ls == back and back > 0:
                 return []  # the launch line is longer than a line may be
+            lo = max(0, ls - _VLLM_ARGS_BACK)
+            before = os.pread(fd, ls - lo, lo)
+            nd = before.rfind(b"non-default args:")
+            nl = before.rfind(b"\n", 0, nd) if nd >= 0 else -1
+            if (nl >= 0 or lo == 0) and nd >= 0 and not _STATS.search(before, nd):
+                ls = lo + nl + 1  # vLLM: its launch's own args line, a little before
             data = os.pread(fd, min(start - ls, HEAD_MAX), ls)
         except OSError:
             return []

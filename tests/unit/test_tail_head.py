@@ -69,6 +69,34 @@ def test_no_head_where_the_history_starts_with_a_launch_line(tmp_path: Path) -> 
     assert head == [] and log.read_bytes()[opened["off"]:].startswith(ARGS_BASE.encode())
 
 
+def test_a_vllm_head_starts_at_its_non_default_args_line(tmp_path: Path) -> None:
+    """vLLM's launch: the API server's `non-default args:` line, then the engine's config line
+    (formats from tests/data/vllm-logs); a `non-default args:` line of an earlier launch (stats
+    lines after it) is not taken."""
+    args = ("(APIServer pid=291) INFO 09-21 23:16:04 [utils.py:328] non-default args: "
+            "{'model': 'Qwen/Qwen3-8B', 'speculative_config': {'method': 'eagle3'}}")
+    config = ("(EngineCore_DP0 pid=301) INFO 09-21 23:16:10 [core.py:93] Initializing a V1 LLM "
+              "engine (v0.11.0) with config: model='Qwen/Qwen3-8B', tensor_parallel_size=1")
+    other = "(APIServer pid=291) INFO 09-21 23:16:05 [api_server.py:1] vLLM API server version 0.11.0"
+    stats = ("(APIServer pid=291) INFO 09-21 23:17:{s:02d} [loggers.py:127] Engine 000: Avg prompt "
+             "throughput: 0.0 tokens/s, Avg generation throughput: 406.0 tokens/s")
+    run = [args, other, config] + [stats.format(s=i % 60) for i in range(300)]
+    log = write(tmp_path / "v.log", run)
+    assert [x[2] for x in head_and_open(log)[0]] == [args, other, config]
+    # a config line alone (its launch printed no non-default args): from the config line;
+    # the earlier launch's args line has stats after it, so it is not this launch's
+    log = write(tmp_path / "v2.log", run + [config] + [stats.format(s=i % 60) for i in range(300)])
+    assert [x[2] for x in head_and_open(log)[0]] == [config]
+
+
+def test_the_real_vllm_log_gets_its_config_line(data_dir: Path) -> None:
+    log = data_dir / "vllm-logs" / "gen-baseline-0.11.log"
+    head, opened = head_and_open(log, history=20)
+    first = log.read_text().split("\n")[0]
+    assert "Initializing a V1 LLM engine (v0.11.0) with config:" in first
+    assert [x[2] for x in head] == [first] and opened["off"] > 0
+
+
 def test_a_head_line_with_non_utf8_bytes_keeps_them(tmp_path: Path) -> None:
     raw = ARGS_BASE.replace("model_path='", "model_path='caf\xe9-").encode("latin-1")
     log = tmp_path / "b.log"
