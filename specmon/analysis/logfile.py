@@ -683,6 +683,8 @@ def summarise_buffer(buf: bytes, name: str = "log", end: int | None = None) -> L
     # head of the chunk is searched: ~6 ms, not the whole 64 MiB's ~45 ms)
     s.dp_groups = buf.find(b" DP1 TP", 0, min(end, DP_PROBE)) >= 0
     if any(p.search(buf, 0, end) for p in _VLLM_MARKS):
+        # vLLM data parallel: each engine prints its own stats line (Engine 000, 001, ...)
+        s.dp_groups = buf.find(b"Engine 001:", 0, min(end, DP_PROBE)) >= 0
         return _summarise_vllm(buf if end == len(buf) else buf[:end], s)
     fast = scan_buffer(buf, end)
     if fast is not None:

@@ -169,11 +169,15 @@ class LogSummary:
                 "its stats interval (~10 s; prefill steps and accepted drafts included) over that",
                 "interval; idle servers print nothing. Not a benchmark's end-to-end tok/s.",
             ]
-        if self.dp_groups and self.engine != "vllm":
+        if self.dp_groups:
             lines[6:6] = [
                 "DP attention: the log holds the lines of several DP groups, and each row counts",
                 "a group's own line (its #running-req, its gen throughput). `parse --runs`,",
-                "`compare` and the live panel sum the groups per interval (the server's total)."]
+                "`compare` and the live panel sum the groups per interval (the server's total)."
+            ] if self.engine != "vllm" else [
+                "Data parallel: the log holds the stats lines of several engines (Engine 000, 001,",
+                "...), and each row counts one engine's line (its requests, its throughput).",
+                "`parse --runs`, `compare` and the live panel sum the engines per interval."]
         if self.invalid:
             lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
                             "absurd numbers) read as N/A; their lines are kept")

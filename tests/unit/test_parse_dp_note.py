@@ -21,3 +21,19 @@ def test_the_summary_says_its_rows_are_one_dp_groups_lines(data_dir, capsys) -> 
     for plain in ("cli991-qwen25-3b-bs1.log.gz", "rtxpro6000-agentic-spec-bs1.log.gz"):
         assert main(["parse", str(logs / plain)]) == 0
         assert NOTE not in capsys.readouterr().out
+
+
+def test_a_vllm_data_parallel_summary_says_its_rows_are_one_engines_lines(data_dir, tmp_path,
+                                                                        capsys) -> None:
+    """The real-format vLLM log (tests/data/vllm-logs) with a second engine's stats lines."""
+    real = (data_dir / "vllm-logs" / "gen-baseline-0.11.log").read_text().splitlines()
+    stats = [x for x in real if "Engine 000: Avg prompt throughput" in x]
+    two = [real[0]] + [y for x in stats for y in (x, x.replace("Engine 000:", "Engine 001:"))]
+    log = tmp_path / "dp.log"
+    log.write_text("\n".join(two) + "\n")
+    assert main(["parse", str(log)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "Data parallel: the log holds the stats lines of several engines (Engine 000, 001," \
+        in out
+    assert main(["parse", str(data_dir / "vllm-logs" / "gen-baseline-0.11.log")]) == 0
+    assert not any(x.startswith("Data parallel") for x in capsys.readouterr().out.splitlines())
