@@ -47,6 +47,10 @@ _LAUNCH_MARKS = (b"server_args=", b"LLM engine (v", b"non-default args:")
 _VLLM_ARGS_BACK = 256 << 10  # how far before a vLLM config line its non-default args may be
 _STATS = re.compile(b"Decode batch|Prefill batch|Avg prompt throughput|SpecDecoding metrics|"
                     b"Speculative metrics")
+# a head cut at HEAD_MAX (a verbose start-up) still says that the run became ready: the first
+# of these lines after the cut, when it comes before any stats line, is sent too
+_READY_OR_STATS = re.compile(b"(The server is fired up and ready to roll|Starting vLLM API "
+                             b"server)|" + _STATS.pattern)
 _EOL = re.compile(b"\r\n|\r|\n")
 _SKIPPED = ("a file the log was rotated to was gone (rotated away and removed) before it could "
             "be read: its lines were not read")
@@ -227,16 +231,16 @@ class Tail:
         size = st.st_size
         start = 0 if history is None or history < 0 else self._history_start(size, history)
         self._open(self.path, start)
-        head = self._launch_head(start) if start > 0 else []
-        if head:
+        for head in self._launch_head(start) if start > 0 else []:
             evs.append(self._ev("head", ino=self.ino, lines=head))
         evs.append(self._ev("opened", ino=self.ino, off=start, resumed=False, size=size))
         self.history_end = size
         return evs
 
     def _launch_head(self, start):
-        """Line items of the start-up lines of the run the history (from `start`) falls in, when
-        its launch line lies before: [] when none is within HEAD_SCAN bytes (or on a read
+        """The start-up lines of the run the history (from `start`) falls in, when its launch
+        line lies before, as lists of consecutive line items (a second list: the ready line
+        after a start-up cut at HEAD_MAX): [] when none is within HEAD_SCAN bytes (or on a read
         error: the head is a help, the tail goes on without it)."""
         try:
             fd = self.f.fileno()
@@ -268,16 +272,49 @@ class Tail:
             data = os.pread(fd, min(start - ls, HEAD_MAX), ls)
         except OSError:
             return []
-        items = []
-        off = ls
+        items, stats = self._head_items(ls, data)
+        if not items:
+            return []
+        if stats or ls + len(data) >= start:
+            return [items]
+        try:
+            ready = self._ready_after(items[-1][1], start)  # a start-up longer than HEAD_MAX
+        except OSError:
+            ready = []
+        return [items, ready] if ready else [items]
+
+    def _head_items(self, off, data):
+        """Line items of `data` (read at `off`) up to its first stats line, whole lines only,
+        and whether a stats line ended them."""
+        items = []  # type: list
         for raw in data.split(b"\n")[:-1]:  # complete lines only (the last piece has no end)
             if _STATS.search(raw):
-                break  # the run's stats begin: the history has its own
+                return items, True  # the run's stats begin: the history has its own
             end = off + len(raw) + 1
             cut = len(raw) if len(raw) > self.max_line else None
             items.append(_line_event(self.tid, self.ino, off, end, raw[:self.max_line], cut)[2])
             off = end
-        return items
+        return items, False
+
+    def _ready_after(self, pos, start):
+        """The run's ready line between `pos` and `start` (a head cut at HEAD_MAX), as one item,
+        when it comes before any stats line; [] else (read in blocks, at most HEAD_SCAN)."""
+        fd = self.f.fileno()
+        keep = 64  # a mark cut by a block edge
+        at = pos
+        while at < min(start, pos + HEAD_SCAN):
+            block = os.pread(fd, min(start, at + (1 << 20) + keep) - at, at)
+            m = _READY_OR_STATS.search(block)
+            if m is not None:
+                if m.group(1) is None:
+                    return []  # stats first: the history tells the rest
+                ls = block.rfind(b"\n", 0, m.start()) + 1
+                le = block.find(b"\n", m.end())
+                if le < 0:
+                    return []  # (a ready line across a block edge: not worth a second read)
+                return self._head_items(at + ls, block[ls:le + 1])[0]
+            at += 1 << 20
+        return []
 
     def _history_start(self, size, n):
         """Offset where the last n complete lines begin (a partial last line is not counted)."""

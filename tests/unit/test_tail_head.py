@@ -25,11 +25,12 @@ def write(path: Path, lines: list[str]) -> Path:
 
 
 def head_and_open(path: Path, history: int = 100) -> tuple[list[list], dict]:
+    """The head's line items (all its events' in order) and the "opened" event."""
     evs = Tail(1, str(path)).start(history=history)
     heads = [e for e in evs if e["ev"] == "head"]
     opened = next(e for e in evs if e["ev"] == "opened")
     assert [e["ev"] for e in evs] == ["head"] * len(heads) + ["opened"]  # the head goes first
-    return (heads[0]["lines"] if heads else []), opened
+    return [x for e in heads for x in e["lines"]], opened
 
 
 def test_the_last_runs_start_up_lines_come_before_the_history(tmp_path: Path) -> None:
@@ -95,6 +96,26 @@ def test_the_real_vllm_log_gets_its_config_line(data_dir: Path) -> None:
     first = log.read_text().split("\n")[0]
     assert "Initializing a V1 LLM engine (v0.11.0) with config:" in first
     assert [x[2] for x in head] == [first] and opened["off"] > 0
+
+
+def test_a_start_up_longer_than_the_head_still_says_the_server_became_ready(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verbose start-up (NCCL INFO lines) cut at HEAD_MAX: the ready line after the cut is
+    sent too (a second head event), unless stats lines come first."""
+    nccl = [f"[2026-11-29 10:00:01 TP{i % 8}] NCCL INFO Channel {i:02d}/32 : 0[0] -> 1[1] via P2P"
+            for i in range(60)]
+    run = [ARGS_BASE] + nccl + [READY] + [decode_line(i, 88.0) for i in range(300)]
+    log = write(tmp_path / "s.log", run)
+    monkeypatch.setattr(agent_tail, "HEAD_MAX", 1024)
+    evs = Tail(1, str(log)).start(history=100)
+    assert [e["ev"] for e in evs] == ["head", "head", "opened"]
+    first, ready = evs[0]["lines"], evs[1]["lines"]
+    assert first[0][2] == ARGS_BASE and first[-1][1] <= 1024 and [x[2] for x in ready] == [READY]
+    data = log.read_bytes()
+    assert data[ready[0][0]:ready[0][1]] == READY.encode() + b"\n"
+    stats_first = write(tmp_path / "t.log", [ARGS_BASE] + nccl + [decode_line(0, 88.0), READY]
+                        + [decode_line(i, 88.0) for i in range(300)])
+    assert [e["ev"] for e in Tail(1, str(stats_first)).start(history=100)] == ["head", "opened"]
 
 
 def test_a_head_line_with_non_utf8_bytes_keeps_them(tmp_path: Path) -> None:
