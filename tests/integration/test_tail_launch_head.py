@@ -23,7 +23,7 @@ def test_record_reads_each_runs_launch_line_before_its_history(tmp_path: Path) -
     out = tmp_path / "r.jsonl"
     r = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
                         f"base={logs['base']}", "--log", f"spec={logs['spec']}", "--out", str(out),
-                        "--duration", "2"], capture_output=True, text=True, timeout=120)
+                        "--duration", "4"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     for name in ("base", "spec"):
