@@ -139,12 +139,9 @@ class LogSummary:
         for key in set(buckets) | set(unreadable):
             spec, rr = key
             vals = buckets.get(key, Counter())
-            p10, med, p90 = weighted_quantiles(vals.items(), (0.1, 0.5, 0.9))
-            n = sum(vals.values())
-            if n < MIN_SPREAD_N:  # no spread of one or two values (N/A)
-                p10 = p90 = None
+            p10, med, p90 = _quantiles(vals)
             out.setdefault(spec, {})[rr] = {
-                "n": n, "median": med, "p10": p10, "p90": p90,
+                "n": sum(vals.values()), "median": med, "p10": p10, "p90": p90,
                 "unreadable": unreadable.get(key, 0),
             }
         return out
@@ -205,9 +202,7 @@ class LogSummary:
                 )
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})
-                p10, med, p90 = weighted_quantiles(vals.items(), (0.1, 0.5, 0.9))
-                if sum(vals.values()) < MIN_SPREAD_N:
-                    p10 = p90 = None
+                p10, med, p90 = _quantiles(vals)
                 lines.append(
                     f"  accept len (tokens per verify round, bonus included): median {_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
@@ -243,3 +238,11 @@ def _na(v: object) -> str:
 
 
 _num = num
+
+
+def _quantiles(vals: Counter[float]) -> tuple[float | None, float | None, float | None]:
+    """p10, median, p90 of a counted multiset; no spread (N/A) of fewer than MIN_SPREAD_N."""
+    p10, med, p90 = weighted_quantiles(vals.items(), (0.1, 0.5, 0.9))
+    if sum(vals.values()) < MIN_SPREAD_N:
+        return None, med, None
+    return p10, med, p90
