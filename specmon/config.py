@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from specmon.keymap import BINDING_IDS, key_problem
 from specmon.sshtarget import read_target
+from specmon.textsafe import cut
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -511,8 +512,7 @@ _TOP_KEYS = {"hosts": dict, "servers": dict, "keys": dict}
 
 
 def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return cut(repr(v), 60)
 
 
 def _toml(v: Any, limit: int = 60) -> str:
@@ -527,7 +527,7 @@ def _toml(v: Any, limit: int = 60) -> str:
         text = "[" + ", ".join(_toml(x, limit) for x in v) + "]"
     else:
         text = _short(v)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return cut(text, limit)
 
 
 def _host(ck: _Checker, name: str, t: Any, where: str, cfg: Config) -> None:

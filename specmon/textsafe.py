@@ -30,6 +30,12 @@ def visible(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
+def cut(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, the cut said with "...": a value from a host or file
+    (a model path, an argument) may be a megabyte, and one line of output shows it."""
+    return text if len(text) <= limit else text[:max(limit - 3, 0)] + "..."
+
+
 def _json_escape(m: re.Match[str]) -> str:
     c = m.group()
     # tab, LF, CR: JSON whitespace outside strings (indented JSON), escaped by the encoders inside

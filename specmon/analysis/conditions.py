@@ -20,6 +20,7 @@ from typing import Any
 
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.redact import MASK, is_secret_name, redact_text
+from specmon.textsafe import cut
 
 # Arguments that name the process, where it listens or logs, not how fast it decodes.
 IDENTITY_ARGS = frozenset({
@@ -45,8 +46,7 @@ def _val(v: Any, name: str = "") -> str:
     if name and v not in (None, "") and not isinstance(v, bool | int | float) \
             and is_secret_name(name):
         return MASK
-    text = redact_text(repr(v) if isinstance(v, str) else str(v))
-    return text if len(text) <= 40 else text[:37] + "..."
+    return cut(redact_text(repr(v) if isinstance(v, str) else str(v)), 40)
 
 
 def args_differ(base: Mapping[str, Any], spec: Mapping[str, Any],

@@ -35,7 +35,7 @@ from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
 from specmon.redact import MASK, is_secret_name, redact_text
-from specmon.textsafe import visible
+from specmon.textsafe import cut, visible
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
 NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
@@ -280,29 +280,30 @@ class Fingerprint:
         return dist_label(self.modified_dist)
 
     def summary(self) -> list[str]:
-        """Human lines for `baseline show`."""
+        """Human lines for `baseline show` and reports. Each value is cut (`_v`): a hostile
+        launch line or environment may hold a megabyte in one of them."""
         out = []
         if self.version or self.model:
-            out.append(f"{self.engine_label} {self.version or 'N/A'}, model {self.model or 'N/A'}, "
-                       f"tp {self.tp_size or 'N/A'}")
+            out.append(f"{self.engine_label} {_v(self.version or 'N/A', 40)}, "
+                       f"model {_v(self.model or 'N/A')}, tp {self.tp_size or 'N/A'}")
         if self.spec:
-            out.append("spec: " + ", ".join(f"{k}={v}" for k, v in sorted(self.spec.items())))
+            out.append("spec: " + ", ".join(f"{k}={_v(v)}" for k, v in sorted(self.spec.items())))
         if self.argv:
-            out.append("launch: " + " ".join(self.argv))
+            out.append("launch: " + " ".join(_v(a, 400) for a in self.argv))
         if self.launcher is not None:
             out.append(f"launcher env ({self.launcher.status}): " + (
-                " ".join(f"{k}={v}" for k, v in self.launcher.vars.items()) or "no tracked variables"))
+                " ".join(f"{k}={_v(v)}" for k, v in self.launcher.vars.items()) or "no tracked variables"))
         for w in self.workers:
             out.append(f"{w.title} env ({w.status}): " + (
-                " ".join(f"{k}={v}" for k, v in w.vars.items()) if w.readable else "-"))
+                " ".join(f"{k}={_v(v)}" for k, v in w.vars.items()) if w.readable else "-"))
         if self.nccl_version or self.nccl_nranks:
             out.append(f"NCCL {self.nccl_version or 'N/A'}, {self.nccl_nranks or 'N/A'} ranks "
                        "(NCCL_DEBUG lines)")
         for rank, env in sorted(self.nccl_debug.items()):
-            out.append(f"NCCL_DEBUG {rank}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+            out.append(f"NCCL_DEBUG {rank}: " + " ".join(f"{k}={_v(v)}" for k, v in sorted(env.items())))
         for path, conf in self.nccl_conf.items():
             out.append(f"{path}: " + ("absent" if conf is None else " ".join(
-                f"{k}={v}" for k, v in conf.items()) or "empty"))
+                f"{k}={_v(v)}" for k, v in conf.items()) or "empty"))
         if self.modified_method:
             files = self.modified_files
             out.append(f"modified {self.engine_label} files ({self.modified_method}): " + (
@@ -314,6 +315,10 @@ class Fingerprint:
         if self.host:
             out.append("host: " + ", ".join(f"{k} {v}" for k, v in self.host.items() if v))
         return out
+
+
+def _v(value: object, limit: int = 160) -> str:
+    return cut(str(value), limit)
 
 
 def _num(x: float | None) -> str:

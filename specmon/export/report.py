@@ -44,7 +44,7 @@ from specmon.session.state import Run, ServerState
 from specmon.session.window import (
     recomputed_accept_rate,
 )
-from specmon.textsafe import visible
+from specmon.textsafe import cut, visible
 
 MAX_CHART_POINTS = 600
 _num = num  # specmon.numfmt: the one N/A formatter
@@ -562,7 +562,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     b.append(("h", 2, "Servers"))
     b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative", "runs",
                         "decode lines", "lines"],
-              [[s["name"], s["role"] or NA, s["status"], s["log"] or NA, str(s["model"] or NA),
+              [[s["name"], s["role"] or NA, s["status"], s["log"] or NA, cut(str(s["model"] or NA), 160),
                 num(s["tp"], "{}"), s["speculative"] or NA, str(len(s["runs"])),
                 num(s["decode_lines"], "{:,}"), num(s["lines"], "{:,}")]
                for s in doc["servers"]]))

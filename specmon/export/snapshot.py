@@ -41,7 +41,7 @@ from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
 from specmon.redact import redact_obj, redact_text
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
-from specmon.textsafe import json_safe
+from specmon.textsafe import cut, json_safe
 
 SCHEMA_NAME = "specmon.snapshot"
 SCHEMA_VERSION = 1
@@ -177,8 +177,8 @@ def _got(v: Any) -> str:
 
 
 def _short(v: Any) -> str:
-    text = repr(v) if not isinstance(v, int) or v.bit_length() < 200 else f"{v.bit_length()}-bit int"
-    return text if len(text) <= 40 else text[:37] + "..."
+    return cut(repr(v) if not isinstance(v, int) or v.bit_length() < 200
+               else f"{v.bit_length()}-bit int", 40)
 
 
 def _time(v: Any, where: str) -> float:

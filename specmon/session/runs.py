@@ -25,6 +25,7 @@ from specmon.redact import redact_text
 from specmon.session.speedup import unknown_text
 from specmon.session.state import Run, ServerState
 from specmon.session.window import MIN_N, Speedup, WindowStats, run_window, speedups_by_rr, stats_for
+from specmon.textsafe import cut
 
 WHOLE_RUN = math.inf
 
@@ -65,8 +66,10 @@ def args_summary(args: dict[str, Any]) -> str:
     if spec:
         parts.append(spec)
     # a way out of the run's args (parse --runs, run headers, the UI): a model path may be a
-    # URL with credentials, a draft path an hf_ token
-    return redact_text(", ".join(parts)) if parts else "no server_args line"
+    # URL with credentials, a draft path an hf_ token; masked before it is cut (a cut URL
+    # would lose the `@` that tells its password), cut because a hostile line may hold a
+    # megabyte of model path
+    return ", ".join(cut(redact_text(p), 160) for p in parts) if parts else "no server_args line"
 
 
 def time_segments(run: Run) -> list[dict[str, Any]]:
@@ -284,6 +287,8 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                         and p.rec.gen_throughput is not None and p.rec.gen_throughput > 0)
             if running_req is not None:
                 c = Counter({running_req: c.get(running_req, 0)})
+            if not c and pts:
+                return f"{len(pts)} decode lines, none with a readable batch size and throughput"
             return ", ".join(f"bs {k}: n {v}" for k, v in sorted(c.items())) or "no decode lines"
         why = (f"no batch size has >= {MIN_N} decode samples on both runs "
                f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")

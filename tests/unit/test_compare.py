@@ -213,3 +213,33 @@ def test_compare_says_when_a_run_has_no_launch_line(tmp_path, capsys):
         "conditions unknown: the baseline's server args (no launch line in its run); the "
         "speculative server's server args (no launch line in its run): the speedup may measure "
         "more than speculation")
+
+
+def test_decode_lines_with_no_readable_value_are_not_called_absent(tmp_path, capsys):
+    """20 decode lines whose throughput is `inf` or overflows: the note counts them, and says
+    none could be read, instead of "no decode lines" beside `parse --runs`' "20 decode lines"."""
+    bad = [f"[2026-05-25 17:56:{i:02d}] Decode batch, #running-req: 1, #token: 9, token usage: "
+           f"0.04, cuda graph: True, gen throughput (token/s): {v}, #queue-req: 0"
+           for i, v in enumerate(["inf"] * 10 + ["1e400"] * 10)]
+    log = write(tmp_path / "inf.log", bad)
+    code, _, err = run_cli(capsys, "compare", log, log)
+    assert code == 3
+    assert ("baseline run 1: 20 decode lines, none with a readable batch size and throughput"
+            in err)
+    code, out, _ = run_cli(capsys, "parse", "--runs", log)
+    assert "20 decode lines" in out
+
+
+def test_a_megabyte_model_path_is_cut_in_the_run_summary(tmp_path, capsys):
+    """A hostile launch line's model path is one line of output, not a megabyte of it; a
+    secret in it is masked before the cut."""
+    huge = "hf_" + "A" * 40 + "/" + "m" * 1_000_000
+    lines = [restart("2026-05-25 17:56:00", model_path=huge, tp_size=2)]
+    lines += [f"[2026-05-25 17:56:{10 + i:02d}] Decode batch, #running-req: 1, #token: 9, "
+              "token usage: 0.04, cuda graph: True, gen throughput (token/s): 88.00, "
+              "#queue-req: 0" for i in range(3)]
+    code, out, _ = run_cli(capsys, "parse", "--runs", write(tmp_path / "m.log", lines))
+    assert code == 0
+    run_line = next(ln for ln in out.splitlines() if "run 1:" in ln)
+    assert len(run_line) < 400 and "..." in run_line and "tp 2" in run_line
+    assert "hf_AAAA" not in out and "***REDACTED***" in run_line

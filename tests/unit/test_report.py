@@ -224,3 +224,17 @@ def test_a_live_snapshot_that_lost_the_launch_line_still_knows_the_args(tmp_path
     rep = json.loads((tmp_path / "s.report.json").read_text())
     assert rep["speedup"]["conditions_unknown"] == []
     assert rep["speedup"]["value"] is not None
+
+
+def test_a_huge_model_path_is_cut_in_the_servers_table(tmp_path):
+    """A model path of 200 kB (a hostile launch line) is one cell, cut, not the whole page."""
+    huge = "org/" + "m" * 200_000
+    rows = [(n, a.replace("Qwen/Qwen3-8B", huge), t) if t == T0 or t == T0 + 0.5 else (n, a, t)
+            for n, a, t in _rows()]
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows, _gpus()), host="gpu-7")
+    path = write_snapshot(snap, tmp_path / "s.json")
+    assert main(["report", str(path)]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    cell = _row(md, "base")[4]
+    assert cell.startswith("org/mmm") and cell.endswith("...") and len(cell) <= 160
+    assert len(md) < 100_000
