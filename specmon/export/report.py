@@ -82,6 +82,7 @@ def report_model(snap: Snapshot) -> ReportModel:
     for s in snap.servers:
         fleet.declare_server(host, s.name, s.role, s.path)
         fleet.server_pids(host, s.name, s.pids)
+        s.seed_args(fleet.host(host).session.server(s.name))
 
     def server_items(k: int, s: ServerSnap) -> Iterator[tuple[float, int, str, Any]]:
         for e in s.entries:
@@ -109,10 +110,6 @@ def report_model(snap: Snapshot) -> ReportModel:
         st = session.server(s.name)
         if s.role and st.role is None:
             st.role = s.role
-        if s.args and st.runs and not st.runs[-1].args:
-            # a live snapshot keeps only its last lines, and may have lost the current run's
-            # server_args line; its `args` are that run's (the live state's), still known
-            st.runs[-1].args = dict(s.args)
     return ReportModel(fleet, host, {s.name: session.server(s.name) for s in snap.servers})
 
 

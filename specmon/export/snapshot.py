@@ -278,6 +278,20 @@ class ServerSnap:
         return [e for e in self.entries
                 if isinstance(e.record, BatchRecord) and e.record.kind == "decode"]
 
+    def seed_args(self, st: ServerState) -> None:
+        """Give the server's state, before its lines are played, the args the snapshot kept,
+        where they are known to belong (replay and report both start so: one rule).
+
+        `args` are the live state's when the snapshot was written: its current run's. A live
+        snapshot keeps only its last lines and may have lost that run's launch line: when no
+        line kept is a launch line, the one run the lines make is the current run, and it
+        starts with them. Otherwise each launch line says its own run's args, and a run before
+        the first of them (a previous launch, cut) stays unknown: the current run's args are
+        never lent to it."""
+        if self.args and not any(getattr(e.record, "kind", None) == "server_args"
+                                 for e in self.entries):
+            st.args = dict(self.args)
+
 
 @dataclass
 class Snapshot:

@@ -78,7 +78,7 @@ def replay_session(snap: Snapshot) -> HostState:
     session = HostState(host=snap.host, started_at=start)
     for s in snap.servers:
         st = session.servers[s.name] = ServerState(s.name, role=s.role, path=s.path)
-        st.args = dict(s.args)
+        s.seed_args(st)
     return session
 
 

@@ -238,3 +238,43 @@ def test_a_huge_model_path_is_cut_in_the_servers_table(tmp_path):
     cell = _row(md, "base")[4]
     assert cell.startswith("org/mmm") and cell.endswith("...") and len(cell) <= 160
     assert len(md) < 100_000
+
+
+def test_a_cut_earlier_run_never_borrows_the_current_runs_args(tmp_path):
+    """A live snapshot whose last lines hold a restart: decode lines of a previous launch (its
+    launch line cut), then the current launch (tp 2). The snapshot's `args` are the current
+    run's; the report and the replay both leave the earlier run's args unknown (before, the
+    replay gave it the current run's) and agree run by run."""
+    import json
+
+    from kit.snapshots import write_record
+    from kit.ui import decode_line
+
+    from specmon.export.report import report_model
+    from specmon.export.snapshot import read_snapshot
+    from specmon.feeds.replay import ReplayFeed, replay_session
+    from specmon.session.fleet import FleetSession
+
+    t0 = 1.78e9
+    launch = ("[2026-05-25 17:56:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', "
+              "tp_size=2, port=30000)")
+    rows = [("base", decode_line(i, 70.0), t0 + i) for i in range(5)]
+    rows.append(("base", launch, t0 + 6))
+    rows += [("base", decode_line(i, 88.0), t0 + 7 + i) for i in range(5)]
+    snap_path = tmp_path / "s.json"
+    assert main(["export", str(write_record(tmp_path / "r.jsonl", rows)), "-o",
+                 str(snap_path)]) == 0
+    snap = read_snapshot(snap_path)
+    assert snap.servers[0].args["tp_size"] == 2  # the live (current) run's args
+
+    reported = report_model(snap).states["base"].runs
+    fleet = FleetSession([snap.host])
+    fleet.reset_host(snap.host, replay_session(snap))
+    feed = ReplayFeed(snap, playing=False)
+    feed._push_due(fleet, feed.end)
+    replayed = fleet.host(snap.host).session.server("base").runs
+    assert [r.args.get("tp_size") for r in reported] == [None, 2]
+    assert [r.args.get("tp_size") for r in replayed] == [None, 2]
+    assert main(["report", str(snap_path), "--format", "json"]) == 0
+    runs = json.loads((tmp_path / "s.report.json").read_text())["servers"][0]["runs"]
+    assert "no server_args line" in runs[0]["args"] and "tp 2" in runs[1]["args"]
