@@ -123,8 +123,11 @@ _RE_PEM = re.compile(
 # hex, not a path); a key's lines are 64 (PEM) or 70 (OpenSSH) characters of this
 _RE_B64_WORD = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{40,}+={0,2}+(?![A-Za-z0-9+/=])")
 # ... and its last line, shorter, padded with = (4pZRtbJmy7l2Ylgg3eJ7Bw==): only where it is a
-# whole line's content (after a "[time]" log prefix at most), never a word inside a sentence
-_RE_B64_TAIL = re.compile(r"(?m)^(?P<lead>[ \t]*+(?:\[[^\]\n]{0,64}+\][ \t]++)?)"
+# whole line's content after a log prefix at most (SGLang's "[time TP0] ", vLLM's "(EngineCore
+# pid=1) INFO 11-20 10:00:00 [core.py:93] "), never a word inside a sentence
+_RE_B64_TAIL = re.compile(r"(?m)^(?P<lead>[ \t]*+(?:\([^()\n]{0,64}+\)[ \t]++)?"
+                          r"(?:[A-Z]{4,8}+[ \t]++[0-9]{2}-[0-9]{2}[ \t]++[0-9:.]{8,15}+[ \t]++)?"
+                          r"(?:\[[^\]\n]{0,64}+\][ \t]++)?)"
                           r"(?P<val>[A-Za-z0-9+/]{6,}+={1,2}+)(?P<trail>[ \t]*+\r?)$")
 # Slack incoming webhooks: the URL is the credential
 _RE_SLACK_HOOK = re.compile(r"(?P<lead>hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/)"

@@ -189,6 +189,10 @@ PEM_LONG = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7PlantedKeyLine"
     (f"  {PEM_TAIL}\r", PEM_TAIL, f"  {MASK}\r"),
     (f"[2026-02-26 19:16:42] {PEM_TAIL}", PEM_TAIL, f"[2026-02-26 19:16:42] {MASK}"),
     (f"{PEM_LONG}\n{PEM_TAIL}\n", PEM_TAIL, f"{MASK}\n{MASK}\n"),  # after a long body line
+    # after vLLM's log prefixes (process tag, level, time, source)
+    (f"(EngineCore_DP0 pid=201) INFO 11-20 10:00:00 [core.py:93] {PEM_TAIL}", PEM_TAIL,
+     f"[core.py:93] {MASK}"),
+    (f"WARNING 11-20 10:00:00.123 [api_server.py:1] {PEM_TAIL}", PEM_TAIL, f".py:1] {MASK}"),
     ("a+/9Zq==", "a+/9Zq", MASK),
     # prose runs on the lower-cased text, or case-blind where lower() moves positions (İ)
     ("login PASSWORD Pl4nted!pw", "Pl4nted!pw", "PASSWORD " + MASK),
@@ -250,6 +254,7 @@ def test_containers_of_other_names_are_kept(text):
     "status==", "count=", "QUJDRA==", "1234====", "ab1=", "abc12=",  # one plain word, no key line
     f"x = {PEM_TAIL} y",  # inside a sentence: not a whole line
     "retries: 3 ok==", "[2026-02-26 19:16:42] done==",
+    "(APIServer pid=200) INFO 11-20 10:00:00 [api_server.py:9] ready==",
 ])
 def test_near_misses_of_the_new_shapes_are_kept(text):
     assert redact_text(text) == text
