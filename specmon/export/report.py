@@ -9,12 +9,11 @@ Every number is computed from the snapshot's records; missing data is "N/A".
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import html
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -22,12 +21,11 @@ from urllib.parse import quote
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import MIN_SPREAD_N, median, quantile_sorted
 from specmon.export.snapshot import ServerSnap, Snapshot
-from specmon.hosts.base import ConnectionState
+from specmon.export.timeline import declare, timeline
 from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.redact import redact_obj, redact_text
-from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession
 from specmon.session.offline import play
 from specmon.session.ownership import owned_gpus
@@ -78,33 +76,10 @@ def report_model(snap: Snapshot) -> ReportModel:
     """Every line (and GPU poll) of the snapshot, in received order, into one FleetSession."""
     host = snap.host
     fleet = FleetSession([host])
-    fleet.host_state(host, ConnectionState("connected"))
+    declare(fleet, snap)
     for s in snap.servers:
-        fleet.declare_server(host, s.name, s.role, s.path)
-        fleet.server_pids(host, s.name, s.pids)
         s.seed_args(fleet.host(host).session.server(s.name))
-
-    def server_items(k: int, s: ServerSnap) -> Iterator[tuple[float, int, str, Any]]:
-        for e in s.entries:
-            yield e.t, k, s.name, LineItem(e.line if e.line is not None else "", e.record, e.t)
-
-    def gpu_items() -> Iterator[tuple[float, int, str, Any]]:
-        batch: list[GpuSample] = []
-        seen: set[int | None] = set()
-        for g in snap.gpu_samples:
-            if g.ts is None:
-                continue
-            if g.index in seen:  # one poll holds one sample per GPU
-                yield batch[0].ts or 0.0, -1, "", batch
-                batch, seen = [], set()
-            batch.append(g)
-            seen.add(g.index)
-        if batch:
-            yield batch[0].ts or 0.0, -1, "", batch
-
-    merged = heapq.merge(*(server_items(k, s) for k, s in enumerate(snap.servers)), gpu_items(),
-                         key=lambda x: (x[0], x[1]))
-    play(fleet, host, ((name, payload) for _, _, name, payload in merged))
+    play(fleet, host, ((ev.t, ev.kind, ev.server, ev.payload) for ev in timeline(snap)))
     session = fleet.host(host).session
     for s in snap.servers:  # the role the snapshot knew (declared, or inferred when written)
         st = session.server(s.name)

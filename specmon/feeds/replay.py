@@ -14,62 +14,13 @@ import bisect
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from specmon.export.snapshot import Snapshot
-from specmon.hosts.base import ConnectionState
+from specmon.export.timeline import declare, timeline
 from specmon.session.events import FeedSink, LineItem
 from specmon.session.state import HostState, ServerState
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-NOT_KEPT = "[line text not kept in snapshot]"
-
-
-@dataclass(slots=True)
-class _Event:
-    t: float
-    kind: str  # "lines" | "gpus" | "alert" | "exit"
-    server: str
-    payload: Any
-
-
-def _timeline(snap: Snapshot) -> list[_Event]:
-    """Everything the feed will push, in time order (stable: same-time items keep file order)."""
-    events: list[_Event] = []
-    for s in snap.servers:
-        for e in s.entries:
-            text = e.line if e.line is not None else NOT_KEPT
-            events.append(_Event(e.t, "lines", s.name, LineItem(text, e.record, e.t)))
-        if s.exit_code is not None and s.entries:
-            events.append(_Event(s.entries[-1].t, "exit", s.name, s.exit_code))
-    batch: list[Any] = []
-    seen: set[int | None] = set()
-    for g in snap.gpu_samples:
-        if g.ts is None:
-            continue
-        if g.index in seen:  # one batch holds one sample per GPU, like a live poll
-            events.append(_Event(batch[0].ts, "gpus", "", batch))
-            batch, seen = [], set()
-        batch.append(g)
-        seen.add(g.index)
-    if batch:
-        events.append(_Event(batch[0].ts, "gpus", "", batch))
-    names = [s.name for s in snap.servers]
-    for a in snap.alerts:
-        t = a.get("t")
-        if not isinstance(t, int | float):
-            continue
-        server = a.get("server") if a.get("server") in names else (names[0] if names else None)
-        if server is None:
-            continue
-        text = str(a.get("message") or a.get("text") or a.get("kind") or "alert")
-        cause = a.get("cause")
-        events.append(_Event(float(t), "alert", server,
-                             f"alert: {text}" + (f" (likely cause: {cause})" if cause else "")))
-    order = {"lines": 0, "exit": 1, "gpus": 2, "alert": 3}
-    events.sort(key=lambda ev: (ev.t, order[ev.kind]))
-    return events
 
 
 def replay_session(snap: Snapshot) -> HostState:
@@ -95,7 +46,7 @@ class ReplayFeed:
         self.playing = playing
         self.reset = reset
         self._wall = wall
-        self._events = _timeline(snap)
+        self._events = timeline(snap)
         self._times = [ev.t for ev in self._events]
         self._next = 0
         self._anchor_v = self.start
@@ -170,9 +121,7 @@ class ReplayFeed:
         return self.snap.host
 
     def _declare(self, sink: FeedSink) -> None:
-        sink.host_state(self.host, ConnectionState("connected"))  # recorded data: never stale
-        for s in self.snap.servers:
-            sink.declare_server(self.host, s.name, s.role, s.path)
+        declare(sink, self.snap)
 
     def _push_due(self, sink: FeedSink, now: float) -> None:
         end = bisect.bisect_right(self._times, now)

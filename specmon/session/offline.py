@@ -1,33 +1,32 @@
 """Recorded lines through the session model, as a live session would have received them.
 
-`play` applies (server, line) pairs (and GPU polls) in received order to a `FleetSession` and
-ticks it once per second of receive time (the live 1 Hz tick), so runs, windows, speedups and every alert the
-session raises (drift, "speculation no longer pays") come from the one model: the report of a
-record or snapshot shows what the screen showed, not a second computation.
+`play` applies recorded events (lines, GPU polls, exits) in received order to a `FleetSession`
+and ticks it once per second of receive time (the live 1 Hz tick), so runs, windows, speedups
+and every alert the session raises (drift, "speculation no longer pays") come from the one
+model: the report of a record or snapshot shows what the screen showed, not a second
+computation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from typing import Any
 
-from specmon.parse.gpu_sample import GpuSample
-from specmon.session.events import LineItem
 from specmon.session.fleet import FleetSession
 
 
-def play(fleet: FleetSession, host: str,
-         items: Iterable[tuple[str, LineItem | Sequence[GpuSample]]]) -> int:
-    """Apply every line once, in order, ticking at each new second of receive time (before the
-    first line of that second) and once after the last; returns the lines applied. The fleet's
-    clock follows the receive time of the line being applied."""
+def play(fleet: FleetSession, host: str, events: Iterable[tuple[float, str, str, Any]]) -> int:
+    """Apply every (time, kind, server, payload) event once, in order: "lines" (a LineItem),
+    "gpus" (one poll; its samples go to the runs of the GPUs' owners), "exit" (the exit code);
+    any other kind (a recorded alert, which the caller lists itself) only moves the clock.
+    Ticks at each new second, before its first event, and once after the last, as the replay
+    does; the fleet's clock follows the event being applied. Returns the lines applied."""
     sec: int | None = None
     n = 0
     last_t = 0.0
     fleet.clock = lambda: last_t
-    for server, it in items:
-        t = it.t if isinstance(it, LineItem) else (it[0].ts if it and it[0].ts is not None
-                                                   else math.nan)
+    for t, kind, server, payload in events:
         if not math.isfinite(t):
             continue
         s = math.floor(t)
@@ -35,11 +34,13 @@ def play(fleet: FleetSession, host: str,
             fleet.tick(float(s))
         sec = s
         last_t = t
-        if isinstance(it, LineItem):
-            fleet.lines(host, server, [it])
+        if kind == "lines":
+            fleet.lines(host, server, [payload])
             n += 1
-        else:  # one GPU poll (server ""): its samples go to the runs of the GPUs' owners
-            fleet.gpus(host, list(it))
-    if n:
-        fleet.tick(float(math.floor(last_t) + 1))
+        elif kind == "gpus":
+            fleet.gpus(host, list(payload))
+        elif kind == "exit":
+            fleet.server_exited(host, server, payload)
+    if sec is not None:
+        fleet.tick(float(sec + 1))
     return n

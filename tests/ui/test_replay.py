@@ -30,7 +30,8 @@ from specmon.export.snapshot import (
     snapshot_from_record,
     snapshot_from_session,
 )
-from specmon.feeds.replay import NOT_KEPT, ReplayFeed
+from specmon.export.timeline import NOT_KEPT
+from specmon.feeds.replay import ReplayFeed
 from specmon.parse.gpu_sample import GpuSample
 from specmon.session.state import HostState
 from specmon.session.window import current_stats, speedup
@@ -158,12 +159,16 @@ class _Sink:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.ticks: list[float] = []  # the model's clock, on the recorded seconds
+        self.pids: list[tuple] = []
 
     def tick(self, now=None):
         self.ticks.append(now)
 
     def declare_server(self, host, server, role, path):
         self.calls.append(("declare", server, role))
+
+    def server_pids(self, host, server, pids):
+        self.pids.append((server, list(pids)))
 
     def lines(self, host, server, items):
         self.calls.append(("lines", server, [(it.text, it.t) for it in items]))
@@ -188,6 +193,7 @@ def _feed_snapshot(tmp_path) -> Snapshot:
     snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", rows, gpus), log_lines=3)
     snap.alerts = [{"t": T0 + 4.5, "server": "b", "message": "throughput fell", "cause": "power cap"}]
     snap.servers[0].exit_code = 1
+    snap.servers[0].pids = [4242, 4243]  # launcher and worker
     return snap
 
 
@@ -208,6 +214,7 @@ async def test_feed_pushes_each_kind_at_its_time_and_rewinds(tmp_path):
     try:
         await settle(lambda: len(sink.calls) >= 2)
         assert sink.calls[0] == ("declare", "b", "baseline")
+        assert sink.pids == [("b", [4242, 4243])]  # the GPUs' owners, as the report knows them
         feed.seek(T0 + 5)
         await settle(lambda: any(c[0] == "notice" for c in sink.calls))
         await settle(lambda: sink.calls[-1][0] == "lines" and sink.calls[-1][2][-1][1] == T0 + 5)

@@ -278,3 +278,30 @@ def test_a_cut_earlier_run_never_borrows_the_current_runs_args(tmp_path):
     assert main(["report", str(snap_path), "--format", "json"]) == 0
     runs = json.loads((tmp_path / "s.report.json").read_text())["servers"][0]["runs"]
     assert "no server_args line" in runs[0]["args"] and "tp 2" in runs[1]["args"]
+
+
+def test_report_and_replay_play_the_same_events(tmp_path):
+    """The report's session model and the replay's, played to the end, agree on what the
+    snapshot holds: the exit that ended the run (the report ignored it), the GPUs the server
+    owns (the replay never declared the pids) and each run's figures."""
+    from specmon.export.report import report_model
+    from specmon.export.snapshot import snapshot_from_record
+    from specmon.feeds.replay import ReplayFeed, replay_session
+    from specmon.session.fleet import FleetSession
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", _rows(), _gpus()), host="gpu-7")
+    snap.servers[0].exit_code = 1
+    snap.servers[0].pids = [101, 102]
+    reported = report_model(snap)
+    fleet = FleetSession([snap.host])
+    fleet.reset_host(snap.host, replay_session(snap))
+    feed = ReplayFeed(snap, playing=False)
+    feed._declare(fleet)  # what `run` does first
+    feed._push_due(fleet, feed.end)
+    replayed = fleet.host(snap.host).session
+    for s in snap.servers:
+        rep, rpl = reported.states[s.name], replayed.server(s.name)
+        assert [(r.end_reason, r.exit_code, r.lines_total) for r in rep.runs] == \
+            [(r.end_reason, r.exit_code, r.lines_total) for r in rpl.runs]
+        assert rep.pids == rpl.pids == set(s.pids)
+    base = reported.states[snap.servers[0].name]
+    assert base.runs[-1].end_reason == "exit" and base.runs[-1].exit_code == 1
