@@ -97,7 +97,8 @@ def test_phantom_baseline_same_medians_speedup_and_alerts_everywhere(phantom, ca
     fleet = FleetSession(["h"])
     heard: list[tuple[str, str, str, bool]] = []
     fleet.alert_listeners.append(lambda h, n, a: heard.append((n, a.kind, a.text, a.cleared)))
-    play(fleet, "h", ((it.server, LineItem(it.line, parse_line(it.line), it.received_at))
+    play(fleet, "h", ((it.received_at, "lines", it.server,
+                       LineItem(it.line, parse_line(it.line), it.received_at))
                       for it in iter_record_file(rec) if not isinstance(it, tuple)))
     assert heard == [(a["server"], a["kind"], a["text"], a["cleared"]) for a in doc["alerts"]]
     assert heard and heard[0][1] == "speculation_pays" and not heard[0][3]  # not vacuous
