@@ -52,6 +52,9 @@ def _scrape(client: Any, url: str) -> Any:
         scrape = parse_vllm_metrics(r.text)
     except MetricsError as exc:
         raise CliError(f"{url}: {exc}") from None
+    if not scrape.engines and scrape.unreadable:
+        raise CliError(f"{url}: no readable vllm: counters ({scrape.unreadable} sample(s) NaN, "
+                       "infinite or negative)")
     if not scrape.engines:
         raise CliError(f"{url}: no vllm: counters (not a vLLM server, or stats disabled)")
     return scrape

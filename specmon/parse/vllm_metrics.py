@@ -57,6 +57,7 @@ class VllmScrape:
     """One `/metrics` text: counters per engine label (`"0"` when unlabelled)."""
 
     engines: dict[str, EngineCounters] = field(default_factory=dict)
+    unreadable: int = 0  # vllm: samples left out: NaN, infinite or negative
 
     @property
     def speculative(self) -> bool:
@@ -77,6 +78,7 @@ def parse_vllm_metrics(text: str) -> VllmScrape:
                 if key is None and gauge is None and name != PER_POS:
                     continue
                 if not math.isfinite(s.value) or s.value < 0:
+                    out.unreadable += 1
                     continue
                 eng_id = s.labels.get("engine", "0")
                 eng = out.engines.get(eng_id)

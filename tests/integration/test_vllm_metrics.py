@@ -181,3 +181,27 @@ def test_counters_command_one_line_errors() -> None:
         th.join(5)
     assert r.returncode == 2 and "no vllm: counters" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_counters_that_are_all_unreadable_are_said_so() -> None:
+    """A scrape whose vllm: counters are NaN, infinite or negative is a vLLM server whose
+    numbers cannot be read, not "not a vLLM server"."""
+    import subprocess
+    import sys
+
+    body = ('vllm:spec_decode_num_drafts_total{engine="0"} +Inf\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} NaN\n'
+            'vllm:generation_tokens_total{engine="0"} -5\n')
+    assert parse_vllm_metrics(body).unreadable == 3
+    srv, th = _serve([body])
+    try:
+        r = subprocess.run([sys.executable, "-m", "specmon", "counters",
+                            f"http://127.0.0.1:{srv.server_port}", "--interval", "0.1"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+    assert r.returncode == 2, r.stderr
+    assert "no readable vllm: counters (3 sample(s) NaN, infinite or negative)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
