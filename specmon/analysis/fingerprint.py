@@ -828,7 +828,8 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
 
     Order: fingerprint diff (worker NCCL env, launcher env, config files), SGLang files and
     version, launch args, GPU evidence (clocks with the reason, power limit, other processes),
-    then the speculative cycle-time split. With nothing found: "no cause found in: ...".
+    then the speculative cycle-time split. With nothing found: "no cause found in: ..." (what
+    was checked), or "cause unknown: nothing to compare" when nothing could be.
     """
     causes: list[str] = []
     checked: list[str] = []
@@ -847,8 +848,8 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
             checked += [x for x in k if "args" in x or "version" in x or "files" in x]
     split = monitor.spec_split() if monitor is not None else None
     if not causes:
-        what = ", ".join(checked) if checked else "nothing (no fingerprint or GPU data to compare)"
-        causes.append(f"no cause found in: {what}")
+        causes.append(f"no cause found in: {', '.join(checked)}" if checked else
+                      "cause unknown: nothing to compare (no fingerprint or GPU data)")
     if split:
         causes.append(split)
     # every front end shows these (UI, check, report, record): values from the host are masked

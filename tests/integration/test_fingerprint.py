@@ -238,7 +238,7 @@ def test_cause_list_order_and_no_cause_text():
     assert same == ["no cause found in: TP worker NCCL env (NCCL_DEBUG lines), SGLang files (RECORD), "
                     "GPU driver and persistence mode, GPU clocks and power limit"]
     assert causes_for_alert(alert, None, None, None, ()) == [
-        "no cause found in: nothing (no fingerprint or GPU data to compare)"]
+        "cause unknown: nothing to compare (no fingerprint or GPU data)"]
 
 
 def test_fingerprint_json_round_trip():
