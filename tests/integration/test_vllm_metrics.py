@@ -166,33 +166,11 @@ def test_counters_command_prints_exact_windows() -> None:
     assert rows[1]["restart"] and rows[1]["accept_len"] is None
 
 
-def test_counters_command_one_line_errors() -> None:
+def _counters_error(body: str) -> str:
+    """`specmon counters` against a server answering `body`: its one-line error (exit 2)."""
     import subprocess
     import sys
 
-    srv, th = _serve(["# nothing from vLLM here\nup 1\n"])
-    try:
-        r = subprocess.run([sys.executable, "-m", "specmon", "counters",
-                            f"http://127.0.0.1:{srv.server_port}", "--interval", "0.1"],
-                           capture_output=True, text=True, timeout=60)
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        th.join(5)
-    assert r.returncode == 2 and "no vllm: counters" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-
-
-def test_counters_that_are_all_unreadable_are_said_so() -> None:
-    """A scrape whose vllm: counters are NaN, infinite or negative is a vLLM server whose
-    numbers cannot be read, not "not a vLLM server"."""
-    import subprocess
-    import sys
-
-    body = ('vllm:spec_decode_num_drafts_total{engine="0"} +Inf\n'
-            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} NaN\n'
-            'vllm:generation_tokens_total{engine="0"} -5\n')
-    assert parse_vllm_metrics(body).unreadable == 3
     srv, th = _serve([body])
     try:
         r = subprocess.run([sys.executable, "-m", "specmon", "counters",
@@ -203,5 +181,20 @@ def test_counters_that_are_all_unreadable_are_said_so() -> None:
         srv.server_close()
         th.join(5)
     assert r.returncode == 2, r.stderr
-    assert "no readable vllm: counters (3 sample(s) NaN, infinite or negative)" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    return r.stderr
+
+
+def test_counters_command_one_line_errors() -> None:
+    assert "no vllm: counters" in _counters_error("# nothing from vLLM here\nup 1\n")
+
+
+def test_counters_that_are_all_unreadable_are_said_so() -> None:
+    """A scrape whose vllm: counters are NaN, infinite or negative is a vLLM server whose
+    numbers cannot be read, not "not a vLLM server"."""
+    body = ('vllm:spec_decode_num_drafts_total{engine="0"} +Inf\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} NaN\n'
+            'vllm:generation_tokens_total{engine="0"} -5\n')
+    assert parse_vllm_metrics(body).unreadable == 3
+    assert "no readable vllm: counters (3 sample(s) NaN, infinite or negative)" in \
+        _counters_error(body)
