@@ -30,7 +30,10 @@ def visible(text: str) -> str:
     return _CONTROL.sub(_escape, text)
 
 
-def cut(text: str, limit: int) -> str:
+SHOWN = 160  # characters of one value from a host shown in a line of output
+
+
+def cut(text: str, limit: int = SHOWN) -> str:
     """`text` cut to `limit` characters, the cut said with "...": a value from a host or file
     (a model path, an argument) may be a megabyte, and one line of output shows it."""
     return text if len(text) <= limit else text[:max(limit - 3, 0)] + "..."

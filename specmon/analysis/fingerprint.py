@@ -35,7 +35,7 @@ from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.parse.sglang import EventRecord
 from specmon.redact import MASK, is_secret_name, redact_text
-from specmon.textsafe import cut, visible
+from specmon.textsafe import SHOWN, cut, visible
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_", "NVSHMEM_")
 NCCL_CONF_PATHS = ("$NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf")
@@ -317,7 +317,7 @@ class Fingerprint:
         return out
 
 
-def _v(value: object, limit: int = 160) -> str:
+def _v(value: object, limit: int = SHOWN) -> str:
     return cut(str(value), limit)
 
 

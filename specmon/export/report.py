@@ -80,11 +80,7 @@ def report_model(snap: Snapshot) -> ReportModel:
     for s in snap.servers:
         s.seed_args(fleet.host(host).session.server(s.name))
     play(fleet, host, ((ev.t, ev.kind, ev.server, ev.payload) for ev in timeline(snap)))
-    session = fleet.host(host).session
-    for s in snap.servers:  # the role the snapshot knew (declared, or inferred when written)
-        st = session.server(s.name)
-        if s.role and st.role is None:
-            st.role = s.role
+    session = fleet.host(host).session  # (`declare` gave each server the role the snapshot knew)
     return ReportModel(fleet, host, {s.name: session.server(s.name) for s in snap.servers})
 
 
@@ -534,7 +530,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     b.append(("h", 2, "Servers"))
     b.append(("table", ["server", "role", "status", "log", "model", "tp", "speculative", "runs",
                         "decode lines", "lines"],
-              [[s["name"], s["role"] or NA, s["status"], s["log"] or NA, cut(str(s["model"] or NA), 160),
+              [[s["name"], s["role"] or NA, s["status"], s["log"] or NA, cut(str(s["model"] or NA)),
                 num(s["tp"], "{}"), s["speculative"] or NA, str(len(s["runs"])),
                 num(s["decode_lines"], "{:,}"), num(s["lines"], "{:,}")]
                for s in doc["servers"]]))

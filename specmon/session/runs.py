@@ -69,7 +69,7 @@ def args_summary(args: dict[str, Any]) -> str:
     # URL with credentials, a draft path an hf_ token; masked before it is cut (a cut URL
     # would lose the `@` that tells its password), cut because a hostile line may hold a
     # megabyte of model path
-    return ", ".join(cut(redact_text(p), 160) for p in parts) if parts else "no server_args line"
+    return ", ".join(cut(redact_text(p)) for p in parts) if parts else "no server_args line"
 
 
 def time_segments(run: Run) -> list[dict[str, Any]]:

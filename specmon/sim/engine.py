@@ -177,7 +177,7 @@ class Engine:
         self.perf = PerfModel(tp_size=cfg.tp_size, patch_overhead=cfg.patch_overhead,
                               draft_weight_frac=cfg.draft_weight_frac,
                               verify_token_cost=cfg.verify_token_cost)
-        self.ranks = list(ranks or uniform_ranks(cfg.tp_size, {}))
+        self.ranks = ranks or uniform_ranks(cfg.tp_size, {})
         self.spec_now = cfg.spec  # the active settings (adaptive steps change them mid-run)
         self.adaptive = (AdaptiveSteps(cfg.adaptive_steps, cfg.spec.num_steps)
                          if cfg.adaptive_steps and cfg.spec is not None else None)
