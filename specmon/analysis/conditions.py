@@ -19,24 +19,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from specmon.analysis.fingerprint import Fingerprint
+from specmon.analysis.runargs import arg_changes
 from specmon.redact import MASK, is_secret_name, redact_text
 from specmon.textsafe import cut
 
-# Arguments that name the process, where it listens or logs, not how fast it decodes.
-IDENTITY_ARGS = frozenset({
-    "host", "port", "nccl_port", "base_gpu_id", "dist_init_addr", "node_rank", "random_seed",
-    "log_level", "log_level_http", "log_requests", "log_requests_level", "show_time_cost",
-    "enable_metrics", "enable_metrics_for_all_schedulers", "decode_log_interval", "api_key",
-    "admin_api_key", "served_model_name", "file_storage_path", "crash_dump_folder",
-    "bucket_time_to_first_token", "bucket_inter_token_latency", "bucket_e2e_request_latency",
-    "collect_tokens_histogram", "kv_events_config", "enable_request_time_stats_logging",
-    "prompt_tokens_buckets", "generation_tokens_buckets", "version", "model_path_display",
-})
 # Set by SGLang itself when speculative decoding is on (server_args.py): not the user's choice.
 SPECULATION_DERIVED = frozenset({"disable_overlap_schedule"})
-# Batch-size limits (SGLang lowers both for speculation when the user leaves them unset): they
-# change decode speed only at a batch size above the smaller of the two values.
-BATCH_LIMITS = frozenset({"cuda_graph_max_bs", "max_running_requests"})
+# Batch-size limits (SGLang lowers its two for speculation when the user leaves them unset;
+# vLLM's max_num_seqs): they change decode speed only at a batch size above the smaller value.
+BATCH_LIMITS = frozenset({"cuda_graph_max_bs", "max_running_requests", "max_num_seqs"})
 MAX_ITEMS = 4  # names listed per difference (the rest counted)
 
 
@@ -51,24 +42,19 @@ def _val(v: Any, name: str = "") -> str:
 
 def args_differ(base: Mapping[str, Any], spec: Mapping[str, Any],
                 running_req: int | None = None) -> list[str]:
-    """`disable_custom_all_reduce: False vs True` for every argument both print differently
-    (not `speculative_*`, not identity arguments, not one SGLang version's extra argument; a
-    batch-size limit only when `running_req` is unknown or above the smaller limit)."""
+    """`disable_custom_all_reduce: False vs True` for every argument the two runs set
+    differently (`analysis.runargs`: not speculation settings, not identity arguments, vLLM's
+    non-default args key by key); a batch-size limit only when `running_req` is unknown or
+    above the smaller limit."""
     out = []
     speculating = bool(spec.get("speculative_algorithm"))
-    for k in sorted(set(base) | set(spec)):
-        if k.startswith("speculative_") or k in IDENTITY_ARGS:
-            continue
+    for k, b, s in arg_changes(base, spec, speculation=False):
         if speculating and k in SPECULATION_DERIVED:
             continue
-        if k not in base or k not in spec:
-            continue  # an argument one SGLang version prints and the other does not
-        b, s = base[k], spec[k]
         if k in BATCH_LIMITS and running_req is not None and isinstance(b, int) \
                 and isinstance(s, int) and running_req <= min(b, s):
             continue
-        if b != s:
-            out.append(f"{k}: {_val(b, k)} vs {_val(s, k)}")
+        out.append(f"{k}: {_val(b, k)} vs {_val(s, k)}")
     return out
 
 

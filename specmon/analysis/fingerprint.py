@@ -29,6 +29,7 @@ from functools import cache
 from typing import Any
 
 from specmon.analysis.drift import json_kind
+from specmon.analysis.runargs import arg_changes, is_identity_flag
 from specmon.analysis.stats import median
 from specmon.numfmt import num
 from specmon.parse.argv import flag_values
@@ -644,6 +645,8 @@ def _flags_diff(old: Sequence[str], new: Sequence[str]) -> list[str]:
     a, b = flag_values(old), flag_values(new)
     parts = []
     for k in sorted(set(a) | set(b)):
+        if is_identity_flag(k):
+            continue  # (where it listens or logs: `analysis.runargs`)
         if k not in b:
             parts.append(f"removed {k}" + ("" if a[k] is True else f" {_shown(k, a[k])}"))
         elif k not in a:
@@ -715,9 +718,8 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
             causes.append("launch args changed: " + "; ".join(parts))
     elif rec.server_args and live.server_args:
         checked.append("server args")
-        _, _, changed = _dict_diff({k: v for k, v in rec.server_args.items() if k in live.server_args},
-                                   live.server_args)
-        changed = [c for c in changed if not c.startswith("port ")]
+        changed = [f"{k} {_shown(k, a)} -> {_shown(k, b)}"
+                   for k, a, b in arg_changes(rec.server_args, live.server_args, speculation=True)]
         if changed:
             causes.append("server args changed: " + "; ".join(changed))
     # 5. other environment (hashed values)

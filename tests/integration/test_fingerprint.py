@@ -389,3 +389,23 @@ def test_vllm_fingerprint_says_vllm_files_and_version():
     assert "vLLM version 0.10.2 vs 0.11.0" in differ
     # a fingerprint recorded before the probe said its dist reads as SGLang's (the old default)
     assert Fingerprint.from_json({"modified_method": "RECORD"}).engine_label == "SGLang"
+
+
+def test_drift_causes_skip_where_a_server_listens_and_read_vllm_args_key_by_key():
+    """A restart on another port is no cause (argv or server args alike); vLLM's non-default
+    args are compared key by key, an argument left out being at its default."""
+    argv = ["python", "-m", "sglang.launch_server", "--tp", "8", "--port"]
+    causes, checked = diff(fingerprint_from(argv=[*argv, "30000", "--log-level", "info"]),
+                           fingerprint_from(argv=[*argv, "30001", "--log-level", "debug"]))
+    assert causes == [] and "launch args" in checked
+
+    def vllm(**nd: object) -> Fingerprint:
+        return fingerprint_from(server_args={
+            "model_path": "Qwen/Qwen3-8B", "tp_size": 1, "port": nd.get("port"),
+            "non_default_args": {"model": "Qwen/Qwen3-8B", "host": "0.0.0.0", **nd}})
+
+    causes, checked = diff(vllm(port=8000, max_num_seqs=64), vllm(port=8001, max_num_seqs=64))
+    assert causes == [] and "server args" in checked
+    causes, _ = diff(vllm(port=8000, max_num_seqs=64), vllm(port=8001, enforce_eager=True))
+    assert causes == ["server args changed: enforce_eager default -> True; "
+                      "max_num_seqs 64 -> default"]

@@ -243,3 +243,37 @@ def test_a_megabyte_model_path_is_cut_in_the_run_summary(tmp_path, capsys):
     run_line = next(ln for ln in out.splitlines() if "run 1:" in ln)
     assert len(run_line) < 400 and "..." in run_line and "tp 2" in run_line
     assert "hf_AAAA" not in out and "***REDACTED***" in run_line
+
+
+VLLM = TESTS / "data" / "vllm-logs"
+
+
+def test_vllm_non_default_args_are_compared_key_by_key(tmp_path, capsys):
+    """vLLM's `non-default args: {...}` is the CLI the user set: its port and speculative_config
+    tell nothing about conditions (the demo's headline said "conditions differ:
+    non_default_args: {'port': ...}" for every pair); a key one side sets and the other leaves
+    at its default is a difference, named as such."""
+    def log(name: str, src: str, **nd: object) -> str:
+        head = ("(APIServer pid=100) INFO 11-20 09:59:58 [utils.py:326] non-default args: "
+                + repr({"model_tag": "Qwen/Qwen3-8B", "host": "0.0.0.0",
+                        "model": "Qwen/Qwen3-8B", **nd}))
+        return write(tmp_path / name, [head, *(VLLM / src).read_text().splitlines()])
+
+    spec_cfg = {"method": "eagle3", "model": "org/Qwen3-8B-eagle3", "num_speculative_tokens": 3}
+    base = log("b.log", "gen-baseline-0.11.log", port=8000, max_num_seqs=64)
+    spec = log("s.log", "gen-eagle3-0.11.log", port=8001, max_num_seqs=64,
+               speculative_config=spec_cfg)
+    code, out, _ = run_cli(capsys, "compare", base, spec, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["conditions_differ"] == [] and doc["conditions_unknown"] == []
+    other = log("s2.log", "gen-eagle3-0.11.log", port=8001, enforce_eager=True,
+                speculative_config=spec_cfg)
+    code, out, _ = run_cli(capsys, "compare", base, other, "--json")
+    assert json.loads(out)["conditions_differ"] == [
+        "enforce_eager: default vs True", "max_num_seqs: 64 vs default"]
+    # the batch-size limit rule holds for vLLM's max_num_seqs too: 16 requests run under both
+    low = log("s3.log", "gen-eagle3-0.11.log", port=8001, max_num_seqs=32,
+              speculative_config=spec_cfg)
+    code, out, _ = run_cli(capsys, "compare", base, low, "--json")
+    assert json.loads(out)["conditions_differ"] == []

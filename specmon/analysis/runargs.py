@@ -1,0 +1,91 @@
+"""Which of a run's arguments can change how fast it decodes, and how two runs' differ.
+
+One rule for the speedup's conditions (`analysis.conditions`) and a drift alert's causes
+(`analysis.fingerprint.diff`). SGLang prints every argument (`server_args=ServerArgs(...)`).
+vLLM prints its config line (read under SGLang's names: model_path, tp_size, speculative_*)
+and, before it, `non-default args: {...}`: the CLI arguments the user set, where an argument
+left out has its default. That dict (`non_default_args` in a run's args) is compared key by key
+under vLLM's own names; compared whole, a port or a speculative_config alone made two runs
+"differ".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+NON_DEFAULT = "non_default_args"  # a vLLM run's `non-default args` dict (session.state)
+
+# Arguments that name the process, where it listens or logs, not how fast it decodes.
+IDENTITY_ARGS = frozenset({
+    "host", "port", "nccl_port", "base_gpu_id", "dist_init_addr", "node_rank", "random_seed",
+    "log_level", "log_level_http", "log_requests", "log_requests_level", "show_time_cost",
+    "enable_metrics", "enable_metrics_for_all_schedulers", "decode_log_interval", "api_key",
+    "admin_api_key", "served_model_name", "file_storage_path", "crash_dump_folder",
+    "bucket_time_to_first_token", "bucket_inter_token_latency", "bucket_e2e_request_latency",
+    "collect_tokens_histogram", "kv_events_config", "enable_request_time_stats_logging",
+    "prompt_tokens_buckets", "generation_tokens_buckets", "version", "model_path_display",
+    # vLLM's spellings (its stats logging: without it there are no lines to compare at all)
+    "model_tag", "disable_log_stats", "aggregate_engine_logging",
+})
+# vLLM's speculation settings, which are not spelled `speculative_*`.
+VLLM_SPECULATION = frozenset({
+    "speculative_config", "num_speculative_tokens_per_batch_size", "disable_by_batch_size"})
+# vLLM CLI names of what its config line already gives under SGLang's names (compared there).
+_SAME_AS = {"model": "model_path", "tensor_parallel_size": "tp_size",
+            "pipeline_parallel_size": "pp_size", "data_parallel_size": "dp_size"}
+
+
+class _Default:
+    """A vLLM argument its `non-default args` leaves out: the run used vLLM's default."""
+
+    def __repr__(self) -> str:
+        return "default"
+
+
+DEFAULT: Final = _Default()
+
+
+def is_speculation(name: str) -> bool:
+    return name.startswith("speculative_") or name in VLLM_SPECULATION
+
+
+def is_identity_flag(flag: str) -> bool:
+    """`--port`, `--log-level`: a command-line flag naming an identity argument."""
+    return flag.lstrip("-").replace("-", "_") in IDENTITY_ARGS
+
+
+def _comparable(args: Mapping[str, Any]) -> tuple[dict[str, Any], set[str], bool]:
+    """(the arguments that can change decode speed, those read from vLLM's non-default args,
+    whether that dict was read: then a vLLM argument it lacks has its default)."""
+    out = {k: v for k, v in args.items() if k != NON_DEFAULT and k not in IDENTITY_ARGS}
+    nd = args.get(NON_DEFAULT)
+    if not isinstance(nd, Mapping):
+        return out, set(), False
+    cli = set()
+    for k, v in nd.items():
+        if k in IDENTITY_ARGS or _SAME_AS.get(k, k) in out:
+            continue  # (a config-line value is the one the engine runs with)
+        out[k] = v
+        cli.add(k)
+    return out, cli, True
+
+
+def arg_changes(old: Mapping[str, Any], new: Mapping[str, Any], *,
+                speculation: bool) -> Iterator[tuple[str, Any, Any]]:
+    """(name, old value, new value) for each argument the two runs set differently, by name;
+    DEFAULT where a vLLM run left it at its default. Not identity arguments; not speculation
+    settings unless `speculation`; not an argument only one side prints at all (one engine
+    version's extra argument, not a difference)."""
+    a, a_cli, a_defaults = _comparable(old)
+    b, b_cli, b_defaults = _comparable(new)
+    for k in sorted(set(a) | set(b)):
+        if not speculation and is_speculation(k):
+            continue
+        if k in a and k in b:
+            if a[k] != b[k]:
+                yield k, a[k], b[k]
+        elif k in a_cli and b_defaults:
+            yield k, a[k], DEFAULT
+        elif k in b_cli and a_defaults:
+            yield k, DEFAULT, b[k]
