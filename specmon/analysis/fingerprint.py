@@ -34,7 +34,6 @@ from specmon.analysis.stats import median
 from specmon.numfmt import num
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
-from specmon.parse.sglang import EventRecord
 from specmon.redact import MASK, is_secret_name, redact_text
 from specmon.textsafe import SHOWN, cut, visible
 
@@ -277,8 +276,10 @@ class Fingerprint:
 
     @property
     def engine_label(self) -> str:
-        """The probed engine's name for people ("SGLang" | "vLLM")."""
-        return dist_label(self.modified_dist)
+        """The engine's name for people ("SGLang" | "vLLM"): the probe's, else the log's (a
+        vLLM config line gives `engine_version`)."""
+        return dist_label(self.modified_dist
+                          or ("vllm" if self.server_args.get("engine_version") else None))
 
     def summary(self) -> list[str]:
         """Human lines for `baseline show` and reports. Each value is cut (`_v`): a hostile
@@ -326,33 +327,6 @@ def _num(x: float | None) -> str:
     return num(x, "{:.0f}")
 
 
-# --------------------------------------------------------------------------------------------
-# Fingerprint from log lines (what `specmon check` and `baseline record --log` can see)
-# --------------------------------------------------------------------------------------------
-
-
-class LogEvidence:
-    """Collects server args and NCCL_DEBUG lines from a log as it streams past."""
-
-    def __init__(self) -> None:
-        self.args: dict[str, Any] = {}
-        self.nccl_lines: list[str] = []
-
-    def add_event(self, ev: EventRecord, text: str) -> None:
-        if ev.kind == "server_args":
-            self.args = dict(ev.data)  # a restart replaces the previous run's args
-            self.nccl_lines.clear()
-        elif ev.kind == "nccl_env":
-            self.nccl_lines.append(text)
-
-    def add_line(self, text: str) -> None:
-        if "set by environment to" in text or "NCCL INFO" in text:
-            self.nccl_lines.append(text)
-
-    def fingerprint(self) -> Fingerprint:
-        return fingerprint_from(server_args=self.args, nccl_lines=self.nccl_lines)
-
-
 def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequence[str] | None = None,
                      version: str | None = None, nccl_lines: Iterable[str] = (),
                      launcher: EnvSnapshot | None = None, workers: Sequence[EnvSnapshot] = (),
@@ -365,7 +339,7 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
     nccl_lines = list(nccl_lines)
     nccl_version, nccl_nranks = nccl_debug_meta(nccl_lines)
     args = dict(server_args or {})
-    version = version or _str(args.get("version"))
+    version = version or _str(args.get("version")) or _str(args.get("engine_version"))
     spec = {k: v for k, v in args.items() if k.startswith("speculative_") and v is not None}
     if argv:
         flags = flag_values(argv)

@@ -24,7 +24,9 @@ IDENTITY_ARGS = frozenset({
     "admin_api_key", "served_model_name", "file_storage_path", "crash_dump_folder",
     "bucket_time_to_first_token", "bucket_inter_token_latency", "bucket_e2e_request_latency",
     "collect_tokens_histogram", "kv_events_config", "enable_request_time_stats_logging",
-    "prompt_tokens_buckets", "generation_tokens_buckets", "version", "model_path_display",
+    "prompt_tokens_buckets", "generation_tokens_buckets", "model_path_display",
+    # the engine's version: compared as the fingerprint's version ("vLLM version A vs B")
+    "version", "engine_version",
     # vLLM's spellings (its stats logging: without it there are no lines to compare at all)
     "model_tag", "disable_log_stats", "aggregate_engine_logging",
 })

@@ -8,10 +8,10 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
-from specmon.analysis.fingerprint import Fingerprint, LogEvidence, fingerprint_from
+from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
@@ -19,6 +19,9 @@ from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
+
+if TYPE_CHECKING:
+    from specmon.session.state import Run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,24 +112,28 @@ def _run(args: argparse.Namespace) -> int:
     raise CliError("expected one of: record, list, show, delete")
 
 
-def _read_log(name: str) -> list[tuple[Record, str]]:
+def _read_log(name: str) -> tuple[list[Record], Run | None]:
+    """The log's records, and what its last run's lines say about its conditions, read by the
+    session's run model as live and `check` read them (vLLM's non-default args come before
+    the config line that starts the run)."""
     from specmon.analysis.logfile import LogLines
+    from specmon.session.state import ServerState
 
-    out: list[tuple[Record, str]] = []
+    out: list[Record] = []
     guard = EngineGuard(name)
+    state = ServerState(name)
     with LogLines(name) as log:
         for n, raw in enumerate(log, 1):
             rec = parse_line(raw)
             guard.check(rec, n)
             if rec is not None:
-                out.append((rec, raw.decode("utf-8", "replace")))
-            elif b"set by environment to" in raw or b"NCCL INFO" in raw:
-                out.append((EventRecord("nccl_env"), raw.decode("utf-8", "replace")))
+                out.append(rec)
+                state.apply(raw.decode("utf-8", "replace").rstrip("\r\n"), rec, 0.0)
     if log.error is not None:  # a baseline is never recorded from part of a log
         raise log.error
     # vLLM: each spec line joins its engine's line (the records are the same objects)
-    join_records(r for r, _ in out)
-    return out
+    join_records(out)
+    return out, state.run if state.runs else None
 
 
 def _server_info(text: str | None) -> dict[str, Any]:
@@ -152,19 +159,10 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
     if args.log is None:
         raise CliError("record needs --log FILE (recording from a live server is the TUI's key)")
     params = DriftParams()
-    lines = _read_log(args.log)
+    lines, seen = _read_log(args.log)
     # the last server run in the file (a restart starts a new configuration)
-    starts = [i for i, (r, _) in enumerate(lines) if isinstance(r, EventRecord) and r.kind == "server_args"]
-    run_lines = lines[starts[-1]:] if starts else lines
-    ev = LogEvidence()
-    recs: list[tuple[Record, float | None]] = []
-    for rec, text in run_lines:
-        if isinstance(rec, EventRecord):
-            if rec.kind == "nccl_env":
-                ev.add_line(text)
-            else:
-                ev.add_event(rec, text)
-        recs.append((rec, None))
+    starts = [i for i, r in enumerate(lines) if isinstance(r, EventRecord) and r.kind == "server_args"]
+    recs: list[tuple[Record, float | None]] = [(r, None) for r in lines[starts[-1] if starts else 0:]]
     decodes = [i for i, (r, _) in enumerate(recs) if getattr(r, "kind", None) == "decode"]
     if args.last is not None and len(decodes) > args.last:
         recs = recs[decodes[-args.last]:]
@@ -179,9 +177,9 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
                        f"(best stratum n={best.n if best else 0}, need {params.min_base}; "
                        f"excluded: {sum(stats.excluded.values())})")
     info = redact_obj(_server_info(args.server_info))  # the store keeps no secret
-    args_seen = dict(ev.args)
+    args_seen = dict(seen.args) if seen else {}
     args_seen.update({k: v for k, v in info.items() if not isinstance(v, (dict, list))})
-    fp = fingerprint_from(server_args=args_seen, nccl_lines=ev.nccl_lines,
+    fp = fingerprint_from(server_args=args_seen, nccl_lines=seen.nccl_lines if seen else (),
                           version=info.get("version") if isinstance(info.get("version"), str) else None,
                           collected_at=time.time())
     role = args.role or ("speculative" if any(b.stratum.spec for b in usable) else "baseline")

@@ -14,15 +14,18 @@ from __future__ import annotations
 import argparse
 import math
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, format_estimate
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.numfmt import spread_text
-from specmon.parse.sglang import EventRecord, parse_line
+from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import EngineGuard, SpecJoiner
+
+if TYPE_CHECKING:
+    from specmon.analysis.fingerprint import Fingerprint
 
 EXIT = {"ok": 0, "improved": 0, "drift": 1, "insufficient": 3}
 MAX_RUNS_LISTED = 256  # runs whose results are kept (a log of endless restarts stays bounded)
@@ -79,24 +82,26 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("a baseline is needed: --baseline NAME or --baseline-value TOKS")
     if args.run is not None and args.run < 1:
         raise CliError(f"--run must be >= 1 (got {args.run})")
-    from specmon.analysis.fingerprint import LogEvidence
     from specmon.analysis.logfile import LogLines
-    from specmon.session.runs import run_by_rr, stamp
+    from specmon.session.runs import run_by_rr, run_fingerprint_offline, stamp
     from specmon.session.state import ServerState
 
-    def fresh() -> tuple[DriftMonitor, LogEvidence]:
-        return DriftMonitor(stats, params, label=label, running_req=args.running_req), LogEvidence()
+    def fresh() -> DriftMonitor:
+        return DriftMonitor(stats, params, label=label, running_req=args.running_req)
 
-    state = ServerState(args.log)  # the session's run model: where one run ends, the next starts
+    # the session's run model: where one run ends, the next starts, and what each run's lines
+    # say about its conditions (its args, vLLM's non-default args, NCCL lines), as live
+    state = ServerState(args.log)
     runs: deque[dict[str, Any]] = deque(maxlen=MAX_RUNS_LISTED)
-    monitor, evidence = fresh()
+    monitor = fresh()
     run_no = 0
 
     def close_run() -> None:
         if run_no:
             r = next((x for x in state.runs if x.index == run_no), None)
+            live = run_fingerprint_offline(r) if r else None
             runs.append({"run": run_no, "start": stamp(r.start_t) if r else None,
-                         **result(monitor, fp_recorded, evidence),
+                         **result(monitor, fp_recorded, live),
                          # the run's own statistics, as parse --runs, compare and the report
                          # show them (the verdict's `live` is the detector's clean samples)
                          "by_running_req": run_by_rr(r) if r else []})
@@ -110,28 +115,22 @@ def run(args: argparse.Namespace) -> int:
             line_no += 1
             parsed = parse_line(raw)
             guard.check(parsed, line_no)
-            text = raw.decode("utf-8", "replace")
-            if parsed is not None:
-                state.apply(text.rstrip("\r\n"), parsed, 0.0)
-                if state.runs_total != run_no:  # this line began the next run
-                    for ready in joiner.flush():  # the ended run's last joined interval
-                        monitor.observe(ready, None, at.pop(id(ready), line_no))
-                    close_run()
-                    monitor, evidence = fresh()
-                    run_no = state.runs_total
             if parsed is None:
-                if b"NCCL INFO" in raw or b"set by environment" in raw:
-                    evidence.add_line(text)
                 continue
-            if isinstance(parsed, EventRecord):
-                evidence.add_event(parsed, text)
+            state.apply(raw.decode("utf-8", "replace").rstrip("\r\n"), parsed, 0.0)
+            if state.runs_total != run_no:  # this line began the next run
+                for ready in joiner.flush():  # the ended run's last joined interval
+                    monitor.observe(ready, None, at.pop(id(ready), line_no))
+                close_run()
+                monitor = fresh()
+                run_no = state.runs_total
             at[id(parsed)] = line_no
             for ready in joiner.push(parsed):
                 monitor.observe(ready, None, at.pop(id(ready), line_no))
         for ready in joiner.flush():
             monitor.observe(ready, None, at.pop(id(ready), line_no))
     close_run()
-    out = judged(list(runs), args.run, args.log, result(monitor, fp_recorded, evidence), run_no)
+    out = judged(list(runs), args.run, args.log, result(monitor, fp_recorded, None), run_no)
     if args.json:
         print(dumps(out))
     else:
@@ -162,7 +161,7 @@ def judged(runs: list[dict[str, Any]], k: int | None, log: str,
             **{x: v for x, v in pick.items() if x not in ("run", "start")}, "runs": summary}
 
 
-def result(monitor: DriftMonitor, fp_recorded: Any, evidence: Any) -> dict[str, Any]:
+def result(monitor: DriftMonitor, fp_recorded: Any, live: Fingerprint | None) -> dict[str, Any]:
     from specmon.analysis.fingerprint import causes_for_alert
 
     verdict = monitor.verdict()
@@ -171,7 +170,7 @@ def result(monitor: DriftMonitor, fp_recorded: Any, evidence: Any) -> dict[str, 
     causes: list[str] = []
     alert = monitor.first_alert or monitor.alert
     if verdict in ("drift", "improved") and alert is not None:
-        causes = causes_for_alert(alert, monitor, fp_recorded, evidence.fingerprint(), gpus=())
+        causes = causes_for_alert(alert, monitor, fp_recorded, live, gpus=())
     return {
         "verdict": verdict,
         "live": {"median": _r(est.live) if est else None, "n": est.n_live if est else monitor.clean},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sqlite3
 import subprocess
 import sys
@@ -288,3 +289,37 @@ def test_check_judges_runs_each_with_its_own_cause(tmp_path, store_dir, capsys):
     assert main(["check", log, "--baseline", "tuned", "--run", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("no run 4 (the log holds runs 1..3)") and len(err.splitlines()) == 1
+
+
+VLLM_LOGS = Path(__file__).resolve().parents[1] / "data" / "vllm-logs"
+
+
+def test_vllm_baseline_and_check_read_the_runs_args_as_the_session_does(tmp_path, store_dir,
+                                                                        capsys):
+    """A vLLM log's `non-default args` line comes before its config line: the baseline keeps
+    it, `baseline show` names vLLM and its version, and `check` names the argument that
+    changed (it said "no cause found in: server args"), not the port."""
+    def log(name: str, nd: dict, tps: float | None = None) -> str:
+        lines = (VLLM_LOGS / "gen-baseline-0.11.log").read_text().splitlines()
+        if tps is not None:
+            lines = [re.sub(r"Avg generation throughput: [\d.]+",
+                            f"Avg generation throughput: {tps:.1f}", ln) for ln in lines]
+        head = ("(APIServer pid=100) INFO 11-20 09:59:58 [utils.py:326] non-default args: "
+                + repr({"model": "Qwen/Qwen3-8B", **nd}))
+        return write(tmp_path, name, [head, *lines])
+
+    base = log("b.log", {"port": 8000, "max_num_seqs": 64})
+    assert main(["baseline", "record", "b1", "--log", base]) == 0
+    capsys.readouterr()
+    assert main(["baseline", "show", "b1"]) == 0
+    shown = capsys.readouterr().out
+    assert "vLLM 0.11.0, model Qwen/Qwen3-8B, tp 1" in shown
+    assert main(["baseline", "show", "b1", "--json"]) == 0
+    fp = json.loads(capsys.readouterr().out)["fingerprint"]
+    assert fp["server_args"]["non_default_args"] == {"model": "Qwen/Qwen3-8B", "port": 8000,
+                                                     "max_num_seqs": 64}
+    slow = log("s.log", {"port": 8001, "enforce_eager": True}, tps=300.0)
+    assert main(["check", "--baseline", "b1", slow, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["causes"] == ["server args changed: enforce_eager default -> True; "
+                             "max_num_seqs 64 -> default"]
