@@ -879,13 +879,18 @@ _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 def same_line(a: BatchRecord, b: BatchRecord) -> bool:
     """Whether two records came from the same line (a joined vLLM record equals its line's
-    fresh parse except for what the spec line added)."""
+    fresh parse except for what joining added: `JOINED`)."""
     if a == b:
         return True
     if not (isinstance(a, VllmDecodeRecord) and isinstance(b, VllmDecodeRecord)):
         return False
-    keep = ("spec", "accept_len", "accept_rate", "accept_len_note")
-    return all(getattr(a, f) == getattr(b, f) for f in a.__dataclass_fields__ if f not in keep)
+    return all(getattr(a, f) == getattr(b, f) for f in a.__dataclass_fields__ if f not in JOINED)
+
+
+# What joining sets on an engine line's record (`attach`, `IntervalClock.accepted_rate`): the
+# rest is its line's own. tests/unit/test_parse_vllm.py checks it against a real join.
+JOINED = frozenset({"spec", "accept_len", "accept_rate", "accept_len_note", "accepted_tok_s",
+                    "accepted_tok_s_note"})
 
 
 def sglang_equivalents(data: dict[str, Any]) -> dict[str, int]:

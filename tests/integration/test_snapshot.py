@@ -289,3 +289,21 @@ def test_export_command_writes_snapshot_and_headless_commands_never_import_textu
            [80.0, 81.0, 82.0, 83.0, 84.0]
     assert isinstance(snap.servers[0].entries[0].record, BatchRecord)
     assert (tmp_path / "s.report.md").is_file() and (tmp_path / "s.report-throughput.svg").is_file()
+
+
+def test_a_vllm_speculative_session_snapshot_keeps_one_run(data_dir):
+    """A joined vLLM record (spec line, accepted tok/s) is matched back to its engine line:
+    the snapshot held every decode line twice (as a bare record and as text), and its report
+    showed a second, phantom run with the same 40 lines."""
+    from specmon.export.report import report_model
+
+    lines = (data_dir / "vllm-logs" / "gen-eagle3-0.11.log").read_text().splitlines()
+    ref = reference_session(timed({"spec": lines}), host="h")
+    snap = snapshot_from_session(ref)
+    s = snap.servers[0]
+    assert [e.line for e in s.entries] == list(ref.servers["spec"].log)  # no bare record
+    assert [(e.t, e.record) for e in s.decode_entries()] == [
+        (p.received, p.rec) for p in ref.servers["spec"].decode]
+    runs = report_model(snap).states["spec"].runs
+    assert [(r.index, r.decode_total) for r in runs] == [(1, 40)]
+    assert runs[0].last is not None and runs[0].last.accept_len is not None

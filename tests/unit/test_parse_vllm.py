@@ -12,6 +12,7 @@ from kit.paths import TESTS
 
 from specmon.parse.sglang import BatchRecord, EventRecord, parse_line
 from specmon.parse.vllm import (
+    JOINED,
     SpecJoiner,
     VllmDecodeRecord,
     VllmEventRecord,
@@ -19,6 +20,7 @@ from specmon.parse.vllm import (
     infer_year,
     join_records,
     normalised_accept_len,
+    same_line,
 )
 
 DATA = TESTS / "data" / "vllm-logs"
@@ -360,3 +362,20 @@ def test_a_vllm_stats_line_quoting_an_sglang_marker_is_vllms() -> None:
     rec = parse_line("[2026-01-01 00:00:00] Prefill batch. #new-seq: 1, #new-token: 42, "
                      "input throughput (token/s): 9.00, metrics: on")
     assert isinstance(rec, BatchRecord) and rec.kind == "prefill" and rec.new_seq == 1
+
+
+def test_a_joined_record_is_still_its_lines_record() -> None:
+    """Joining changes only the `JOINED` fields: the live snapshot matches a joined record back
+    to its engine line by the rest (`same_line`); a field added by the joiner and not listed
+    there made every line of a speculative vLLM server unmatchable."""
+    lines = (DATA / "gen-eagle3-0.11.log").read_text().splitlines()
+    recs = [parse_line(ln) for ln in lines]
+    join_records(recs)  # (joins the records in place)
+    pairs = [(r, parse_line(ln)) for r, ln in zip(recs, lines, strict=True)
+             if isinstance(r, VllmDecodeRecord)]
+    assert len(pairs) == 40 and all(r.accept_len is not None for r, _ in pairs)
+    changed = {f for r, fresh in pairs for f in r.__dataclass_fields__
+               if getattr(r, f) != getattr(fresh, f)}
+    assert "accepted_tok_s" in changed and changed <= JOINED
+    assert all(same_line(r, fresh) for r, fresh in pairs)
+    assert not same_line(pairs[0][0], pairs[1][1])  # another interval's line
