@@ -38,7 +38,7 @@ from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
 from specmon.jsonout import dumps
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
-from specmon.parse.vllm import VllmDecodeRecord, checked_spec, same_line
+from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, checked_spec, same_line
 from specmon.redact import redact_obj, redact_text
 from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
 from specmon.textsafe import cut, json_safe
@@ -107,6 +107,16 @@ def record_to_json(rec: Record) -> dict[str, Any]:
         out["timestamp"] = rec.timestamp
     if rec.time_of_day is not None:
         out["time_of_day"] = rec.time_of_day
+    if isinstance(rec, VllmEventRecord):  # (the session reads a vLLM run's args only from one)
+        out["engine"] = "vllm"
+        if rec.process is not None:
+            out["process"] = rec.process
+        if rec.pid is not None:
+            out["pid"] = rec.pid
+        if rec.invalid:
+            out["invalid"] = list(rec.invalid)
+        if rec.date_inferred:
+            out["date_inferred"] = True
     return out
 
 
@@ -235,8 +245,24 @@ def record_from_json(d: Any, where: str = "record") -> Record:
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")
-    return EventRecord(kind=d["kind"], timestamp=_opt_str(d, "timestamp", where),
-                       time_of_day=_opt_str(d, "time_of_day", where), data=dict(data))
+    stamps = {"timestamp": _opt_str(d, "timestamp", where),
+              "time_of_day": _opt_str(d, "time_of_day", where)}
+    if d.get("engine") != "vllm":
+        return EventRecord(kind=d["kind"], **stamps, data=dict(data))
+    if d["kind"] == "spec":  # (the joiner reads its counts)
+        try:
+            data = checked_spec(data)
+        except ValueError as exc:
+            raise SnapshotError(f"{where}: {exc}") from None
+    invalid = d.get("invalid", [])
+    if not isinstance(invalid, list) or not all(isinstance(x, str) for x in invalid):
+        raise SnapshotError(f"{where}: 'invalid' must be a list of field names")
+    return VllmEventRecord(kind=d["kind"], **stamps, data=dict(data),
+                           process=_opt_str(d, "process", where),
+                           pid=_typed("pid", "int | None", d.get("pid"), where),
+                           invalid=list(invalid),
+                           date_inferred=_typed("date_inferred", "bool", d.get("date_inferred",
+                                                                              False), where))
 
 
 def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:

@@ -977,7 +977,9 @@ def checked_spec(d: dict[str, Any]) -> dict[str, Any]:
         if k in d:
             out[k] = None if v is None else float(v)
     pp = d.get("per_position")
-    if pp is not None:
+    if pp is None and "per_position" in d:
+        out["per_position"] = None
+    elif pp is not None:
         if not isinstance(pp, list) or len(pp) > MAX_POSITIONS or not all(
                 x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)
                               and math.isfinite(x) and 0 <= x <= 1) for x in pp):

@@ -291,15 +291,18 @@ def test_export_command_writes_snapshot_and_headless_commands_never_import_textu
     assert (tmp_path / "s.report.md").is_file() and (tmp_path / "s.report-throughput.svg").is_file()
 
 
-def test_a_vllm_speculative_session_snapshot_keeps_one_run(data_dir):
+def test_a_vllm_speculative_session_snapshot_keeps_one_run(data_dir, tmp_path):
     """A joined vLLM record (spec line, accepted tok/s) is matched back to its engine line:
     the snapshot held every decode line twice (as a bare record and as text), and its report
-    showed a second, phantom run with the same 40 lines."""
+    showed a second, phantom run with the same 40 lines. Read back from its file, the run
+    still has its non-default args (its config line is a vLLM record again)."""
     from specmon.export.report import report_model
 
-    lines = (data_dir / "vllm-logs" / "gen-eagle3-0.11.log").read_text().splitlines()
+    nd = ("(APIServer pid=100) INFO 11-20 09:59:58 [utils.py:326] non-default args: "
+          "{'model': 'Qwen/Qwen3-8B', 'port': 8001, 'max_num_seqs': 64}")
+    lines = [nd, *(data_dir / "vllm-logs" / "gen-eagle3-0.11.log").read_text().splitlines()]
     ref = reference_session(timed({"spec": lines}), host="h")
-    snap = snapshot_from_session(ref)
+    snap = read_snapshot(write_snapshot(snapshot_from_session(ref), tmp_path / "s.json"))
     s = snap.servers[0]
     assert [e.line for e in s.entries] == list(ref.servers["spec"].log)  # no bare record
     assert [(e.t, e.record) for e in s.decode_entries()] == [
@@ -307,3 +310,26 @@ def test_a_vllm_speculative_session_snapshot_keeps_one_run(data_dir):
     runs = report_model(snap).states["spec"].runs
     assert [(r.index, r.decode_total) for r in runs] == [(1, 40)]
     assert runs[0].last is not None and runs[0].last.accept_len is not None
+    assert runs[0].args["non_default_args"] == {"model": "Qwen/Qwen3-8B", "port": 8001,
+                                                "max_num_seqs": 64}
+    assert runs[0].args["speculative_num_steps"] == 3  # vLLM's k in SGLang's names
+
+
+def test_vllm_records_round_trip_losslessly_through_json(data_dir):
+    """A replay plays the stored records: a vLLM config line read back as a plain SGLang event
+    lost the run's non-default args and k in SGLang's names, its process and pid."""
+    from specmon.parse.vllm import join_records
+
+    vl = data_dir / "vllm-logs"
+    lines = (vl / "gen-eagle3-0.11.log").read_text().splitlines() + [
+        json.loads(x)["line"] for x in (vl / "real-lines.jsonl").read_text().splitlines()]
+    recs = [parse_line(ln) for ln in lines]
+    join_records(recs)
+    kinds = set()
+    for rec, line in zip(recs, lines, strict=True):
+        if rec is None:
+            continue
+        back = record_from_json(json.loads(json.dumps(record_to_json(rec))))
+        assert type(back) is type(rec) and back == rec, line
+        kinds.add((type(rec).__name__, rec.kind))
+    assert {("VllmEventRecord", k) for k in ("server_args", "spec", "vllm_args")} <= kinds
