@@ -44,6 +44,7 @@ METRIC_NAMES = (
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
     "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
+    "specmon_speedup_samples", "specmon_window_seconds",
     "specmon_speedup_conditions_differ", "specmon_speedup_conditions_unknown",
     "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
     "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
@@ -114,6 +115,12 @@ class FleetCollector(Collector):
                     ["host", "server", "baseline", "running_req"])
         sp_hi = fam("specmon_speedup_ratio_ci95_high", "Upper end of the speedup's 95% interval",
                     ["host", "server", "baseline", "running_req"])
+        sp_n = fam("specmon_speedup_samples", "Decode log lines behind each side's median in "
+                   "specmon_speedup_ratio (side: baseline | speculative)",
+                   ["host", "server", "baseline", "running_req", "side"])
+        win = fam("specmon_window_seconds", "Log time the medians and the speedup cover (the "
+                  "newest of it; a window never reaches behind a restart or a time step)", [])
+        win.add_metric([], f.window_s)
         sp_diff = fam("specmon_speedup_conditions_differ", "Conditions that differ between the "
                       "two servers besides speculation (the headline's 'conditions differ'; 0: "
                       "none known)", ["host", "server", "baseline"])
@@ -183,6 +190,8 @@ class FleetCollector(Collector):
                 if res is not None:
                     lab = [h, s_.name, b.name, str(res.running_req)]
                     sp.add_metric(lab, res.ratio)
+                    sp_n.add_metric([*lab, "baseline"], float(res.base.n))
+                    sp_n.add_metric([*lab, "speculative"], float(res.spec.n))
                     if res.ci95 is not None:  # no interval from < 2 samples a side
                         sp_lo.add_metric(lab, res.ci95[0])
                         sp_hi.add_metric(lab, res.ci95[1])

@@ -192,6 +192,16 @@ class SpecmonApp(App[None]):
         self.status_text: tuple[str, str] | None = None  # (the newest notification, severity)
         self._status_timer: Any = None
 
+    @property
+    def window_s(self) -> float:
+        """The session's one window: panels, headline, chart, the "pays" alert and /metrics
+        all read it (`w` sets it)."""
+        return self.fleet.window_s
+
+    @window_s.setter
+    def window_s(self, value: float) -> None:
+        self.fleet.window_s = value
+
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
         """One line in the status area under the headline, replaced by the next (no toast over

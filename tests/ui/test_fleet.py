@@ -357,6 +357,11 @@ def test_the_speedup_metrics_say_what_the_headline_says_beside_it():
     late = scrape(None)  # the baseline's launch line was never read
     assert value(late, "specmon_speedup_conditions_unknown", **lab) == 1.0
     assert value(late, "specmon_speedup_ratio", running_req="1", **lab) == pytest.approx(94.2 / 88.2)
+    # what the medians cover, as the headline says it: the window and n a side
+    assert value(same, "specmon_window_seconds") == FleetSession(["h"]).window_s
+    assert value(same, "specmon_speedup_samples", running_req="1", side="baseline", **lab) == 30
+    assert value(same, "specmon_speedup_samples", running_req="1", side="speculative",
+                 **lab) == 30
 
 
 def test_metric_labels_are_redacted_and_hold_no_escape_sequence():
@@ -571,3 +576,20 @@ def test_record_writes_gpu_samples_and_export_keeps_them(tmp_path):
     assert {g.index for g in snap.gpu_samples} == {0, 1}
     if len(polls) > 1:  # more polls than --gpu-max-samples: export downsampled them
         assert snap.gpu_downsampling.get("input_samples") == 2 * len(polls)
+
+
+async def test_the_window_key_sets_the_one_window_metrics_report():
+    """`w` sets the session's window: /metrics (served beside the UI by `connect
+    --prometheus`) reports the window the headline uses, not a second one of its own."""
+    from specmon.ui.app import SpecmonApp
+
+    fleet = FleetSession(["h"])
+    app = SpecmonApp(fleet, show_clock=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert app.window_s == fleet.window_s == 60.0
+        await pilot.press("w")
+        await pilot.pause(0.1)
+        assert app.window_s == fleet.window_s == 300.0
+    m = families(generate_latest(registry_for(fleet)).decode())
+    assert value(m, "specmon_window_seconds") == 300.0
