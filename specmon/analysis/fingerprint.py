@@ -420,7 +420,7 @@ def _worker_label(w: EnvSnapshot) -> str:
 
 
 def _fmt_vars(items: Iterable[tuple[str, str]]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in items)
+    return ", ".join(f"{k}={_shown(k, v)}" for k, v in items)
 
 
 def _who(ranks: set[str], all_ranks: set[str]) -> str:
@@ -578,10 +578,11 @@ def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | Non
     for (k, v), rs in sorted(unseen.items()):
         evidence = _proc_evidence(live, k, v)
         if evidence is not None:
-            out.append(f"{_who(rs, ranks)}: {k}={v} of the recorded run not visible in NCCL's log "
+            out.append(f"{_who(rs, ranks)}: {k}={_shown(k, v)} of the recorded run not visible in NCCL's log "
                        f"({nccl_invisible_reason(live, k)}); /proc environ says {evidence}")
     for (k, old, new), rs in sorted(changed.items()):
-        out.append(f"{_who(rs, ranks)} use {k}={new} where the recorded run had {old}{src}")
+        out.append(f"{_who(rs, ranks)} use {k}={_shown(k, new)} where the recorded run had "
+                   f"{_shown(k, old)}{src}")
     by_who = {}
     unproven: dict[str, list[tuple[str, str]]] = {}
     for (k, v), rs in added.items():
@@ -600,11 +601,18 @@ def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | Non
     return out, checked
 
 
+MAX_CAUSE = 4 * SHOWN  # characters of one cause
+
+
 def _shown(name: str, value: Any) -> Any:
-    """A value as a cause shows it: masked under a secret name (`--api-key X`, NCCL_IB_PASSWORD)."""
-    if value in (None, True, False, "") or not is_secret_name(name):
+    """A value as a cause shows it: masked under a secret name (`--api-key X`, NCCL_IB_PASSWORD),
+    else with any secret in it masked, then cut (a hostile launch line's model path may be a
+    megabyte; masked first, as a cut URL would lose the `@` that tells its password)."""
+    if value is None or isinstance(value, bool) or value == "":
         return value
-    return MASK
+    if is_secret_name(name):
+        return MASK
+    return cut(redact_text(str(value)))
 
 
 def _dict_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
@@ -829,8 +837,9 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
     if split:
         causes.append(split)
     # every front end shows these (UI, check, report, record): values from the host are masked
-    # once here (`NAME=value` pairs, URL credentials, token shapes)
-    return [redact_text(c) for c in causes]
+    # once here (`NAME=value` pairs, URL credentials, token shapes), and a cause stays a line
+    # whatever a host's names and values hold (each value is cut where it is written, too)
+    return [cut(redact_text(c), MAX_CAUSE) for c in causes]
 
 
 def make_explainer(recorded: Fingerprint | None, live_fp: Any) -> Any:

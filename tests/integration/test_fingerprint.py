@@ -409,3 +409,22 @@ def test_drift_causes_skip_where_a_server_listens_and_read_vllm_args_key_by_key(
     causes, _ = diff(vllm(port=8000, max_num_seqs=64), vllm(port=8001, enforce_eager=True))
     assert causes == ["server args changed: enforce_eager default -> True; "
                       "max_num_seqs 64 -> default"]
+
+
+def test_a_cause_cuts_a_hostile_value_and_masks_a_secret_in_it():
+    """A launch line's 100 kB model path made a 100 kB drift cause (`check` printed it whole);
+    each value is cut where a cause shows it, after its secret is masked, and a whole cause
+    stays short whatever a host's environment holds."""
+    def fp(model: str, sock: str) -> Fingerprint:
+        return fingerprint_from(
+            server_args={"model_path": model, "tp_size": 8},
+            launcher=env_from_environ(environ({"NCCL_SOCKET_IFNAME": sock}), 1, "launcher"))
+
+    url = "https://user:s3cretpass@hub.example/" + "m" * 100_000
+    causes, _ = diff(fp("m", "eth0"), fp(url, "eth" + "1" * 100_000))
+    assert len(causes) == 2 and all(len(c) < 400 for c in causes), [len(c) for c in causes]
+    args = next(c for c in causes if c.startswith("server args changed: model_path m -> "))
+    assert "s3cretpass" not in args and args.endswith("...")
+    alert = Alert("warning", "t", (), 0.0, False, kind="throughput")
+    shown = causes_for_alert(alert, None, fp("m", "eth0"), fp("m", "eth" + "1" * 100_000))
+    assert shown and all(len(c) < 1000 for c in shown), [len(c) for c in shown]
