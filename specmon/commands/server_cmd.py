@@ -133,7 +133,12 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                         num_prompts=args.num_prompts, concurrency=args.concurrency,
                         output_len=args.output_len,
                         use_bench_serving=False if args.builtin else None))
-                    print(dumps(b.to_json()) if args.json else b.describe())
+                    if args.json:
+                        print(dumps(b.to_json()))
+                    else:  # the line, then why any number in it is N/A
+                        print(b.describe())
+                        for note in b.notes:
+                            print(f"  note: {note}")
                     return 0
                 if args.action == "restart":
                     _print_stop(await ctl.stop(grace=args.grace))

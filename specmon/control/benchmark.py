@@ -97,10 +97,20 @@ class BenchResult:
         def f(v: float | None, fmt: str = ".1f") -> str:
             return num(v, "{:" + fmt + "}")
 
-        return (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
+        head = (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
                 f"n={self.completed}]: end-to-end output {f(self.output_tok_s)} tok/s, "
-                f"TTFT {f(self.mean_ttft_ms)} ms, ITL {f(self.mean_itl_ms, '.2f')} ms, "
-                f"accept length {f(self.accept_length, '.2f')}; log decode-only "
+                f"TTFT {f(self.mean_ttft_ms)} ms, ITL {f(self.mean_itl_ms, '.2f')} ms")
+        c = self.vllm_counters
+        if c is not None:  # vLLM: its counters over exactly this run (no decode-only figure)
+            def v(key: str) -> float | None:
+                x = c.get(key)
+                return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+            spec = (f"accept len {f(v('accept_len'), '.2f')} (bonus incl.), accept rate "
+                    f"{f(v('accept_rate'), '.2f')}, " if v("drafts") else "no drafts, ")
+            return (f"{head}; vLLM counters over the run: {spec}gen {f(v('gen_tok_s'))} tok/s "
+                    "(every emitted token, prefill steps incl.)")
+        return (f"{head}, accept length {f(self.accept_length, '.2f')}; log decode-only "
                 f"{f(self.server_gen_throughput)} tok/s")
 
 

@@ -111,6 +111,11 @@ async def test_start_audit_status_stop_of_a_simulated_vllm_server(hp, tmp_path):
             assert any("ITL N/A" in n for n in b.notes)
             vc = b.vllm_counters
             assert vc is not None and vc["drafts"] > 0 and vc["draft_tokens"] == 2 * vc["drafts"]
+            # the one line the UI and `server bench` show says what the counters measured (it
+            # said "accept length N/A; log decode-only N/A tok/s" beside them)
+            line = b.describe()
+            assert f"accept len {vc['accept_len']:.2f}" in line and "decode-only" not in line
+            assert f"gen {vc['gen_tok_s']:.1f} tok/s" in line
             # a second pidfile pointing at our server under another name is not ours to stop
             other = sim_profile(tmp_path, "intruder", [0])
             c2 = ServerController(LocalHost(), other, hp)
