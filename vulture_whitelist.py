@@ -165,3 +165,4 @@ thread  # Protocol parameter: Textual's App.run_worker (specmon/ui/snapshot_keys
 _.readinto  # io.RawIOBase protocol: io.BufferedReader calls it (specmon/analysis/logfile.py _Inflated)
 _.text_factory  # sqlite3.Connection setting (specmon/session/baselines.py)
 redaction_passes  # introspection for tests/integration/test_redact.py: which regex passes a text runs (a cost check that times nothing)
+server_gen_throughput  # BenchResult field read in its JSON form (specmon/session/benchmarks.py line)

@@ -30,10 +30,10 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
-from specmon.numfmt import num
 from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
+from specmon.session.benchmarks import line as bench_line
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -94,24 +94,8 @@ class BenchResult:
         return asdict(self)
 
     def describe(self) -> str:
-        def f(v: float | None, fmt: str = ".1f") -> str:
-            return num(v, "{:" + fmt + "}")
-
-        head = (f"{self.server} [{self.kind}, c={self.concurrency}, out={self.output_len}, "
-                f"n={self.completed}]: end-to-end output {f(self.output_tok_s)} tok/s, "
-                f"TTFT {f(self.mean_ttft_ms)} ms, ITL {f(self.mean_itl_ms, '.2f')} ms")
-        c = self.vllm_counters
-        if c is not None:  # vLLM: its counters over exactly this run (no decode-only figure)
-            def v(key: str) -> float | None:
-                x = c.get(key)
-                return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-            spec = (f"accept len {f(v('accept_len'), '.2f')} (bonus incl.), accept rate "
-                    f"{f(v('accept_rate'), '.2f')}, " if v("drafts") else "no drafts, ")
-            return (f"{head}; vLLM counters over the run: {spec}gen {f(v('gen_tok_s'))} tok/s "
-                    "(every emitted token, prefill steps incl.)")
-        return (f"{head}, accept length {f(self.accept_length, '.2f')}; log decode-only "
-                f"{f(self.server_gen_throughput)} tok/s")
+        """The one line every front end shows (`session.benchmarks.line`)."""
+        return bench_line(self.to_json())
 
 
 async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:

@@ -26,6 +26,9 @@ from specmon.numfmt import NA, num, spec_config_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.redact import redact_obj, redact_text
+from specmon.session.benchmarks import accept as bench_accept
+from specmon.session.benchmarks import from_json as bench_from_json
+from specmon.session.benchmarks import line as bench_line
 from specmon.session.fleet import FleetSession
 from specmon.session.offline import play
 from specmon.session.ownership import owned_gpus
@@ -509,7 +512,32 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
         "gpus": [dataclasses.asdict(g) for g in gpu_summaries(snap.gpu_samples)],
         "gpu_downsampling": snap.gpu_downsampling.get("rule"),
         "alerts": alerts,
+        "benchmarks": _bench_docs(snap, {s.name: s.role or model.states[s.name].role
+                                         for s in snap.servers}),
     }
+
+
+def _bench_docs(snap: Snapshot, roles: dict[str, str | None]) -> list[dict[str, Any]]:
+    """The session's benchmarks (each checked: a snapshot is a file), with the accept length
+    and line every front end shows, and the end-to-end ratio to the newest baseline benchmark
+    of the same shape (kind, concurrency, output length, requests): one run each, no interval."""
+    out: list[dict[str, Any]] = []
+    for entry in snap.benchmarks:
+        b = bench_from_json(entry)
+        if b is None:
+            continue
+        acc, source = bench_accept(b)
+        b.update(role=roles.get(b["server"]), accept=acc, accept_source=source,
+                 line=bench_line(b), vs_baseline=None)
+        shape = (b["kind"], b["concurrency"], b["output_len"], b["completed"])
+        base = next((x for x in reversed(out) if x["role"] == "baseline"
+                     and (x["kind"], x["concurrency"], x["output_len"], x["completed"]) == shape
+                     and x["output_tok_s"]), None)
+        if b["role"] == "speculative" and base is not None and b["output_tok_s"] is not None:
+            b["vs_baseline"] = {"baseline": base["server"], "started_at": base["started_at"],
+                                "ratio": b["output_tok_s"] / base["output_tok_s"]}
+        out.append(b)
+    return out
 
 
 def _build_blocks(snap: Snapshot) -> list[Block]:
@@ -657,6 +685,30 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                   [[_when(a["t"]), str(a["server"] or NA),
                     ("cleared: " if a["cleared"] else "") + a["text"], str(a["cause"] or NA)]
                    for a in doc["alerts"]]))
+
+    # benchmarks the session ran (the UI's benchmark key)
+    b.append(("h", 2, "Benchmarks (end-to-end)"))
+    if not doc["benchmarks"]:
+        b.append(("p", "None run in this session."))
+    else:
+        b.append(("p", "End-to-end output tok/s: every generated token over the wall time of "
+                       "the run, prefill and time to first token included (not the logs' "
+                       "throughput). A ratio is one run each (no interval), and only between "
+                       "runs of the same kind, concurrency, output length and request count."))
+        b.append(("table", ["time", "server", "kind", "c", "out", "n (failed)", "tok/s",
+                            "TTFT ms", "ITL ms", "accept len", "vs baseline"],
+                  [[_when(x["started_at"]), f"{x['server']} ({x['role'] or 'role unknown'})",
+                    x["kind"], num(x["concurrency"], "{}"), num(x["output_len"], "{}"),
+                    f"{num(x['completed'], '{}')} ({num(x['failed'], '{}')})",
+                    num(x["output_tok_s"]), num(x["mean_ttft_ms"], "{:.0f}"),
+                    num(x["mean_itl_ms"], "{:.2f}"),
+                    f"{num(x['accept'])} ({x['accept_source']})" if x["accept"] is not None
+                    else NA,
+                    f"{x['vs_baseline']['ratio']:.3f}× ({x['vs_baseline']['baseline']})"
+                    if x["vs_baseline"] else NA] for x in doc["benchmarks"]]))
+        for x in doc["benchmarks"]:
+            for note in x["notes"]:
+                b.append(("p", f"{x['server']}, {_when(x['started_at'])}: {note}"))
 
     # charts
     b.append(("h", 2, "Charts"))

@@ -305,3 +305,40 @@ def test_report_and_replay_play_the_same_events(tmp_path):
         assert rep.pids == rpl.pids == set(s.pids)
     base = reported.states[snap.servers[0].name]
     assert base.runs[-1].end_reason == "exit" and base.runs[-1].exit_code == 1
+
+
+def test_the_sessions_benchmarks_are_reported_as_the_ui_showed_them(tmp_path, capsys):
+    """A snapshot keeps the benchmarks run in the UI; the report lists them (it dropped them)
+    with the accept length every front end shows (vLLM's counters over the run, said so) and
+    the end-to-end ratio only between runs of the same shape; a damaged entry is skipped."""
+    import json
+    import math
+
+    from specmon.control.benchmark import BenchResult
+
+    def bench(server: str, tok_s: float, n: int = 8, counters: dict | None = None) -> dict:
+        return BenchResult(server=server, kind="builtin", started_at=T0 + 20, completed=n,
+                           failed=0, concurrency=1, output_len=128, duration_s=30.0,
+                           total_output_tokens=128 * n, output_tok_s=tok_s, mean_ttft_ms=20.0,
+                           median_ttft_ms=20.0, mean_itl_ms=None, median_itl_ms=None,
+                           p99_itl_ms=None, accept_length=None, vllm_counters=counters,
+                           notes=["ITL N/A: vLLM's OpenAI stream chunks carry text"]).to_json()
+
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", _rows(), _gpus()), host="g")
+    ok = bench("spec", 60.0, counters={"accept_len": 3.08, "accept_rate": 0.69, "drafts": 166.0,
+                                       "gen_tok_s": 38.8})
+    snap.benchmarks = [bench("base", 40.0), bench("spec", 45.0, n=4), ok, "junk",
+                       {"server": "spec\x1b[2J", "output_tok_s": math.inf}]
+    path = write_snapshot(snap, tmp_path / "s.json")
+    assert main(["report", str(path)]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    rows = [r for r in md.splitlines() if r.startswith("| ") and "builtin" in r]
+    assert len(rows) == 3, rows
+    assert "| 3.08 (vLLM counters over the run) | 1.500× (base) |" in rows[2]
+    assert rows[1].endswith("| N/A |")  # 4 requests against 8: no ratio
+    assert "\x1b" not in md and "ITL N/A: vLLM's OpenAI stream chunks carry text" in md
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads((tmp_path / "s.report.json").read_text())
+    [last] = [b for b in doc["benchmarks"] if b["accept"] is not None]
+    assert last["line"] == BenchResult(**{k: v for k, v in ok.items()}).describe()
+    assert last["vs_baseline"]["ratio"] == 1.5 and len(doc["benchmarks"]) == 4

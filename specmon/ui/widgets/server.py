@@ -12,6 +12,7 @@ from specmon.numfmt import spec_config_text
 from specmon.parse.sglang import BatchRecord
 from specmon.parse.vllm import VllmDecodeRecord, throughput_label
 from specmon.redact import redact_text
+from specmon.session.benchmarks import accept as bench_accept
 from specmon.session.state import ServerState
 from specmon.session.window import (
     MIN_N,
@@ -294,10 +295,11 @@ def startup_pieces(state: ServerState, width: int = 200, control: str | None = N
             line(f"env audit: ok ({len(audit.workers)} workers read)", "$text-muted")
     bench = state.last_bench
     if bench is not None and state.runs and state.last_bench_run == state.runs[-1].index:
+        acc, source = bench_accept(vars(bench))  # (the rule `server bench` and the report use)
         line(plain(f"bench {num(bench.output_tok_s, '{:.1f}')} tok/s end-to-end, this run "
                    f"(c={bench.concurrency}, out={bench.output_len}, n={bench.completed}) · TTFT "
                    f"{num(bench.mean_ttft_ms, '{:.0f}')} ms · ITL {num(bench.mean_itl_ms, '{:.2f}')}"
-                   f" ms · accept len {num(bench.accept_length)}"))
+                   f" ms · accept len {num(acc)}" + (f" ({source})" if source else "")))
     if state.status == "crashed":
         code = f" (exit {state.exit_code})" if state.exit_code is not None else ""
         line(f"crashed{code}", "bold $error")
