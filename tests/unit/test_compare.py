@@ -277,3 +277,10 @@ def test_vllm_non_default_args_are_compared_key_by_key(tmp_path, capsys):
               speculative_config=spec_cfg)
     code, out, _ = run_cli(capsys, "compare", base, low, "--json")
     assert json.loads(out)["conditions_differ"] == []
+    # a benchmark mode that fakes acceptance: the speedup is not speculation's, and says so
+    fake = log("s4.log", "gen-eagle3-0.11.log", port=8001, max_num_seqs=64,
+               speculative_config={**spec_cfg, "rejection_sample_method": "synthetic"})
+    code, out, _ = run_cli(capsys, "compare", base, fake)
+    assert ("conditions differ: the speculative server's acceptance is synthetic (vLLM "
+            "rejection_sample_method 'synthetic', a benchmark mode), not its drafts'"
+            in out.splitlines()[1])
