@@ -2,7 +2,7 @@
 
 A speedup only measures speculation when everything else is equal. `conditions_differ` lists
 what is not: server arguments other than `speculative_*`, the NCCL environment the workers saw,
-GPU power limits and max clocks, the engine's (SGLang's or vLLM's) files modified against the
+GPU models, drivers, power limits and max clocks, the engine's (SGLang's or vLLM's) files modified against the
 installed wheel, and versions (the engine's, NCCL's). Only what both sides know is compared; an
 unknown is never a difference. But a run whose server arguments are unknown (its log holds no
 launch line: cut, rotated, or read from the middle) could differ in anything, model and TP size
@@ -97,6 +97,11 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
         more = f" (+{len(keys) - MAX_ITEMS} more)" if len(keys) > MAX_ITEMS else ""
         out.append("NCCL env seen by workers: " + ", ".join(
             f"{k} {_env_val(bn, k)} vs {_env_val(sn, k)}" for k in keys[:MAX_ITEMS]) + more)
+    for label, attr in (("GPU model", "name"), ("GPU driver", "driver")):
+        bv = {cut(str(v), 60) for g in base.gpus if (v := getattr(g, attr))}
+        sv = {cut(str(v), 60) for g in spec.gpus if (v := getattr(g, attr))}
+        if bv and sv and bv != sv:
+            out.append(f"{label} {', '.join(sorted(bv))} vs {', '.join(sorted(sv))}")
     bl = {g.power_limit_w for g in base.gpus if g.power_limit_w is not None}
     sl = {g.power_limit_w for g in spec.gpus if g.power_limit_w is not None}
     if bl and sl and bl != sl:

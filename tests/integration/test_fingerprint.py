@@ -460,3 +460,15 @@ def test_a_speedup_from_faked_or_lossy_acceptance_is_said_to_be_so():
     real = spec(non_default_args={"speculative_config": {"method": "eagle3",
                                                          "rejection_sample_method": "block"}})
     assert conditions_differ(base, real) == []
+
+
+def test_a_speedup_across_gpu_models_or_drivers_says_so():
+    """Two servers on different GPU models (a mixed box, or runs from two hosts) or drivers:
+    the speedup measures the hardware too; the same model and driver say nothing."""
+    def fp(name: str, driver: str) -> Fingerprint:
+        return fingerprint_from(server_args={"model_path": "m", "tp_size": 1},
+                                gpus=[GpuState(0, name=name, driver=driver, power_limit_w=700.0)])
+
+    assert conditions_differ(fp("NVIDIA H200", "580.1"), fp("NVIDIA H200", "580.1")) == []
+    assert conditions_differ(fp("NVIDIA H100 80GB HBM3", "580.1"), fp("NVIDIA H200", "580.2")) == [
+        "GPU model NVIDIA H100 80GB HBM3 vs NVIDIA H200", "GPU driver 580.1 vs 580.2"]
