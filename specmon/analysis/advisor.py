@@ -523,6 +523,13 @@ class Advice:
         return self.measured[-1]
 
     @property
+    def keeps_current(self) -> bool:
+        """The best setting is the measured one the server runs now: the advice is to keep it."""
+        b = self.best
+        return b is not None and b.basis == "measured" and b.matches(
+            self.current.steps, self.current.topk, self.current.draft_tokens)
+
+    @property
     def no_recommendation(self) -> str | None:
         if not self.conditions_differ:
             return None

@@ -132,7 +132,7 @@ def render(adv: Advice, checks: list[Check]) -> str:
         out.append(f"  {plain(m.run)[:28]:<28} {_f(m.steps, 'd') if m.steps else 'N/A':>5} "
                    f"{m.topk or 'N/A':>4} {m.draft_tokens or 'N/A':>5} {_f(m.accept_len):>7} "
                    f"{_f(m.t_cycle_ms):>9} {m.tok_s:>8.2f} {m.n:>5}")
-    from specmon.session.advice import best_speedup_text, speedup_text
+    from specmon.session.advice import action_text, best_speedup_text, speedup_text
 
     bl = adv.baseline
     if bl is None:
@@ -171,11 +171,8 @@ def render(adv: Advice, checks: list[Check]) -> str:
     if b is None:
         out += ["", plain(adv.no_recommendation or "no setting recommended")]
     else:
-        keep = b.basis == "measured" and b.matches(adv.current.steps, adv.current.topk,
-                                                   adv.current.draft_tokens)
         what = ("measured" if b.basis == "measured" else "predicted")
-        out += ["", f"keep: {adv.flags} (no other setting is shown to be at least as good)"
-                if keep else f"try: {adv.flags}",
+        out += ["", action_text(adv),
                 f"     {what} {_f(b.predicted_tok_s)} tok/s (95 % {b.band[0]:.2f}-{b.band[1]:.2f})"
                 + best_speedup_text(adv)]
     if checks:

@@ -93,14 +93,20 @@ def speedup_text(sp: MeasuredSpeedup) -> str:
             + (f"; {unknown_text(sp.conditions_unknown)}" if sp.conditions_unknown else "") + ")")
 
 
+def action_text(adv: Advice) -> str:
+    """What to do with the best setting, as `advise` and the `a` screen both say it."""
+    if adv.keeps_current:
+        return f"keep: {adv.flags} (no other setting is shown to be at least as good)"
+    return f"try: {adv.flags}"
+
+
 def best_speedup_text(adv: Advice) -> str:
     """The best setting's speedup: for the running setting the measured one (said above, the
     same as compare's), else the model's, named as such."""
     b = adv.best
     if b is None or not b.predicted_speedup:
         return ""
-    if b.basis == "measured" and b.matches(adv.current.steps, adv.current.topk,
-                                           adv.current.draft_tokens):
+    if adv.keeps_current:
         return ", speedup: the measured one above" if adv.speedup is not None else ""
     what = "clean-line means" if b.basis == "measured" else "predicted"
     return f", speedup {b.predicted_speedup:.3f}x ({what})"

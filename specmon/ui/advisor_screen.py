@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from specmon.analysis.advisor import Advice, CannotAdvise, check_prediction
 from specmon.numfmt import num
-from specmon.session.advice import best_speedup_text, host_advice, speedup_text
+from specmon.session.advice import action_text, best_speedup_text, host_advice, speedup_text
 from specmon.session.state import HostState
 from specmon.session.window import DEFAULT_WINDOW_S
 from specmon.ui.keys import bindings
@@ -86,17 +86,17 @@ def _report_lines(adv: Advice, server: str, memory: AdvisorMemory) -> list[str]:
         lines.append(adv.no_recommendation or "no setting recommended")
     else:
         lines.append(f"best ({b.basis}): steps {b.steps} topk {b.topk} draft tokens "
-                     f"{b.draft_tokens}: {_n(b.predicted_tok_s, '.1f')} tok/s (95 % "
+                     f"{b.draft_tokens}: {_n(b.predicted_tok_s, '{:.1f}')} tok/s (95 % "
                      f"{b.band[0]:.1f}-{b.band[1]:.1f})"
                      + best_speedup_text(adv))
-        lines.append(f"try: {adv.flags}")
+        lines.append(action_text(adv))
     prev = memory.before(server, cur.run)
     if prev is not None:
         chk = check_prediction(prev, cur)
         if chk is not None:
             err = "" if chk.error_pct is None else f"{chk.error_pct:+.1f} %, "
             lines.append(f"this run vs the earlier prediction: predicted "
-                         f"{_n(chk.predicted_tok_s, '.1f')} ({chk.band[0]:.1f}-{chk.band[1]:.1f}),"
+                         f"{_n(chk.predicted_tok_s, '{:.1f}')} ({chk.band[0]:.1f}-{chk.band[1]:.1f}),"
                          f" measured {chk.measured_tok_s:.1f} tok/s ({err}"
                          f"{'inside' if chk.within else 'OUTSIDE'} the band)")
     memory.remember(server, cur.run, adv)
@@ -109,7 +109,7 @@ def _report_lines(adv: Advice, server: str, memory: AdvisorMemory) -> list[str]:
     lines.append("candidates (tok/s, 95 % band, basis):")
     for c in sorted(adv.candidates, key=lambda c: -c.band[0])[:8]:
         lines.append(f"  steps {c.steps} topk {c.topk} draft {c.draft_tokens}: "
-                     f"{_n(c.predicted_tok_s, '.1f')} ({c.band[0]:.1f}-{c.band[1]:.1f}) {c.basis}")
+                     f"{_n(c.predicted_tok_s, '{:.1f}')} ({c.band[0]:.1f}-{c.band[1]:.1f}) {c.basis}")
     return lines
 
 

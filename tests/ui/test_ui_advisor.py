@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 from kit.paths import ROOT
 from kit.ui import ARGS_BASE, ARGS_SPEC, T0, apply, decode_line
 
+from specmon.session.advice import action_text
 from specmon.session.pays import PaysWatcher
 from specmon.session.state import HostState
 from specmon.session.window import speedup
@@ -51,7 +53,8 @@ def test_report_advises_then_shows_predicted_vs_measured_after_restart():
     mem = AdvisorMemory()
     first = advisor_report(s, mem)
     assert "measured speedup" in first and "break-even accept len" in first
-    assert "try: --speculative-num-steps" in first
+    assert action_text(mem.made["spec"][-1][1]) in first  # keep or try, as `advise` says it
+    assert re.search(r"\n(keep|try): --speculative-num-steps", first)
     assert "this run vs the earlier prediction" not in first
     best = mem.made["spec"][-1][1].best
     # the user restarts with the suggested flags
@@ -94,8 +97,8 @@ def test_report_withholds_advice_while_conditions_differ_as_the_cli_does():
     text = advisor_report(_pair(base_tp=4), AdvisorMemory())
     assert "conditions differ: tp_size: 4 vs 8" in text
     assert "no setting recommended: the baseline and the speculative server differ" in text
-    assert "try: " not in text
-    assert "try: " in advisor_report(_pair(), AdvisorMemory())
+    assert "try: " not in text and "keep: " not in text
+    assert re.search(r"\n(keep|try): ", advisor_report(_pair(), AdvisorMemory()))
 
 
 def test_report_without_speculative_server_is_na():
@@ -115,7 +118,7 @@ async def test_key_a_opens_the_advisor_screen():
         await pilot.press("a")
         await pilot.pause()
         assert isinstance(app.screen, AdvisorScreen)
-        assert "try: --speculative-num-steps" in app.screen.text
+        assert re.search(r"\n(keep|try): --speculative-num-steps", app.screen.text)
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, AdvisorScreen)
@@ -147,3 +150,22 @@ def test_no_longer_pays_alert_raised_once_names_the_side_and_clears():
     s = _session(112.0, 2.6, 88.8, t0=T0 + 200, s=s)
     cleared = w.tick(s, T0 + 231, 25.0)
     assert len(cleared) == 1 and cleared[0]["cleared"]
+
+
+def test_the_screen_says_keep_as_advise_does_and_prints_its_numbers():
+    """With one setting measured, the best is the running one: the screen said "try: <the
+    flags it already runs>" where `advise` says "keep:", and printed ".1f" for the best
+    setting's tok/s (a bare format spec given to the N/A formatter)."""
+    from specmon.session.advice import host_advice
+
+    s = HostState(host="sim")
+    s.server("base").role = "baseline"
+    s.server("spec").role = "speculative"
+    feed(s, "base", sim_lines(CASE.engine(None, 4), 150), T0)
+    feed(s, "spec", sim_lines(CASE.engine(CASE.spec(2), 1), 150), T0)
+    text = advisor_report(s, AdvisorMemory())
+    adv = host_advice(s, 60.0)
+    assert adv.keeps_current and adv.best is not None
+    assert f"keep: {adv.flags} (no other setting is shown to be at least as good)" in text
+    assert "try: " not in text and ".1f" not in text
+    assert f"{adv.best.predicted_tok_s:.1f} tok/s (95 %" in text
