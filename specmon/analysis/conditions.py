@@ -126,10 +126,10 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
 
 def acceptance_not_measured(fp: Fingerprint) -> list[str]:
     """Why a speculative server's acceptance is not its drafts' own, one statement each: a
-    benchmark mode that fakes it (vLLM's `rejection_sample_method` 'synthetic') or a lossy
-    acceptance rule (SGLang's accept thresholds below 1.0). A speedup measured so is not
-    speculation's. (SGLang's SGLANG_SIMULATE_ACC_LEN is an environment variable, which a live
-    session's fingerprint does not read yet.)"""
+    benchmark mode that fakes it (vLLM's `rejection_sample_method` 'synthetic'; SGLang's
+    SGLANG_SIMULATE_ACC_LEN in its launcher's or a worker's environment, as the live probe
+    reads it) or a lossy acceptance rule (SGLang's accept thresholds below 1.0). A speedup
+    measured so is not speculation's."""
     out = []
     nd = fp.server_args.get("non_default_args")
     sc = nd.get("speculative_config") if isinstance(nd, Mapping) else None
@@ -138,12 +138,29 @@ def acceptance_not_measured(fp: Fingerprint) -> list[str]:
                                             "synthetic_acceptance_length"))):
         out.append("the speculative server's acceptance is synthetic (vLLM "
                    "rejection_sample_method 'synthetic', a benchmark mode), not its drafts'")
+    for env in [e for e in (fp.launcher, *fp.workers) if e is not None and e.readable]:
+        v = env.vars.get("SGLANG_SIMULATE_ACC_LEN")
+        if v is not None and _positive(v):
+            out.append(f"the speculative server's accept length is simulated "
+                       f"(SGLANG_SIMULATE_ACC_LEN={cut(v, 40)} in {cut(env.title, 40)}'s "
+                       "environment), not its drafts'")
+            break
     for k in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
         v = fp.server_args.get(k)
         if isinstance(v, int | float) and not isinstance(v, bool) and v < 1.0:
             out.append(f"the speculative server accepts drafts the target would reject ({k} "
                        f"{v:g} < 1: not lossless)")
     return out
+
+
+def _positive(text: str) -> bool:
+    """SGLANG_SIMULATE_ACC_LEN is on when it reads as a number above 0 (-1, its default, and 0
+    are off)."""
+    try:
+        v = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(v) and v > 0
 
 
 def conditions_unknown(base: Fingerprint, spec: Fingerprint) -> list[str]:

@@ -115,6 +115,26 @@ def env_from_environ(raw: bytes | None, pid: int | None, title: str, error: str 
     return EnvSnapshot(pid, title, "ok", dict(sorted(keep.items())), dict(sorted(hashed.items())))
 
 
+def env_snapshots(d: Any) -> tuple[EnvSnapshot | None, list[EnvSnapshot]]:
+    """(launcher, workers) from a probe's "env" (`feeds.probe.probe_pid`; a snapshot may carry
+    it back, so each entry is checked): an entry that is no EnvSnapshot is left out."""
+    def one(x: Any) -> EnvSnapshot | None:
+        if not isinstance(x, Mapping):
+            return None
+        try:
+            env = EnvSnapshot(**x)
+            check_shape(env, EnvSnapshot, "env")
+        except (TypeError, ValueError):
+            return None
+        return env
+
+    if not isinstance(d, Mapping):
+        return None, []
+    workers = d.get("workers")
+    return one(d.get("launcher")), [w for w in map(one, workers if isinstance(workers, list)
+                                                    else []) if w is not None]
+
+
 def env_from_mapping(env: Mapping[str, str] | None, pid: int | None, title: str,
                      status: str | None = None) -> EnvSnapshot:
     """Same as `env_from_environ` for an agent's decoded dict (None/"empty" -> unreadable)."""

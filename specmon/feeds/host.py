@@ -135,14 +135,15 @@ class HostFeed:
     async def _probe_servers(self, sink: FeedSink) -> None:
         """The fingerprint probe of each tailed, discovered server of the user's own: its
         engine's installed files hashed against the wheel's RECORD, read by the host's agent
-        where that process imports from (nothing of the server is run). Its result joins the
-        server's current run, so a patched file can be named as a drift cause."""
+        where that process imports from (nothing of the server is run), and the environment of
+        its launcher and TP workers. Its result joins the server's current run, so a patched
+        file or a variable the workers lack can be named as a drift cause."""
         from specmon.feeds.probe import probe_pid
 
         tailed = {spec.name for spec in self.specs}
         for s in self.discovered:
             if s.own and s.name in tailed:
-                res = await probe_pid(self.host, s.pid, s.engine)
+                res = await probe_pid(self.host, s.pid, s.engine, s.workers)
                 if res:
                     sink.server_probe(self.name, s.name, res, running=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from specmon.analysis.fingerprint import (
@@ -23,6 +24,16 @@ from specmon.analysis.fingerprint import (
 )
 from specmon.parse.gpu_sample import GpuSample
 from specmon.sources.discovery import engine_of
+
+
+async def env_of(agent: Any, pid: int, title: str) -> EnvSnapshot:
+    """A process's environment as the fingerprint keeps it (tracked variables, the rest
+    hashed), read by the agent from /proc/PID/environ; an error snapshot when it cannot be."""
+    try:
+        info = await agent.request("proc_info", pid=pid, fds=[], environ_prefixes=[""])
+    except Exception as exc:  # noqa: BLE001 - the process may be gone; say so
+        return EnvSnapshot(pid, title, f"error: {exc}")
+    return env_from_mapping(info.get("environ"), pid, title, info.get("environ_status"))
 
 
 async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None = None,
@@ -40,15 +51,8 @@ async def collect(agent: Any, *, launcher_pid: int, argv: Sequence[str] | None =
     interpreter the user configured; without it the probe reads where the launcher (if it is
     the user's own process) imports from. argv[0] is never run.
     """
-    async def env_of(pid: int, title: str) -> EnvSnapshot:
-        try:
-            info = await agent.request("proc_info", pid=pid, fds=[], environ_prefixes=[""])
-        except Exception as exc:  # noqa: BLE001 - the process may be gone; say so
-            return EnvSnapshot(pid, title, f"error: {exc}")
-        return env_from_mapping(info.get("environ"), pid, title, info.get("environ_status"))
-
-    launcher = await env_of(launcher_pid, "launcher")
-    worker_envs = [await env_of(pid, title) for pid, title in workers]
+    launcher = await env_of(agent, launcher_pid, "launcher")
+    worker_envs = [await env_of(agent, pid, title) for pid, title in workers]
     conf: dict[str, dict[str, str] | None] = {}
     home = None
     # HOME is hashed in the snapshot; ask for it directly
@@ -115,14 +119,24 @@ async def run_probe(host: Any, pythonpath: str | None = None,
         return {}
 
 
-async def probe_pid(host: Any, pid: int, dist: str = "sglang") -> dict[str, Any]:
+async def probe_pid(host: Any, pid: int, dist: str = "sglang",
+                    workers: Sequence[tuple[int, str]] = ()) -> dict[str, Any]:
     """The RECORD probe of a running server (`pid`, the user's own) in the host's agent: `dist`
-    where that process imports from; {} on failure (the fingerprint is still useful without)."""
+    where that process imports from; and the environment its launcher and `workers` (pid,
+    title) run with ("env": `env_snapshots` reads it), the NCCL variables the TP workers really
+    have. {} on failure (the fingerprint is still useful without)."""
     from specmon.hosts.agent_client import AgentClient
     from specmon.sources.fp_probe import probe
 
+    out: dict[str, Any] = {}
     try:
         async with AgentClient(host) as agent:
-            return await probe(agent, dist=dist, pid=pid)
+            try:
+                out = await probe(agent, dist=dist, pid=pid)
+            except Exception:  # noqa: BLE001 - the environment is still worth reading
+                out = {}
+            out["env"] = {"launcher": asdict(await env_of(agent, pid, "launcher")),
+                          "workers": [asdict(await env_of(agent, w, t)) for w, t in workers]}
     except Exception:  # noqa: BLE001 - one line of the panel is lost, nothing else
-        return {}
+        return out
+    return out

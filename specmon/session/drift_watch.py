@@ -14,7 +14,7 @@ from typing import Any
 
 from specmon.analysis.conditions import conditions_unknown
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
-from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
+from specmon.analysis.fingerprint import Fingerprint, env_snapshots, fingerprint_from, gpu_states
 from specmon.parse.gpu_sample import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.ownership import owned_gpus
@@ -51,7 +51,9 @@ def run_fingerprint(session: HostState, state: ServerState, run: Run | None = No
         gpus = [g for g in r.gpu_samples if isinstance(g, GpuSample) and g.index in mine] or \
             server_gpu_history(session, state)
     files = probe.get("modified_files")
+    launcher, workers = env_snapshots(probe.get("env"))  # read from this run's processes
     return fingerprint_from(server_args=r.args, nccl_lines=r.nccl_lines, gpus=gpu_states(gpus),
+                            launcher=launcher, workers=workers,
                             version=probe.get("version") if isinstance(probe.get("version"), str) else None,
                             modified_files=list(files) if isinstance(files, list) else None,
                             modified_method=probe.get("method") if isinstance(files, list) else None,

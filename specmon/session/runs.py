@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.analysis.conditions import conditions_differ, conditions_unknown
-from specmon.analysis.fingerprint import Fingerprint, fingerprint_from, gpu_states
+from specmon.analysis.fingerprint import Fingerprint, env_snapshots, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
 from specmon.numfmt import NA, num, spec_config_text, spread_text
 from specmon.parse.gpu_sample import GpuSample
@@ -224,7 +224,9 @@ def run_fingerprint_offline(run: Run) -> Fingerprint:
     files = probe.get("modified_files")
     version = probe.get("version")
     gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
+    launcher, workers = env_snapshots(probe.get("env"))
     return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
+                            launcher=launcher, workers=workers,
                             version=version if isinstance(version, str) else None,
                             modified_files=list(files) if isinstance(files, list) else None,
                             modified_method=str(probe.get("method")) if isinstance(files, list)

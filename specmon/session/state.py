@@ -540,8 +540,10 @@ class ServerState:
                 prev.end_reason = "next_run"
                 prev.end_t = prev.last_t
         self.runs_total += 1
-        run = Run(self.runs_total, reason, start_t=t, start_received=received,
-                  probe=self.probe)
+        # the host facts carry over to the next launch, but not the environment the probe
+        # read from this launch's processes: a restart's processes are other ones
+        probe = {k: v for k, v in self.probe.items() if k != "env"} if self.probe else self.probe
+        run = Run(self.runs_total, reason, start_t=t, start_received=received, probe=probe)
         self.runs.append(run)
         return run
 

@@ -431,9 +431,10 @@ def test_a_cause_cuts_a_hostile_value_and_masks_a_secret_in_it():
 
 
 def test_a_speedup_from_faked_or_lossy_acceptance_is_said_to_be_so():
-    """Benchmark modes that fake acceptance (vLLM's synthetic rejection sampling) or accept
-    what the target would reject (SGLang's thresholds below 1) make a speedup that is not
-    speculation's: said beside it, as a condition; the values that mean "off" say nothing."""
+    """Benchmark modes that fake acceptance (vLLM's synthetic rejection sampling, SGLang's
+    SGLANG_SIMULATE_ACC_LEN, which public benchmark recipes set) or accept what the target
+    would reject (SGLang's thresholds below 1) make a speedup that is not speculation's: said
+    beside it, as a condition; the values that mean "off" say nothing."""
     base = fingerprint_from(server_args={"model_path": "m", "tp_size": 8})
 
     def spec(**args: object) -> Fingerprint:
@@ -443,6 +444,15 @@ def test_a_speedup_from_faked_or_lossy_acceptance_is_said_to_be_so():
 
     assert conditions_differ(base, spec(speculative_accept_threshold_single=1.0,
                                         speculative_accept_threshold_acc=1.0)) == []
+    simulated = spec()
+    simulated.launcher = env_from_environ(environ({"SGLANG_SIMULATE_ACC_LEN": "-1"}), 1,
+                                          "launcher")
+    assert conditions_differ(base, simulated) == []  # -1: SGLang's default, off
+    simulated.workers = [env_from_environ(environ({"SGLANG_SIMULATE_ACC_LEN": "2.49"}), 2,
+                                          "sglang::scheduler_TP0")]
+    assert conditions_differ(base, simulated) == [
+        "the speculative server's accept length is simulated (SGLANG_SIMULATE_ACC_LEN=2.49 in "
+        "sglang::scheduler_TP0's environment), not its drafts'"]
     assert conditions_differ(base, spec(speculative_accept_threshold_single=0.5)) == [
         "the speculative server accepts drafts the target would reject "
         "(speculative_accept_threshold_single 0.5 < 1: not lossless)"]

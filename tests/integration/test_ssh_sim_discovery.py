@@ -15,8 +15,10 @@ from kit.paths import ROOT
 from kit.ssh_host import make_host
 from kit.wait import until
 
+from specmon.analysis.conditions import acceptance_not_measured
 from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient
+from specmon.session.drift_watch import live_fingerprint
 from specmon.session.fleet import FleetSession
 from specmon.sim.dist import install, patch_file
 from specmon.sources.discovery import discover
@@ -31,8 +33,11 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
     # the server imports an SGLang install with one locally patched file: `connect` probes it
     site = install(tmp_path / "simdir")
     patched = patch_file(tmp_path / "simdir")
+    # a benchmark recipe's simulated acceptance and an NCCL tuning variable, in the workers'
+    # environment (SPT_NOENV=1: setproctitle leaves it readable)
     env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"),
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(site)]), "SPT_NOENV": "1",
+           "NCCL_PROTO": "LL", "SGLANG_SIMULATE_ACC_LEN": "2.5"}
     # the way users run it: output redirected to a file (discovery reads /proc/PID/fd/2)
     with open(out, "ab") as f:
         sim = subprocess.Popen(
@@ -81,6 +86,15 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
             probe = st.runs[-1].probe
             assert probe["dist"] == "sglang" and probe["version"]
             assert probe["modified_files"] == [str(patched.relative_to(site))]
+            # ... and read the environment its launcher and TP workers run with: the live
+            # fingerprint holds what the workers really have, as drift causes and the
+            # speedup's conditions read it
+            fp = live_fingerprint(fleet.host(host.name).session, st)
+            assert fp.launcher is not None and fp.launcher.vars["NCCL_PROTO"] == "LL"
+            assert sorted(w.title for w in fp.workers) == [t for _, t in s.workers]
+            assert all(w.readable and w.vars["NCCL_PROTO"] == "LL" for w in fp.workers)
+            assert any("accept length is simulated (SGLANG_SIMULATE_ACC_LEN=2.5" in c
+                       for c in acceptance_not_measured(fp))
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
