@@ -1,9 +1,11 @@
 """Do the baseline and the speculative server run under the same conditions?
 
 A speedup only measures speculation when everything else is equal. `conditions_differ` lists
-what is not: server arguments other than `speculative_*`, the NCCL environment the workers saw,
-GPU models, drivers, power limits and max clocks, the engine's (SGLang's or vLLM's) files modified against the
-installed wheel, and versions (the engine's, NCCL's). Only what both sides know is compared; an
+what is not: server arguments other than speculation settings (`analysis.runargs`), the NCCL
+environment the workers saw, GPU models, drivers, power limits and max clocks, the engine's
+(SGLang's or vLLM's) files modified against the installed wheel, versions (the engine's,
+NCCL's), and an acceptance that is not the drafts' own (`acceptance_not_measured`: a benchmark
+mode that fakes it, a lossy rule). Only what both sides know is compared; an
 unknown is never a difference. But a run whose server arguments are unknown (its log holds no
 launch line: cut, rotated, or read from the middle) could differ in anything, model and TP size
 included, so `conditions_unknown` says so beside the speedup rather than let it pass as clean.

@@ -622,6 +622,7 @@ def diff_nccl(rec: Fingerprint, live: Fingerprint) -> tuple[list[str], str | Non
 
 
 MAX_CAUSE = 4 * SHOWN  # characters of one cause
+OTHER_ENV = "other launcher env variables differ (values hashed): "
 
 
 def _shown(name: str, value: Any) -> Any:
@@ -730,8 +731,7 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
         diffs = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not _volatile(k))
         if diffs:
             more = f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else ""
-            causes.append("other launcher env variables differ (values hashed): "
-                          + ", ".join(diffs[:5]) + more)
+            causes.append(OTHER_ENV + ", ".join(diffs[:5]) + more)
     # 6. GPU settings and host
     if rec.gpus and live.gpus:
         checked.append("GPU driver and persistence mode")
@@ -754,10 +754,14 @@ def diff(rec: Fingerprint | None, live: Fingerprint | None) -> tuple[list[str], 
 
 
 def _volatile(name: str) -> bool:
-    """Variables that differ between any two shells and explain nothing."""
+    """Variables that differ between any two shells, logins or terminals and explain nothing."""
     return name in {"OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TERM",
                     "XDG_SESSION_ID", "SSH_AUTH_SOCK", "TMUX", "TMUX_PANE", "WINDOWID", "DISPLAY",
-                    "LS_COLORS", "PWD", "STY", "INVOCATION_ID", "JOURNAL_STREAM"}
+                    "LS_COLORS", "PWD", "STY", "INVOCATION_ID", "JOURNAL_STREAM", "SSH_AGENT_PID",
+                    "DBUS_SESSION_BUS_ADDRESS", "KRB5CCNAME", "GPG_AGENT_INFO", "COLORTERM",
+                    "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID", "LC_TERMINAL",
+                    "LC_TERMINAL_VERSION", "MOTD_SHOWN", "GIT_ASKPASS", "SYSTEMD_EXEC_PID"} \
+        or name.startswith(("VSCODE_", "ITERM_", "KITTY_", "WEZTERM_", "ZELLIJ", "CURSOR_"))
 
 
 def _idx(xs: Sequence[int | None]) -> str:
@@ -832,8 +836,9 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
 
     Order: fingerprint diff (worker NCCL env, launcher env, config files), SGLang files and
     version, launch args, GPU evidence (clocks with the reason, power limit, other processes),
-    then the speculative cycle-time split. With nothing found: "no cause found in: ..." (what
-    was checked), or "cause unknown: nothing to compare" when nothing could be.
+    other launcher variables that differ (hashed), then the speculative cycle-time split. With
+    nothing found: "no cause found in: ..." (what was checked), or "cause unknown: nothing to
+    compare" when nothing could be.
     """
     causes: list[str] = []
     checked: list[str] = []
@@ -843,7 +848,10 @@ def causes_for_alert(alert: Any, monitor: Any, recorded: Fingerprint | None, liv
         checked += k
         g, k2 = gpu_evidence(recorded.gpus if recorded else [], gpus,
                              live.server_pids if live else ())
-        causes += g
+        # a hashed variable that differs is the weakest lead (a terminal's session variables
+        # differ between any two logins): after what the GPUs show, never before it
+        weak = [x for x in causes if x.startswith(OTHER_ENV)]
+        causes = [x for x in causes if not x.startswith(OTHER_ENV)] + g + weak
         checked += k2
     else:  # acceptance: only what changes the workload or the draft explains it
         if recorded and live:

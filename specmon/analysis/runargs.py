@@ -49,6 +49,7 @@ DEFAULT: Final = _Default()
 
 
 def is_speculation(name: str) -> bool:
+    """A speculation setting: the one thing a speedup's two servers are meant to differ in."""
     return name.startswith("speculative_") or name in VLLM_SPECULATION
 
 

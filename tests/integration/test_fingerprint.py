@@ -477,3 +477,22 @@ def test_a_speedup_across_gpu_models_or_drivers_says_so():
     assert conditions_differ(fp("NVIDIA H200", "580.1"), fp("NVIDIA H200", "580.1")) == []
     assert conditions_differ(fp("NVIDIA H100 80GB HBM3", "580.1"), fp("NVIDIA H200", "580.2")) == [
         "GPU model NVIDIA H100 80GB HBM3 vs NVIDIA H200", "GPU driver 580.1 vs 580.2"]
+
+
+def test_a_hashed_variable_that_differs_comes_after_what_the_gpus_show():
+    """With the live probe reading the launcher's environment, a terminal's per-login
+    variables differ between any recording and now: they are ignored, and another hashed
+    variable that differs is listed after a power cap the GPUs show, not before it (the panel
+    shows the first cause)."""
+    def fp(env: dict[str, str]) -> Fingerprint:
+        return fingerprint_from(launcher=env_from_environ(environ(env), 1, "launcher"),
+                                gpus=gpu_states([gpu(0, 1980)]))
+
+    rec = fp({"VSCODE_IPC_HOOK_CLI": "/run/a.sock", "DBUS_SESSION_BUS_ADDRESS": "a",
+              "LD_LIBRARY_PATH": "/opt/a"})
+    live = fp({"VSCODE_IPC_HOOK_CLI": "/run/b.sock", "DBUS_SESSION_BUS_ADDRESS": "b",
+               "LD_LIBRARY_PATH": "/opt/b"})
+    alert = Alert("warning", "t", (), 0.0, False, kind="throughput")
+    causes = causes_for_alert(alert, None, rec, live, [gpu(0, 1500, ("SwPowerCap",))])
+    assert causes[0].startswith("GPU 0 SM clock 1500 MHz"), causes
+    assert causes[-1] == "other launcher env variables differ (values hashed): LD_LIBRARY_PATH"
