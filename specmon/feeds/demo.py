@@ -149,7 +149,8 @@ class DemoFeed:
 
     def __init__(self, servers: list[SimServer] | None = None, workdir: Path | None = None,
                  gpu_interval: float = 1.0, scenario: str | None = None,
-                 record_after: int = 40, phase_lines: int = 60, host: str = "demo") -> None:
+                 record_after: int = 40, phase_lines: int = 60, host: str = "demo",
+                 settle_lines: int | None = None) -> None:
         self.host = host
         self.servers = servers if servers is not None else default_servers()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="specmon-demo-"))
@@ -160,6 +161,9 @@ class DemoFeed:
         self.scenario = scenario if scenario != "default" else None
         self.record_after = record_after
         self.phase_lines = phase_lines
+        # baseline lines after the recording before the first incident: the verdict against
+        # the new recording needs DriftParams.min_live clean ones first
+        self.settle_lines = record_after // 2 if settle_lines is None else settle_lines
         self.phase = "running"
         self._sink: FeedSink | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -268,7 +272,7 @@ class DemoFeed:
         sink.request_baseline(self.host, base.name)
         sink.notice(self.host, base.name, "scenario: baseline recorded with NCCL tuning "
                                "(NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL in the workers)")
-        await self._wait_decode(sink, base.name, self.record_after // 2)
+        await self._wait_decode(sink, base.name, self.settle_lines)
         # incident 1: restarted from a shell that lacks the tuning variables
         self.phase = "no-nccl-tuning"
         for var in NCCL_TUNING:

@@ -208,7 +208,9 @@ def phantom_baseline_app(tmp_path):  # noqa: ANN001, ANN201 - a SpecmonApp over 
     # lines (the noise moves once a line), so they take ~20 s, not ~75 s; the speculative
     # server keeps SGLang's default (its lines span 40 cycles, request gaps included)
     servers[0].args += ["--decode-log-interval", "10"]
+    # 40 lines between the recording and the first incident: the "OK vs recorded" verdict
+    # they make lasted ~0.2 s with 20, which a UI sampled every 0.1 s missed on a busy machine
     feed = DemoFeed(servers, workdir=tmp_path, scenario="phantom-baseline", record_after=40,
-                    phase_lines=50)
+                    phase_lines=50, settle_lines=40)
     return SpecmonApp(HostState(host="demo"), feed, show_clock=False,
                       baseline_store=BaselineStore(tmp_path / "b.sqlite3"))
