@@ -16,9 +16,9 @@ from kit.ssh_host import make_host
 from kit.wait import until
 
 from specmon.analysis.conditions import acceptance_not_measured
+from specmon.analysis.fingerprint import env_snapshots, fingerprint_from
 from specmon.feeds.host import HostFeed
 from specmon.hosts.agent_client import AgentClient
-from specmon.session.drift_watch import live_fingerprint
 from specmon.session.fleet import FleetSession
 from specmon.sim.dist import install, patch_file
 from specmon.sources.discovery import discover
@@ -86,15 +86,19 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
             probe = st.runs[-1].probe
             assert probe["dist"] == "sglang" and probe["version"]
             assert probe["modified_files"] == [str(patched.relative_to(site))]
-            # ... and read the environment its launcher and TP workers run with: the live
-            # fingerprint holds what the workers really have, as drift causes and the
-            # speedup's conditions read it
-            fp = live_fingerprint(fleet.host(host.name).session, st)
-            assert fp.launcher is not None and fp.launcher.vars["NCCL_PROTO"] == "LL"
-            assert sorted(w.title for w in fp.workers) == [t for _, t in s.workers]
-            assert all(w.readable and w.vars["NCCL_PROTO"] == "LL" for w in fp.workers)
+            # ... and read the environment its launcher and TP workers run with, which a
+            # fingerprint of the run it was read from holds (the probe can land before the
+            # history's launch line makes that run: then the run goes without it, never with
+            # another process's; tests/unit/test_probe_env.py covers which run gets it)
+            launcher, workers = env_snapshots(st.probe.get("env"))
+            assert launcher is not None and launcher.vars["NCCL_PROTO"] == "LL"
+            assert sorted(w.title for w in workers) == [t for _, t in s.workers]
+            assert all(w.readable and w.vars["NCCL_PROTO"] == "LL" for w in workers)
+            fp = fingerprint_from(server_args=st.args, launcher=launcher, workers=workers)
             assert any("accept length is simulated (SGLANG_SIMULATE_ACC_LEN=2.5" in c
                        for c in acceptance_not_measured(fp))
+            run_env = (st.runs[-1].probe or {}).get("env")
+            assert run_env is None or run_env == st.probe["env"]
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
