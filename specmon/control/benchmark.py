@@ -33,6 +33,7 @@ from specmon.hosts.base import Host
 from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
+from specmon.session.benchmarks import finite
 from specmon.session.benchmarks import line as bench_line
 
 PROMPTS = (
@@ -155,12 +156,6 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _finite(v: Any) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
-
-
 def spec_from_meta(meta: dict[str, Any]) -> dict[str, Any] | None:
     """One response's speculative counters under one set of names; None when it has none."""
     if not any(k.startswith("spec_") for k in meta):
@@ -177,7 +172,7 @@ def spec_from_meta(meta: dict[str, Any]) -> dict[str, Any] | None:
         "correct_drafts": _int(first(_CORRECT_KEYS)),
         "proposed_drafts": _int(first(_PROPOSED_KEYS)),
         "histogram": hist,
-        "accept_length": _finite(meta.get("spec_accept_length")),
+        "accept_length": finite(meta.get("spec_accept_length")),
         "completion_tokens": _int(meta.get("completion_tokens")),
     }
 

@@ -7,6 +7,7 @@ diffs fingerprints from what this module read).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -129,14 +130,10 @@ async def probe_pid(host: Any, pid: int, dist: str = "sglang",
     from specmon.sources.fp_probe import probe
 
     out: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(Exception):  # one line of the panel is lost, nothing else
         async with AgentClient(host) as agent:
-            try:
+            with contextlib.suppress(Exception):  # the environment is still worth reading
                 out = await probe(agent, dist=dist, pid=pid)
-            except Exception:  # noqa: BLE001 - the environment is still worth reading
-                out = {}
             out["env"] = {"launcher": asdict(await env_of(agent, pid, "launcher")),
                           "workers": [asdict(await env_of(agent, w, t)) for w, t in workers]}
-    except Exception:  # noqa: BLE001 - one line of the panel is lost, nothing else
-        return out
     return out

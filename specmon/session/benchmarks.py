@@ -18,12 +18,16 @@ from specmon.textsafe import cut
 MAX_NOTES = 8  # notes kept per benchmark read from a file
 
 
+def finite(v: Any) -> float | None:
+    """`v` as a float when it is a finite number (not a bool), else None: a value read from a
+    server's response or a file."""
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
 def _f(d: Mapping[str, Any] | None, key: str) -> float | None:
-    v = d.get(key) if isinstance(d, Mapping) else None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
+    return finite(d.get(key)) if isinstance(d, Mapping) else None
 
 
 def accept(b: Mapping[str, Any]) -> tuple[float | None, str | None]:

@@ -14,10 +14,11 @@ from typing import Any
 
 from specmon.analysis.conditions import conditions_unknown
 from specmon.analysis.drift import Alert, DriftParams, baseline_from_records
-from specmon.analysis.fingerprint import Fingerprint, env_snapshots, fingerprint_from, gpu_states
+from specmon.analysis.fingerprint import Fingerprint
 from specmon.parse.gpu_sample import GpuSample
 from specmon.session.baselines import Baseline
 from specmon.session.ownership import owned_gpus
+from specmon.session.runs import run_fingerprint_offline
 from specmon.session.speedup import SpeedupView, fingerprint_differences, speedup_view
 from specmon.session.state import HostState, Run, ServerState
 
@@ -44,23 +45,13 @@ def run_fingerprint(session: HostState, state: ServerState, run: Run | None = No
     """A run's fingerprint: its server args, NCCL_DEBUG lines, host probe (SGLang version and
     files modified against the wheel's RECORD), and its GPUs (now, or over the run)."""
     r = run if run is not None else state.run
-    probe = r.probe or {}
     gpus: list[GpuSample] = server_gpus(session, state)
     if history:  # the run's own samples of this server's GPUs (else what the session holds)
         mine = {g.index for g in gpus}
         gpus = [g for g in r.gpu_samples if isinstance(g, GpuSample) and g.index in mine] or \
             server_gpu_history(session, state)
-    files = probe.get("modified_files")
-    launcher, workers = env_snapshots(probe.get("env"))  # read from this run's processes
-    return fingerprint_from(server_args=r.args, nccl_lines=r.nccl_lines, gpus=gpu_states(gpus),
-                            launcher=launcher, workers=workers,
-                            version=probe.get("version") if isinstance(probe.get("version"), str) else None,
-                            modified_files=list(files) if isinstance(files, list) else None,
-                            modified_method=probe.get("method") if isinstance(files, list) else None,
-                            modified_dist=probe.get("dist") if isinstance(probe.get("dist"), str)
-                            else None,
-                            server_pids=sorted(state.pids),
-                            collected_at=now if now is not None else time.time())
+    return run_fingerprint_offline(r, gpus, sorted(state.pids),
+                                   now if now is not None else time.time())
 
 
 def live_fingerprint(session: HostState, state: ServerState) -> Fingerprint:

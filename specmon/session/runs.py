@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,20 +217,25 @@ def _dist(probe: dict[str, Any]) -> str | None:
     return d if isinstance(d, str) else None
 
 
-def run_fingerprint_offline(run: Run) -> Fingerprint:
+def run_fingerprint_offline(run: Run, gpus: Sequence[GpuSample] | None = None,
+                            server_pids: Sequence[int] = (),
+                            collected_at: float | None = None) -> Fingerprint:
     """What a run's own lines (and the probe and GPU samples it carries) say about its
-    conditions: server args, NCCL_DEBUG lines, SGLang version and modified files, GPUs."""
+    conditions: server args, NCCL_DEBUG lines, the engine's version and modified files, the
+    environment of its processes, GPUs (`gpus`: these instead of the run's own samples)."""
     probe = run.probe or {}
     files = probe.get("modified_files")
     version = probe.get("version")
-    gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
-    launcher, workers = env_snapshots(probe.get("env"))
+    if gpus is None:
+        gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
+    launcher, workers = env_snapshots(probe.get("env"))  # read from this run's processes
     return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
                             launcher=launcher, workers=workers,
                             version=version if isinstance(version, str) else None,
                             modified_files=list(files) if isinstance(files, list) else None,
                             modified_method=str(probe.get("method")) if isinstance(files, list)
-                            else None, modified_dist=_dist(probe), gpus=gpu_states(gpus))
+                            else None, modified_dist=_dist(probe), gpus=gpu_states(gpus),
+                            server_pids=server_pids, collected_at=collected_at)
 
 
 def run_conditions(base: Run, spec: Run, running_req: int | None = None) -> list[str]:
