@@ -20,11 +20,15 @@ from specmon.feeds.common import cancel_all, live_gc, pump_gpus, pump_tail
 from specmon.hosts.agent_client import AgentClient
 from specmon.hosts.base import ConnectionState, Host, HostAuthError, HostError, HostKeyError
 from specmon.parse.gpu_sample import GpuSample
-from specmon.parse.sglang import Record
+from specmon.parse.sglang import EventRecord, Record
 from specmon.session.events import FeedSink, ServerInfo
 from specmon.sources.discovery import ALL_USERS_NOTE, DiscoveredServer, discover
 from specmon.sources.gpu_poll import RemoteAgentSource
 from specmon.sources.tail import LogLine, LogTailer, TailSpec
+
+# A relaunch's probe: discovery again after the launch line, until the launcher has as many TP
+# workers as it runs (their environment is read once they exist), at these delays (s, summed).
+RELAUNCH_DELAYS = (1.0, 2.0, 3.0, 5.0, 8.0, 13.0)
 
 
 def _roles_from_names(specs: list[TailSpec]) -> dict[str, str]:
@@ -64,6 +68,9 @@ class HostFeed:
         self._connecting = False
         self._tailers: list[LogTailer] = []
         self._tail_tasks: list[asyncio.Task[None]] = []
+        self._probed: dict[str, int] = {}  # tailed server -> the launcher pid last probed
+        self._relaunched: set[str] = set()  # tailed servers whose log printed a launch line
+        self._relaunch = asyncio.Event()
 
     async def drain(self, timeout: float) -> None:
         """Stop reading the logs and let every line already received reach the sink and the
@@ -115,13 +122,7 @@ class HostFeed:
         attempt = 0
         while True:
             try:
-                await self.host.wait_connected()
-                agent = AgentClient(self.host)
-                await agent.start()
-                try:
-                    self.discovered = await discover(agent, all_users=self.all_users)
-                finally:
-                    await agent.close()
+                self.discovered = await self._discover_once(all_users=self.all_users)
                 return
             except (HostKeyError, HostAuthError):
                 raise
@@ -133,19 +134,74 @@ class HostFeed:
                 sink.notice(self.name, "*", f"discovery failed, retrying: {exc}")
 
     async def _probe_servers(self, sink: FeedSink) -> None:
-        """The fingerprint probe of each tailed, discovered server of the user's own: its
-        engine's installed files hashed against the wheel's RECORD, read by the host's agent
-        where that process imports from (nothing of the server is run), and the environment of
-        its launcher and TP workers. Its result joins the server's current run, so a patched
-        file or a variable the workers lack can be named as a drift cause."""
-        from specmon.feeds.probe import probe_pid
-
+        """The fingerprint probe of each tailed, discovered server of the user's own, then of
+        each relaunch of one (`_follow_relaunches`)."""
         tailed = {spec.name for spec in self.specs}
         for s in self.discovered:
             if s.own and s.name in tailed:
-                res = await probe_pid(self.host, s.pid, s.engine, s.workers)
-                if res:
-                    sink.server_probe(self.name, s.name, res, running=True)
+                await self._probe(sink, s.name, s)
+        await self._follow_relaunches(sink)
+
+    async def _probe(self, sink: FeedSink, name: str, s: DiscoveredServer) -> None:
+        """Probe server process `s` for tailed server `name`: its engine's installed files
+        hashed against the wheel's RECORD, read by the host's agent where that process imports
+        from (nothing of the server is run), and the environment of its launcher and TP
+        workers. Its pids (GPU ownership) and probe join the server's current run, so a patched
+        file or a variable the workers lack can be named as a drift cause."""
+        from specmon.feeds.probe import probe_pid
+
+        self._probed[name] = s.pid
+        sink.server_pids(self.name, name, [s.pid, *(pid for pid, _ in s.workers)])
+        res = await probe_pid(self.host, s.pid, s.engine, s.workers)
+        if res:
+            sink.server_probe(self.name, name, res, running=True)
+
+    def _saw_launch(self, server: str) -> None:
+        """A launch line in a tailed log: if the server was relaunched, its new processes are
+        other ones, whose pids and environment the new run must have (not the old run's)."""
+        if server in self._probed:
+            self._relaunched.add(server)
+            self._relaunch.set()
+
+    async def _follow_relaunches(self, sink: FeedSink) -> None:
+        """For each launch line of a probed server: discovery again until a launcher of the
+        user's own writes that log under another pid with its TP workers up, then its probe.
+        A launch line of the history (the process probed already writes the log) ends there."""
+        paths = {spec.name: spec.path for spec in self.specs}
+        while True:
+            await self._relaunch.wait()
+            self._relaunch.clear()
+            pending, self._relaunched = self._relaunched, set()
+            found: dict[str, DiscoveredServer] = {}
+            for delay in RELAUNCH_DELAYS:
+                await asyncio.sleep(delay)
+                try:
+                    servers = await self._discover_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - the host is away: try again, then give up
+                    continue
+                for name in list(pending):
+                    writers = [s for s in servers if s.own and s.log_path == paths.get(name)]
+                    new = [s for s in writers if s.pid != self._probed.get(name)]
+                    if new:
+                        found[name] = new[0]
+                    elif writers:
+                        pending.discard(name)  # the process probed already: no relaunch
+                if set(found) >= pending and all(
+                        len(s.workers) >= (s.tp_size or 1) for s in found.values()):
+                    break
+            for name, s in found.items():
+                await self._probe(sink, name, s)
+
+    async def _discover_once(self, all_users: bool = False) -> list[DiscoveredServer]:
+        await self.host.wait_connected()
+        agent = AgentClient(self.host)
+        await agent.start()
+        try:
+            return await discover(agent, all_users=all_users)
+        finally:
+            await agent.close()
 
     async def run(self, sink: FeedSink) -> None:
         def on_state(st: ConnectionState) -> None:
@@ -197,11 +253,12 @@ class HostFeed:
                 RemoteAgentSource(self.host, self.gpu_interval, python=python), self.name, sink,
                 retry_s=self.gpu_retry_s, tap=gtap))]
             if self.specs:
-                tap = None
-                if self.tap is not None:
-                    outer, name = self.tap, self.name
+                outer, name, saw_launch = self.tap, self.name, self._saw_launch
 
-                    def tap(ev: LogLine, rec: Record | None, whole: bool) -> None:
+                def tap(ev: LogLine, rec: Record | None, whole: bool) -> None:
+                    if isinstance(rec, EventRecord) and rec.kind == "server_args":
+                        saw_launch(ev.server)
+                    if outer is not None:
                         outer(name, ev, rec, whole)
 
                 tailer = LogTailer(self.host, self.specs, history_lines=self.history_lines)

@@ -185,3 +185,62 @@ async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_se
     finally:
         await host.close()
         stop_group(sim)
+
+
+async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_server, tmp_path):
+    """The tuning loop: `connect` runs while the user restarts the server by hand (same port,
+    same log, the NCCL variable changed). The new run must carry the new processes' pids (GPU
+    ownership) and the environment its own launcher and workers run with, not none (the
+    phantom baseline's cause would go unnamed) and never the old process's."""
+    port = sshd.free_port()
+    out = tmp_path / "sim.log"
+
+    def launch(proto: str) -> subprocess.Popen:
+        env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
+               "SPT_NOENV": "1", "NCCL_PROTO": proto}
+        with open(out, "ab") as f:
+            return subprocess.Popen(
+                [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
+                 "--startup-s", "0.3", "--tp-size", "2", "--load-concurrency", "1",
+                 "--decode-log-interval", "10"],
+                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=env, cwd=tmp_path)
+
+    def proto_of(run) -> str | None:
+        launcher, _ = env_snapshots((run.probe or {}).get("env"))
+        return launcher.vars.get("NCCL_PROTO") if launcher is not None else None
+
+    first = launch("LL")
+    second = None
+    host = make_host(sshd_server, tmp_path)
+    try:
+        await until(lambda: out.read_bytes().count(b"fired up") == 1 or first.poll() is not None,
+                    timeout=60, what="simulated server ready")
+        await host.connect()
+        fleet = FleetSession([host.name])
+        task = asyncio.create_task(HostFeed(host, []).run(fleet))
+        try:
+            name = f"sglang-{port}"
+            await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
+                        what="connect feed declaring the server")
+            st = fleet.server(host.name, name)
+            await until(lambda: st.decode_total > 0 and st.runs and proto_of(st.runs[-1]) == "LL"
+                        or task.done(), timeout=30, what="the first run's probed environment")
+            # the launcher and its two TP workers, as the feed discovered them
+            assert first.pid in st.pids and len(st.pids) == 3, st.pids
+            stop_group(first)
+            second = launch("Simple")
+            await until(lambda: len(st.runs) >= 2 and proto_of(st.runs[-1]) == "Simple"
+                        or task.done(), timeout=60, what="the relaunch's own environment")
+            assert not task.done()
+            assert second.pid in st.pids and first.pid not in st.pids and len(st.pids) == 3
+            assert proto_of(st.runs[0]) == "LL"  # the first run keeps what its processes had
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await host.close()
+        for proc in (first, second):
+            if proc is not None:
+                stop_group(proc)
