@@ -27,7 +27,7 @@ from specmon.parse.gpu_sample import REASON_BITS, decode_reasons
 from specmon.parse.vllm import throughput_label
 from specmon.redact import redact_text
 from specmon.session.drift_watch import session_speedup_view
-from specmon.session.fleet import ALERT_LEVELS, FleetSession
+from specmon.session.fleet import ALERT_LEVELS, VERDICTS, FleetSession
 from specmon.session.window import stats_for, window_points
 from specmon.textsafe import visible
 
@@ -42,7 +42,7 @@ METRIC_NAMES = (
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
-    "specmon_server_alert_level",
+    "specmon_server_drift_state", "specmon_server_drift_samples", "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
     "specmon_speedup_samples", "specmon_window_seconds",
     "specmon_speedup_conditions_differ", "specmon_speedup_conditions_unknown",
@@ -106,6 +106,11 @@ class FleetCollector(Collector):
                     [*SERVER, "metric"])
         level = fam("specmon_server_drift_alert_level",
                     "Drift alert: 0 none, 1 info (improved), 2 warning, 3 critical", SERVER)
+        vstate = fam("specmon_server_drift_state", "1 for the drift verdict against the recorded "
+                     "baseline now (the headline's badge): checking (too few samples of this run, "
+                     "or a change being confirmed), ok, drift, improved", [*SERVER, "state"])
+        vn = fam("specmon_server_drift_samples", "Clean decode samples of the current run the "
+                 "drift verdict rests on (need: the n a verdict needs)", [*SERVER, "of"])
         anyal = fam("specmon_server_alert_level", "Active alert by kind (throughput, cycle, "
                     "acceptance, speculation_pays): 1 info, 2 warning, 3 critical",
                     [*SERVER, "kind"])
@@ -178,6 +183,13 @@ class FleetCollector(Collector):
                         ratio.add_metric([*lab, est.metric], 1.0 + est.delta_pct / 100.0)
                     a = f.alerts.get((h, name))
                     level.add_metric(lab, float(ALERT_LEVELS.get(a.level, 0)) if a else 0.0)
+                    w = f.watches.get((h, name))
+                    if w is not None:
+                        v = w.verdict(srv)
+                        for state in VERDICTS:
+                            vstate.add_metric([*lab, state], 1.0 if v.state == state else 0.0)
+                        vn.add_metric([*lab, "have"], float(v.n))
+                        vn.add_metric([*lab, "need"], float(v.need))
             b = hv.session.by_role("baseline")
             s_ = hv.session.by_role("speculative")
             if b is not None and s_ is not None:

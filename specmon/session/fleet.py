@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specmon.analysis.drift import Alert, DriftMonitor, DriftParams, Estimate, stratum_of
+from specmon.analysis.drift import (
+    Alert,
+    DriftMonitor,
+    DriftParams,
+    Estimate,
+    StratumDetector,
+    stratum_of,
+)
 from specmon.analysis.fingerprint import make_explainer
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu_sample import GpuSample, decode_reasons
@@ -64,19 +71,50 @@ class Watch:
     cleared_notified: int = 0
     run: int | None = None  # the server's run whose records the monitor was fed last
 
-    def evidence(self, state: ServerState) -> tuple[int, int]:
-        """(clean samples of the server's *current* run in its current stratum, the n a verdict
-        needs): a badge says OK or DRIFT only on this run's own evidence, never on n 0 or on the
-        run before a restart (the monitor has not seen this run yet: n 0)."""
+    def verdict(self, state: ServerState) -> DriftVerdict:
+        """The server against its recorded baseline on its *current* run's own evidence: the
+        clean samples of that run in its current stratum (never n 0, never the run before a
+        restart: the monitor has not seen this run yet), and OK only when the detector sees
+        nothing either (a window that already crossed the threshold, or an alert whose interval
+        does not support it, is a change being confirmed, not OK)."""
         mon = self.monitor
         need = mon.p.min_live
         run = state.runs[-1] if state.runs else None
         if run is None or run.last is None or self.run != run.index:
-            return 0, need
-        stratum = stratum_of(run.last, mon.p)
+            return DriftVerdict("checking", 0, need)
+        det = self._detector(run.last)
+        n = len(det.live) if det is not None else 0
+        alert = self.last
+        if alert is not None and not alert.cleared:
+            return DriftVerdict("improved" if alert.level == "info" else "drift", n, need,
+                                alert=alert)
+        confirming = det is not None and (det.level is not None or det.down_hits > 0
+                                          or det.up_hits > 0 or det.crit_hits > 0)
+        if n < need or confirming:
+            return DriftVerdict("checking", n, need, confirming=confirming and n >= need)
+        return DriftVerdict("ok", n, need)
+
+    def _detector(self, rec: Any) -> StratumDetector | None:
+        """The monitor's detector for the stratum of record `rec` (the run's newest)."""
+        mon = self.monitor
+        stratum = stratum_of(rec, mon.p)
         key = "*" if mon.baseline.fixed else (stratum.key if stratum is not None else None)
-        det = mon.detectors.get(key) if key is not None else None
-        return (len(det.live) if det is not None else 0), need
+        return mon.detectors.get(key) if key is not None else None
+
+
+VERDICTS = ("checking", "ok", "drift", "improved")
+
+
+@dataclass(frozen=True)
+class DriftVerdict:
+    """What a drift watch says of a server now: the headline's badge and /metrics' drift
+    state read this one verdict."""
+
+    state: str  # "checking" (too few samples of this run, or confirming) | "ok" | "drift" | "improved"
+    n: int  # clean samples of the current run in its current stratum
+    need: int  # the n a verdict needs
+    confirming: bool = False  # n reached, but the detector sees a change not yet raised
+    alert: Alert | None = None  # the active alert (drift / improved) of this run
 
 
 # what the panel of another user's server says (`--all-users` lists them; nothing is tailed)

@@ -71,26 +71,23 @@ def _recorded(watch: Any) -> float | None:
     return best.median_thr if best is not None else None
 
 
-def drift_state(server: str, watches: Mapping[str, Any], state: ServerState | None = None
-                ) -> DriftState:
-    """What the server's drift watch says, in the headline's words: "checking" until the
-    current run gave the n a verdict needs (a restart starts over), then OK or DRIFT."""
+def drift_state(server: str, watches: Mapping[str, Any], state: ServerState) -> DriftState:
+    """What the server's drift watch says (`Watch.verdict`, the session's one verdict), in the
+    headline's words: "checking" until the current run gave the n a verdict needs (a restart
+    starts over) and while a change is being confirmed, then OK, DRIFT or IMPROVED."""
     watch = watches.get(server)
     if watch is None:
         return DriftState(server, "none", None, "no recorded baseline", None, None)
     rec = _recorded(watch)
     rec_txt = f" vs recorded {rec:.1f}" if rec is not None else ""
-    n, need = watch.evidence(state) if state is not None else (0, 0)
-    alert = watch.last
-    this_run = state is None or (bool(state.runs) and
-                                 watch.run == state.runs[-1].index)
-    active = alert is not None and not alert.cleared and this_run
-    if not active and n < need:
-        return DriftState(server, "checking", None, f"checking n {n}/{need}{rec_txt}", None,
-                          rec, n, need)
-    if alert is None or not active:
-        ok = f"OK{rec_txt}" + (f" (n {n})" if need else "")
-        return DriftState(server, "ok", None, ok, None, rec, n, need)
+    v = watch.verdict(state)
+    n, need, alert = v.n, v.need, v.alert
+    if v.state == "checking":
+        text = (f"checking n {n}, confirming a change{rec_txt}" if v.confirming
+                else f"checking n {n}/{need}{rec_txt}")
+        return DriftState(server, "checking", None, text, None, rec, n, need)
+    if alert is None:
+        return DriftState(server, "ok", None, f"OK{rec_txt} (n {n})", None, rec, n, need)
     est = alert.estimate
     if est is not None:
         what = {"t_cycle": " t_cycle", "accept_len": " accept len"}.get(est.metric, "")

@@ -89,3 +89,43 @@ def test_an_ended_run_is_labelled_with_its_age():
     rows = _rows(spec, last + 40)
     assert rows["last interval"][0] != "N/A"
     assert rows["last interval"][1].startswith("run 1 ended 40 s ago")
+
+
+def test_a_small_drift_is_checking_until_confirmed_never_ok_and_metrics_agree():
+    """The phantom baseline's 88.8 -> 82.2 (-8 %): once the restarted run has the n a verdict
+    needs, the detector's window is already below the threshold but needs a few evaluations
+    to raise the alert. Those lines were "OK vs recorded" (a verdict its evidence did not
+    support); they are "checking ... confirming" now, on the badge and in /metrics alike."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.export.prometheus import registry_for
+
+    fleet = demo_fleet(drift=False)
+    base = fleet.host("demo").session.server("baseline")
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    reg = registry_for(fleet)
+
+    def scraped() -> tuple[str, float]:
+        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+        states = [s.labels["state"] for s in fams["specmon_server_drift_state"].samples
+                  if s.labels["server"] == "baseline" and s.value == 1.0]
+        have = [s.value for s in fams["specmon_server_drift_samples"].samples
+                if s.labels["server"] == "baseline" and s.labels["of"] == "have"]
+        assert len(states) == 1 and len(have) == 1
+        return states[0], have[0]
+
+    _restart(fleet, "baseline", DEMO_NOW + 5)  # the restart without the NCCL tuning
+    seen = []
+    for k in range(30):
+        t = DEMO_NOW + 8 + 2 * k
+        _feed(fleet, "baseline", demo_decode(t, k, 82.2), t)
+        fleet.tick(t)
+        ds = drift_state("baseline", watches, base)
+        assert scraped() == (ds.state, float(ds.n))  # one verdict, two front ends
+        seen.append((ds.state, ds.text))
+        if ds.state == "checking" and ds.n >= ds.need:
+            assert "confirming" in ds.text
+    states = [state for state, _ in seen]
+    assert "ok" not in states, seen
+    assert states[-1] == "drift" and any("confirming a change" in text for _, text in seen)
