@@ -86,7 +86,7 @@ class FleetCollector(Collector):
                       SERVER)
         engine = fam("specmon_server_engine_info", "1 per server: its engine and what its "
                      "logged throughput counts (SGLang: decode-only; vLLM: every emitted token "
-                     "per ~10 s interval, prefill steps included)", [*SERVER, "engine",
+                     "per stats interval, 10 s by default; prefill steps included)", [*SERVER, "engine",
                                                                       "throughput"])
         toks = fam("specmon_server_decode_tokens_per_second",
                    "Median server-logged gen throughput over the window, per #running-req "

@@ -907,7 +907,7 @@ def sglang_equivalents(data: dict[str, Any]) -> dict[str, int]:
 def throughput_label(engine: str | None) -> str:
     """What a server's logged throughput is, in the words every front end uses."""
     if engine == ENGINE:
-        return "vLLM gen throughput: all tokens emitted per ~10 s interval, prefill steps incl."
+        return "vLLM gen throughput: all tokens emitted per stats interval, prefill steps incl."
     return "decode-only"
 
 

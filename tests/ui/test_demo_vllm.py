@@ -36,3 +36,28 @@ async def test_vllm_demo_both_servers_live_speedup_and_clean_stop(tmp_path):
         assert group_gone(pgid)
     assert all(s.proc.returncode is not None for s in feed.servers)
     assert group_gone(feed.servers[0].proc.pid)
+
+
+def test_compact_log_shows_a_vllm_spec_line_as_its_counts():
+    """Compact mode showed a vLLM spec line raw, cut at the panel's edge after "SpecDecoding
+    metrics: Mean" (every other line of a speculative server's pane): now its counts, as
+    printed (V0: since the server started), checked on the real lines users pasted."""
+    import json
+    import re
+
+    from kit.paths import ROOT
+
+    from specmon.parse.sglang import parse_line
+    from specmon.ui.widgets import compact_line
+
+    rows = [json.loads(x) for x in (ROOT / "tests/data/vllm-logs/real-lines.jsonl").open()]
+    specs = [r for r in rows if r["kind"] == "spec"]
+    assert len(specs) >= 6
+    for r in specs:
+        text, want = compact_line(r["line"], parse_line(r["line"])), r["expect"]
+        hhmmss = re.search(r"\d\d:\d\d:\d\d", r["line"]).group(0)  # the time it printed
+        if want.get("accepted") is not None:
+            assert text == f"{hhmmss} drafts: {want['accepted']} accepted of {want['drafted']}"
+        else:
+            assert text == (f"{hhmmss} drafts since start: {want['accepted_total']} accepted "
+                            f"of {want['drafted_total']}")

@@ -17,7 +17,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Input, Log, Static
 
-from specmon.parse.sglang import BatchRecord, Record
+from specmon.parse.sglang import BatchRecord, EventRecord, Record
+from specmon.parse.vllm import VllmEventRecord
 from specmon.redact import redact_text
 from specmon.session.state import ServerState
 from specmon.ui.keys import bindings
@@ -66,11 +67,18 @@ class StickyLog(Log):
 
 def compact_line(line: str, rec: Record | None) -> str:
     """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"), from the
-    record the session parsed it into; other lines unchanged."""
+    record the session parsed it into; a vLLM spec line to its counts (its accept length is
+    on the engine line it joins, as "acc"); other lines unchanged."""
+    if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+        acc, dra = rec.data.get("accepted"), rec.data.get("drafted")
+        if acc is not None and dra is not None:
+            return f"{_time(rec)} drafts: {acc} accepted of {dra}"
+        tot_a, tot_d = rec.data.get("accepted_total"), rec.data.get("drafted_total")
+        if tot_a is not None and tot_d is not None:  # V0: since the server started
+            return f"{_time(rec)} drafts since start: {tot_a} accepted of {tot_d}"
     if not isinstance(rec, BatchRecord):
         return plain(redact_text(line))
-    ts = rec.timestamp[11:] if rec.timestamp and len(rec.timestamp) > 11 else (
-        rec.timestamp or rec.time_of_day or "--:--:--")
+    ts = _time(rec)
     dp = f" DP{rec.dp_rank}" if rec.dp_rank is not None else ""
     if rec.kind == "decode":
         out = (f"{ts}{dp} bs {num(rec.running_req, '{}')} "
@@ -84,6 +92,12 @@ def compact_line(line: str, rec: Record | None) -> str:
         return out
     return (f"{ts}{dp} prefill new {num(rec.new_token, '{}')} cached "
             f"{num(rec.cached_token, '{}')} queue {num(rec.queue_req, '{}')}")
+
+
+def _time(rec: BatchRecord | EventRecord) -> str:
+    """The record's time of day as the server printed it."""
+    return rec.timestamp[11:] if rec.timestamp and len(rec.timestamp) > 11 else (
+        rec.timestamp or rec.time_of_day or "--:--:--")
 
 
 class LogView(Vertical):
