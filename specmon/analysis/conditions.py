@@ -4,8 +4,9 @@ A speedup only measures speculation when everything else is equal. `conditions_d
 what is not: server arguments other than speculation settings (`analysis.runargs`), the NCCL
 environment the workers saw, GPU models, drivers, power limits and max clocks, the engine's
 (SGLang's or vLLM's) files modified against the installed wheel, versions (the engine's,
-NCCL's), and an acceptance that is not the drafts' own (`acceptance_not_measured`: a benchmark
-mode that fakes it, a lossy rule). Only what both sides know is compared; an
+NCCL's), an acceptance that is not the drafts' own (`acceptance_not_measured`: a benchmark
+mode that fakes it, a lossy rule), and a batch size at which the speculative server drafts
+nothing (`speculation_off`: vLLM's batch-size rules). Only what both sides know is compared; an
 unknown is never a difference. But a run whose server arguments are unknown (its log holds no
 launch line: cut, rotated, or read from the middle) could differ in anything, model and TP size
 included, so `conditions_unknown` says so beside the speedup rather than let it pass as clean.
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specmon.analysis.fingerprint import Fingerprint
-from specmon.analysis.runargs import arg_changes
+from specmon.analysis.runargs import arg_changes, drafts_at
 from specmon.redact import MASK, is_secret_name, redact_text
 from specmon.textsafe import cut
 
@@ -123,7 +124,20 @@ def conditions_differ(base: Fingerprint, spec: Fingerprint,
                         ("NCCL version", base.nccl_version, spec.nccl_version)):
         if b and s and b != s:
             out.append(f"{label} {b} vs {s}")
-    return out + acceptance_not_measured(spec)
+    return out + acceptance_not_measured(spec) + speculation_off(spec, running_req)
+
+
+def speculation_off(spec: Fingerprint, running_req: int | None) -> list[str]:
+    """At this batch size the speculative server drafts nothing (a vLLM batch-size rule:
+    `disable_by_batch_size`, a `num_speculative_tokens_per_batch_size` range at k 0): the
+    ratio compares two plain decoders, not speculation."""
+    if running_req is None:
+        return []
+    k, rule = drafts_at(spec.server_args, running_req)
+    if k != 0:
+        return []
+    return [f"the speculative server drafts no tokens at #running-req {running_req} "
+            f"({cut(str(rule), 80)}): the ratio is not speculation's"]
 
 
 def acceptance_not_measured(fp: Fingerprint) -> list[str]:

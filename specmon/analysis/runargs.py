@@ -92,3 +92,53 @@ def arg_changes(old: Mapping[str, Any], new: Mapping[str, Any], *,
             yield k, a[k], DEFAULT
         elif k in b_cli and a_defaults:
             yield k, DEFAULT, b[k]
+
+
+MAX_SCHEDULE = 64  # ranges of a per-batch-size k schedule read (a longer one is damage)
+
+
+def _int_of(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def speculation_limits(args: Mapping[str, Any]) -> tuple[int | None, list[tuple[int, int, int]]]:
+    """A vLLM run's batch-size rules for speculation, from its `non-default args` (top level
+    or inside speculative_config): (`disable_by_batch_size` N: no drafts for new requests
+    while more than N are enqueued, <= 0.10; the `num_speculative_tokens_per_batch_size`
+    schedule as sorted inclusive (low, high, k) ranges, 0.25+: {"1-16": 3, "256-4096": 0})."""
+    nd = args.get(NON_DEFAULT)
+    if not isinstance(nd, Mapping):
+        return None, []
+    sc = nd.get("speculative_config")
+    places = [nd, sc] if isinstance(sc, Mapping) else [nd]
+    off = next((n for p in places if (n := _int_of(p.get("disable_by_batch_size"))) is not None),
+               None)
+    sched = next((s for p in places if isinstance(s := p.get(
+        "num_speculative_tokens_per_batch_size"), Mapping)), None)
+    ranges: list[tuple[int, int, int]] = []
+    for key, k in list((sched or {}).items())[:MAX_SCHEDULE]:
+        lo, _, hi = str(key).strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if hi else int(lo)
+        except ValueError:
+            continue
+        if _int_of(k) is not None and 0 < a <= b:
+            ranges.append((a, b, k))
+    return off, sorted(ranges)
+
+
+def drafts_at(args: Mapping[str, Any], running_req: int) -> tuple[int | None, str | None]:
+    """(the k a vLLM speculative run drafts at this batch size, the rule that says so), or
+    (None, None) when no batch-size rule applies. A schedule's gap inherits the range below
+    it (vLLM's rule); its k is capped by num_speculative_tokens."""
+    off, ranges = speculation_limits(args)
+    if off is not None and running_req > off:
+        return 0, f"disable_by_batch_size {off}"
+    below = [r for r in ranges if r[0] <= running_req]
+    if not below:
+        return None, None
+    lo, hi, k = below[-1]
+    top = _int_of(args.get("speculative_num_steps"))
+    span = f"{lo}-{hi}" if lo != hi else str(lo)
+    return (min(k, top) if top is not None else k), \
+        f"num_speculative_tokens_per_batch_size {span}: {k}"

@@ -284,3 +284,21 @@ def test_vllm_non_default_args_are_compared_key_by_key(tmp_path, capsys):
     assert ("conditions differ: the speculative server's acceptance is synthetic (vLLM "
             "rejection_sample_method 'synthetic', a benchmark mode), not its drafts'"
             in out.splitlines()[1])
+    # a batch-size rule that stops the drafts at the compared batch size (the logs run at
+    # Running: 16): two plain decoders are compared there, and the speedup says so
+    for rule, said in (({"disable_by_batch_size": 8}, "disable_by_batch_size 8"),
+                       ({"num_speculative_tokens_per_batch_size": {"1-8": 3, "9-4096": 0}},
+                        "num_speculative_tokens_per_batch_size 9-4096: 0")):
+        off = log("s5.log", "gen-eagle3-0.11.log", port=8001, max_num_seqs=64,
+                  speculative_config={**spec_cfg, **rule})
+        code, out, _ = run_cli(capsys, "compare", base, off, "--json")
+        assert json.loads(out)["conditions_differ"] == [
+            f"the speculative server drafts no tokens at #running-req 16 ({said}): the ratio "
+            "is not speculation's"]
+    # ... but not where it still drafts (16 is inside 1-16, at k 2) or below the threshold
+    for rule in ({"disable_by_batch_size": 16},
+                 {"num_speculative_tokens_per_batch_size": {"1-16": 2, "64-4096": 0}}):
+        on = log("s6.log", "gen-eagle3-0.11.log", port=8001, max_num_seqs=64,
+                 speculative_config={**spec_cfg, **rule})
+        code, out, _ = run_cli(capsys, "compare", base, on, "--json")
+        assert json.loads(out)["conditions_differ"] == []
