@@ -564,16 +564,20 @@ class SpecmonApp(App[None]):
         return headline_model(hs, hs.by_role("baseline"), hs.by_role("speculative"),
                               self.shown_watches(host), self.clock(), self.window_s)
 
-    def _baseline_hint(self) -> str:
-        """"b records this run as the baseline", with the key as bound now (the config's
-        remap), where the recording goes; nothing in a replay (read-only)."""
+    def _baseline_hint(self) -> tuple[str | None, str]:
+        """(the server `b` acts on now: the focused panel's, or the host's baseline; "b records
+        this run as the baseline", with the key as bound now (the config's remap) and where the
+        recording goes). The headline says it under that server only: under another one,
+        "this run" would name a run that `b` does not record. Nothing in a replay."""
         if self.check_action("record_baseline", ()) is False:
-            return ""
+            return None, ""
+        target = self.focused_server()
         act = next(a for a in ACTIONS if a.id == "baseline.record")
         key = self._keymap.get("baseline.record", act.key).split(",")[0].strip()
         where = f" ({self.store_note})" if self.store_note else ""
-        return f"{self.get_key_display(Binding(key, act.action))} records this run as the " \
-               f"baseline{where}"
+        return (target[1] if target is not None and target[0] == self.active_host() else None,
+                f"{self.get_key_display(Binding(key, act.action))} records this run as the "
+                f"baseline{where}")
 
     def _show_headline(self, host: str | None, base: Any, spec: Any, now: float) -> None:
         model = headline_model(self._host_session(host), base, spec, self.shown_watches(host), now,
@@ -581,7 +585,7 @@ class SpecmonApp(App[None]):
         rows = 3 if self.has_class("-short") and not self.has_class("-narrow") else 4
         self.query_one(BigFigure).show(model)
         self.query_one(SpeedupBar).show(model, rows)
-        self.query_one(DriftPanel).show(model, rows, self._baseline_hint())
+        self.query_one(DriftPanel).show(model, rows, *self._baseline_hint())
 
     # --- baselines and drift (the session model owns them; the UI shows and stores) -----------
 

@@ -152,3 +152,28 @@ async def test_empty_baseline_hint_names_the_key_and_the_temporary_store():
         await pilot.pause(0.3)
         text = str(app.query_one("#alerts").content)
         assert "^b records this run as the baseline (demo: temporary store" in text, text
+
+
+async def test_the_baseline_hint_sits_under_the_server_b_records():
+    """"b records this run as the baseline" sat under the first server without a recording,
+    whichever panel had the focus: with the baseline recorded and its panel focused (the
+    default), it stood under the speculative server while `b` would re-record the baseline.
+    It now follows the server `b` acts on."""
+    from specmon.ui.widgets import ServerPanel
+
+    app = SpecmonApp(populated_session(30), clock=lambda: T0 + 31, show_clock=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+
+        def under() -> str:
+            lines = str(app.query_one("#alerts").content).splitlines()
+            i = next(i for i, line in enumerate(lines) if "records this run" in line)
+            return lines[i - 1].split()[0]
+
+        assert app.focused_server()[1] == "baseline" and under() == "baseline"
+        spec = next(p for p in app.query(ServerPanel) if p.server == "speculative")
+        spec.focus()
+        await pilot.pause(0.3)
+        app.refresh_view()
+        await pilot.pause(0.1)
+        assert app.focused_server()[1] == "speculative" and under() == "speculative"

@@ -137,8 +137,10 @@ class SpeedupBar(Lines):
 class DriftPanel(Lines):
     """Each compared server against its recorded baseline: OK, or DRIFT with its first cause."""
 
-    def show(self, model: HeadlineModel, rows: int = 4, hint: str = "") -> None:
-        """`hint`: said after "no recorded baseline" (how to record one, where it goes)."""
+    def show(self, model: HeadlineModel, rows: int = 4, hint_for: str | None = None,
+             hint: str = "") -> None:
+        """`hint`: said after server `hint_for`'s "no recorded baseline" (how to record one,
+        where it goes): the server the key acts on, so "this run" is the one above it."""
         w = self.avail
         p: list[Piece] = []
         left = rows - len(model.drift)  # rows left for causes
@@ -153,7 +155,7 @@ class DriftPanel(Lines):
             if len(name) + 1 + len(text) > w:
                 text = text.split(" vs ")[0]  # "DRIFT -29%": the essential
             p.append((fit(text, max(w - len(name) - 1, 4)), DRIFT_STYLE[d.state]))
-            if d.state == "none" and hint and left > 0:  # once, on its own line
+            if d.state == "none" and hint and d.server == hint_for and left > 0:
                 p.append(("\n  " + (fit(hint, w - 2) or hint[:w - 2]), "$accent"))
                 left -= 1
                 hint = ""
