@@ -32,7 +32,8 @@ def timeline(snap: Snapshot) -> list[Event]:
         for e in s.entries:
             text = e.line if e.line is not None else NOT_KEPT
             events.append(Event(e.t, "lines", s.name, LineItem(text, e.record, e.t)))
-        if s.exit_code is not None and s.entries:
+        if (s.exit_code is not None or s.status in ("stopped", "crashed")) and s.entries:
+            # (None: a server started by hand, seen gone, whose exit code nobody knows)
             events.append(Event(s.entries[-1].t, "exit", s.name, s.exit_code))
     batch: list[Any] = []
     seen: set[int | None] = set()

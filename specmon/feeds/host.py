@@ -29,6 +29,7 @@ from specmon.sources.tail import LogLine, LogTailer, TailSpec
 # A relaunch's probe: discovery again after the launch line, until the launcher has as many TP
 # workers as it runs (their environment is read once they exist), at these delays (s, summed).
 RELAUNCH_DELAYS = (1.0, 2.0, 3.0, 5.0, 8.0, 13.0)
+EXIT_POLL_S = 5.0  # how often the probed launchers are checked for having exited
 
 
 def _roles_from_names(specs: list[TailSpec]) -> dict[str, str]:
@@ -69,7 +70,10 @@ class HostFeed:
         self._tailers: list[LogTailer] = []
         self._tail_tasks: list[asyncio.Task[None]] = []
         self._probed: dict[str, int] = {}  # tailed server -> the launcher pid last probed
+        self._argv: dict[str, list[str]] = {}  # ... and its command line (a reused pid is not it)
+        self._exited: set[str] = set()  # tailed servers whose probed launcher has exited
         self._relaunched: set[str] = set()  # tailed servers whose log printed a launch line
+        self._relaunching: set[str] = set()  # ... until their relaunch check is done
         self._relaunch = asyncio.Event()
 
     async def drain(self, timeout: float) -> None:
@@ -150,7 +154,8 @@ class HostFeed:
         file or a variable the workers lack can be named as a drift cause."""
         from specmon.feeds.probe import probe_pid
 
-        self._probed[name] = s.pid
+        self._probed[name], self._argv[name] = s.pid, list(s.argv)
+        self._exited.discard(name)
         sink.server_pids(self.name, name, [s.pid, *(pid for pid, _ in s.workers)])
         res = await probe_pid(self.host, s.pid, s.engine, s.workers)
         if res:
@@ -161,6 +166,7 @@ class HostFeed:
         other ones, whose pids and environment the new run must have (not the old run's)."""
         if server in self._probed:
             self._relaunched.add(server)
+            self._relaunching.add(server)  # no exit report now: it would end the new run
             self._relaunch.set()
 
     async def _follow_relaunches(self, sink: FeedSink) -> None:
@@ -172,6 +178,7 @@ class HostFeed:
             await self._relaunch.wait()
             self._relaunch.clear()
             pending, self._relaunched = self._relaunched, set()
+            asked = set(pending)
             found: dict[str, DiscoveredServer] = {}
             for delay in RELAUNCH_DELAYS:
                 await asyncio.sleep(delay)
@@ -193,6 +200,32 @@ class HostFeed:
                     break
             for name, s in found.items():
                 await self._probe(sink, name, s)
+            self._relaunching -= asked - self._relaunched
+
+    async def _watch_exits(self, sink: FeedSink) -> None:
+        """A probed launcher that is gone (stopped, crashed, killed: a server started by hand
+        says nothing to us) ends its server's run: the panel says stopped and the speedup says
+        how long ago the run ended, instead of showing its last numbers as live. A launcher is
+        alive while a process of the user's own has its pid and command line."""
+        while True:
+            await asyncio.sleep(EXIT_POLL_S)
+            if not self._probed or self.host.state.state != "connected":
+                continue
+            try:
+                async with AgentClient(self.host) as agent:
+                    rows = await agent.request("procs", all_users=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the host is away: the next poll tries again
+                continue
+            alive = {(r[0], tuple(r[3])) for r in rows if isinstance(r, list) and len(r) == 4
+                     and isinstance(r[3], list)} if isinstance(rows, list) else set()
+            for name, pid in list(self._probed.items()):
+                if name not in self._exited and name not in self._relaunching \
+                        and (pid, tuple(self._argv[name])) not in alive:
+                    self._exited.add(name)
+                    sink.server_exited(self.name, name, None)
+                    sink.notice(self.name, name, f"process {pid} has exited: its run ended")
 
     async def _discover_once(self, all_users: bool = False) -> list[DiscoveredServer]:
         await self.host.wait_connected()
@@ -267,6 +300,7 @@ class HostFeed:
                                                                       tap=tap)))
                 tasks.append(self._tail_tasks[-1])
             tasks.append(asyncio.create_task(self._probe_servers(sink)))
+            tasks.append(asyncio.create_task(self._watch_exits(sink)))
             try:
                 await asyncio.gather(*tasks)
             finally:

@@ -229,12 +229,19 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
             # the launcher and its two TP workers, as the feed discovered them
             assert first.pid in st.pids and len(st.pids) == 3, st.pids
             stop_group(first)
+            # a server stopped by hand says nothing to us: its launcher is seen gone, its run
+            # ends (the panel says stopped; a speedup says how long ago, not "live")
+            await until(lambda: st.status == "stopped" or task.done(), timeout=30,
+                        what="the stopped server's run ended")
+            assert st.runs[-1].ended and st.runs[-1].end_reason == "exit" and len(st.runs) == 1
             second = launch("Simple")
             await until(lambda: len(st.runs) >= 2 and proto_of(st.runs[-1]) == "Simple"
                         or task.done(), timeout=60, what="the relaunch's own environment")
             assert not task.done()
             assert second.pid in st.pids and first.pid not in st.pids and len(st.pids) == 3
             assert proto_of(st.runs[0]) == "LL"  # the first run keeps what its processes had
+            await until(lambda: st.status == "ready" or task.done(), what="the relaunch's lines")
+            assert not st.runs[-1].ended and st.runs[0].end_reason == "exit"
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -342,3 +342,25 @@ def test_the_sessions_benchmarks_are_reported_as_the_ui_showed_them(tmp_path, ca
     [last] = [b for b in doc["benchmarks"] if b["accept"] is not None]
     assert last["line"] == BenchResult(**{k: v for k, v in ok.items()}).describe()
     assert last["vs_baseline"]["ratio"] == 1.5 and len(doc["benchmarks"]) == 4
+
+
+def test_a_server_seen_gone_without_an_exit_code_ends_its_run_in_report_and_replay(tmp_path):
+    """A server started by hand that `connect` saw exit has no exit code (nobody waited on it):
+    its snapshot says status "stopped" with exit_code None. Report and replay end its run
+    there as the live session did; they played it as still running."""
+    from specmon.export.report import report_model
+    from specmon.export.snapshot import snapshot_from_record
+    from specmon.feeds.replay import ReplayFeed, replay_session
+    from specmon.session.fleet import FleetSession
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", _rows(), _gpus()), host="gpu-7")
+    snap.servers[0].status, snap.servers[0].exit_code = "stopped", None
+    reported = report_model(snap).states[snap.servers[0].name]
+    fleet = FleetSession([snap.host])
+    fleet.reset_host(snap.host, replay_session(snap))
+    feed = ReplayFeed(snap, playing=False)
+    feed._declare(fleet)
+    feed._push_due(fleet, feed.end)
+    replayed = fleet.host(snap.host).session.server(snap.servers[0].name)
+    for st in (reported, replayed):
+        assert st.runs[-1].end_reason == "exit" and st.runs[-1].exit_code is None
+        assert st.status == "stopped"
