@@ -92,7 +92,7 @@ def summary_rows(state: ServerState, now: float, window_s: float
         rows.append(("last interval", NA, f"no decode line in run {idx} yet", "$text-muted"))
     else:
         rows.append(("last interval", num(last.gen_throughput),
-                     f"{ended}{stale}tok/s · bs {num(bs, '{}')} · queue "
+                     f"tok/s · {ended}{stale}bs {num(bs, '{}')} · queue "
                      f"{num(last.queue_req, '{}')} · {throughput_label(state.engine)}",
                      "$warning" if state.stale or ended else ""))
     if state.is_speculative and state.engine == "vllm":
