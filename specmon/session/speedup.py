@@ -124,15 +124,22 @@ def unknown_text(unknown: list[str] | tuple[str, ...]) -> str:
             "speculation")
 
 
+def baseline_label(v: SpeedupView) -> str:
+    """`live baseline 62.9 (run 2)`; a baseline run that ended is not live: `baseline 62.9
+    (run 2, ended 5 min ago)`."""
+    if v.base_ended_age_s is not None:
+        return (f"baseline {v.base_median:.1f} (run {v.base_run}, ended "
+                f"{_age_text(v.base_ended_age_s)} ago)")
+    return f"live baseline {v.base_median:.1f} (run {v.base_run})"
+
+
 def format_speedup(v: SpeedupView) -> str:
     """`1.50x vs live baseline 62.9 (run 2) · baseline DRIFT -29% vs recorded 88.8 · 1.07x vs
     recorded` (plus the fingerprint differences and the age of an ended run)."""
     if v.value is None:
         text = f"speedup N/A: {v.reason}"
         return text + (" · " + conditions_text(v.fingerprint_diffs) if v.fingerprint_diffs else "")
-    parts = [f"{v.value:.2f}x vs live baseline {v.base_median:.1f} (run {v.base_run})"]
-    if v.base_ended_age_s is not None:
-        parts[0] += f", ended {_age_text(v.base_ended_age_s)} ago"
+    parts = [f"{v.value:.2f}x vs {baseline_label(v)}"]
     if v.spec_ended_age_s is not None:
         parts.append(f"speculative run {v.spec_run} ended {_age_text(v.spec_ended_age_s)} ago")
     if v.drift_active and v.drift_pct is not None and v.recorded_base is not None \

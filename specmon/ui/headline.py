@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.session.drift_watch import session_speedup_view
-from specmon.session.speedup import SpeedupView, format_speedup
+from specmon.session.speedup import SpeedupView, baseline_label, format_speedup
 from specmon.session.state import HostState, ServerState
 from specmon.session.window import Speedup
 
@@ -114,8 +114,7 @@ def headline_model(session: HostState, base: ServerState | None, spec: ServerSta
         return HeadlineModel("na", None, window_s, view.reason, states, view, engine)
     state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
     parts = format_speedup(view).split(" · ")
-    big = BigFigure(f"{sp.ratio:.2f}x", state,
-                    f"vs live baseline {sp.base.median:.1f} (run {view.base_run})")
+    big = BigFigure(f"{sp.ratio:.2f}x", state, f"vs {baseline_label(view)}")
     if view.drift_active and view.vs_recorded is not None and view.vs_recorded_ci95 is not None \
             and view.recorded_base is not None:
         # the live baseline drifts: the number true right now is against the recorded one

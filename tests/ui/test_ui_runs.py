@@ -88,7 +88,7 @@ def test_an_ended_run_is_labelled_with_its_age():
     last = spec.run.last_received
     rows = _rows(spec, last + 40)
     assert rows["last interval"][0] != "N/A"
-    assert rows["last interval"][1].startswith("run 1 ended 40 s ago")
+    assert rows["last interval"][1].startswith("tok/s · run 1 ended 40 s ago")
 
 
 def test_a_small_drift_is_checking_until_confirmed_never_ok_and_metrics_agree():
@@ -129,3 +129,17 @@ def test_a_small_drift_is_checking_until_confirmed_never_ok_and_metrics_agree():
     states = [state for state, _ in seen]
     assert "ok" not in states, seen
     assert states[-1] == "drift" and any("confirming a change" in text for _, text in seen)
+
+
+def test_a_stopped_baseline_is_not_called_live():
+    """A baseline stopped between tuning runs: the speedup still compares against its last
+    run, and says how long ago that ended, never "vs live baseline"."""
+    fleet = demo_fleet(drift=False)
+    s = fleet.host("demo").session
+    base = s.server("baseline")
+    fleet.server_exited("demo", "baseline", None)
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    m = headline_model(s, base, s.server("speculative"), watches,
+                       base.run.last_received + 90, 60.0)
+    assert m.big.label.startswith("vs baseline ") and "ended 90 s ago" in m.big.label
+    assert "live" not in m.big.label and all("live" not in x for x in m.statements)

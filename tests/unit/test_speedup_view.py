@@ -61,7 +61,8 @@ def test_too_few_samples_in_the_new_run_is_na_and_an_ended_run_has_an_age():
     base.process_exited(0)
     v = speedup_view(base, spec, window_s=60, now=1e9 + 110 + 300)  # received at 1e9 + 110
     assert v.value is not None and v.base_ended_age_s == 300
-    assert "(run 3), ended 5 min ago" in format_speedup(v)
+    assert format_speedup(v).startswith(f"{v.value:.2f}x vs baseline 62.9 (run 3, ended 5 min ago)")
+    assert "live" not in format_speedup(v)  # an ended run is not the live baseline
 
 
 def test_fingerprint_differences_name_what_matters():

@@ -61,7 +61,8 @@ class BigFigure(Lines):
         style = STATE_STYLE[big.state]
         rows = big_text(big.text)
         label = "vs recorded" if "recorded" in big.label else (
-            "vs live base" if "live" in big.label else "speedup")
+            "vs live base" if "live" in big.label else
+            "vs ended base" if "ended" in big.label else "speedup")
         p: list[Piece] = []
         for i, row in enumerate(rows):
             ink = row.lstrip(_BLANK)
