@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from specmon.hosts.base import ConnectionState
 from specmon.jsonout import dumps_line
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record, parse_line
-from specmon.redact import redact_text
+from specmon.redact import redact_obj, redact_text
 from specmon.sources.tail import LogLine
 from specmon.textsafe import json_safe
 
@@ -216,9 +216,27 @@ class _LoggingSink:
     """The session model's events, plus one stderr line for what a headless user must know
     (connection changes, discovery, notices, files that cannot be read)."""
 
-    def __init__(self, fleet: FleetSession, log: Callable[[str], None]) -> None:
+    def __init__(self, fleet: FleetSession, log: Callable[[str], None],
+                 row: Callable[[str, str, dict[str, Any]], None] | None = None) -> None:
         self.fleet = fleet
         self.log = log
+        self.row = row  # (host, server, event row): the events a report must replay too
+
+    def server_probe(self, host: str, server: str, probe: dict[str, Any],
+                     running: bool = False) -> None:
+        self.fleet.server_probe(host, server, probe, running)
+        if self.row is not None:
+            self.row(host, server, {"probe": redact_obj(probe), "running": running})
+
+    def server_exited(self, host: str, server: str, code: int | None) -> None:
+        self.fleet.server_exited(host, server, code)
+        if self.row is not None:
+            self.row(host, server, {"exit": code})
+
+    def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
+        self.fleet.server_pids(host, server, pids)
+        if self.row is not None:
+            self.row(host, server, {"pids": sorted(pids)})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fleet, name)
@@ -284,7 +302,12 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
              + "".join(f"; cause: {c}" for c in a.causes))
 
     fleet.alert_listeners.append(alert)
-    task = asyncio.create_task(feed.run(_LoggingSink(fleet, _log)))
+    def event_row(host: str, server: str, obj: dict[str, Any]) -> None:
+        obj.update(server=f"{host}/{server}" if multi else server,
+                   received_at=round(time.time(), 6), **({"host": host} if multi else {}))
+        out.write(dumps_line(obj))
+
+    task = asyncio.create_task(feed.run(_LoggingSink(fleet, _log, event_row)))
     waiter = asyncio.create_task(stop.wait())
     failed = asyncio.create_task(out.failed.wait())
 

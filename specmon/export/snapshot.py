@@ -40,15 +40,17 @@ from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, checked_spec, same_line
 from specmon.redact import redact_obj, redact_text
-from specmon.session.state import MAX_LOG_LINES, HostState, ServerState
+from specmon.session.runs import clean_probe
+from specmon.session.state import MAX_LOG_LINES, MAX_PROBE_EVENTS, HostState, ServerState
 from specmon.textsafe import cut, json_safe
 
 SCHEMA_NAME = "specmon.snapshot"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 LINE_COLUMNS = ["t", "line", "record"]
-# how a server's row times were taken (ServerSnap.line_times): from a record file, every row's
-# own receive time; from a live session, decode rows exact and the rest borrowed
+# how a server's row times were taken (ServerSnap.line_times): every row's own receive time
+# (a record file's, and a live session's since it keeps each line's); a session snapshot of an
+# older specmon had decode rows exact and the rest borrowed (still read)
 LINE_TIMES_EXACT = "exact"
 LINE_TIMES_SESSION = "decode lines exact; other lines take the time of the nearest earlier decode line"
 LINE_TIMES = (LINE_TIMES_EXACT, LINE_TIMES_SESSION)
@@ -299,6 +301,8 @@ class ServerSnap:
     line_times: str = LINE_TIMES_EXACT
     entries: list[Entry] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # launcher and workers (GPU ownership)
+    # host probes as they came: (receive time, of the running process?, probe)
+    probes: list[tuple[float, bool, dict[str, Any]]] = field(default_factory=list)
 
     def decode_entries(self) -> list[Entry]:
         return [e for e in self.entries
@@ -386,7 +390,9 @@ def to_doc(snap: Snapshot) -> dict[str, Any]:
                 "args": _jsonable(s.args), "fingerprint": _jsonable(s.fingerprint),
                 "exit_code": s.exit_code, "traceback": list(s.traceback),
                 "notices": list(s.notices), "counts": dict(s.counts), "log_limit": s.log_limit,
-                "line_times": s.line_times, "pids": sorted(s.pids), "line_columns": LINE_COLUMNS,
+                "line_times": s.line_times, "pids": sorted(s.pids),
+                "probes": [[t, running, _jsonable(p)] for t, running, p in s.probes],
+                "line_columns": LINE_COLUMNS,
                 "lines": [[e.t, e.line, record_to_json(e.record) if e.record is not None else None]
                           for e in s.entries],
             }
@@ -489,6 +495,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             log_limit=_log_limit(_want(sd, "log_limit", int, w, MAX_LOG_LINES), w),
             line_times=_line_times(_want(sd, "line_times", str, w, LINE_TIMES_EXACT), w),
             pids=_pids(_want(sd, "pids", list, w, []), f"{w}: pids"),
+            probes=_probes(_want(sd, "probes", list, w, []), f"{w}: probes"),
         )
         cols = _want(sd, "line_columns", list, w, LINE_COLUMNS)
         if cols != LINE_COLUMNS:
@@ -838,6 +845,22 @@ def downsample_gpu(samples: list[GpuSample], max_per_gpu: int = DEFAULT_GPU_MAX_
     return kept, rule
 
 
+def _probes(rows: list[Any], where: str) -> list[tuple[float, bool, dict[str, Any]]]:
+    """[[time, running, probe], ...]: at most MAX_PROBE_EVENTS, each checked."""
+    if len(rows) > MAX_PROBE_EVENTS:
+        raise SnapshotError(f"{where}: {len(rows):,} probes; at most {MAX_PROBE_EVENTS} "
+                            "(specmon.session.state.MAX_PROBE_EVENTS)")
+    out = []
+    for j, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[1], bool)):
+            raise SnapshotError(f"{where}[{j}]: expected [time, running, probe]")
+        probe = clean_probe(row[2])
+        if probe is None:
+            raise SnapshotError(f"{where}[{j}]: the probe is not an object")
+        out.append((float(_time(row[0], f"{where}[{j}]: time")), row[1], probe))
+    return out
+
+
 def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit: int,
                             line_times: str, counts: dict[str, int], role_source: str) -> ServerSnap:
     role = state.role
@@ -854,39 +877,38 @@ def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit:
         args=dict(state.args), fingerprint=_jsonable(getattr(state, "fingerprint", None)),
         exit_code=state.exit_code, traceback=list(state.traceback), notices=list(state.notices),
         counts=counts, log_limit=log_limit, line_times=line_times, entries=entries,
-        pids=sorted(state.pids),
+        pids=sorted(state.pids), probes=list(state.probe_events),
     )
 
 
 def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> list[Entry]:
     """Rebuild one server's rows from live state.
 
-    The session keeps decode records with times (a long suffix) and raw lines without times (a
-    shorter suffix). Decode lines in the raw suffix are matched back to their timed records from
-    the end; other raw lines take the time of the nearest earlier decode line.
+    The session keeps decode records with times (a long suffix) and raw lines with their
+    receive times (a shorter suffix). Decode lines in the raw suffix are matched back to their
+    records from the end (a joined vLLM record is the one the session counted); the records
+    before the raw suffix come first, without text.
     """
     points = list(state.decode)
-    log = list(state.log)[-log_limit:] if log_limit > 0 else []
+    n = min(len(state.log), log_limit) if log_limit > 0 else 0
+    log = list(state.log)[len(state.log) - n:]
+    times = list(state.log_times)[len(state.log_times) - n:]
+    if len(times) < n:  # (a state whose lines came without times: the newest line's)
+        times = [state.last_line_t if state.last_line_t is not None else fallback_t] * (
+            n - len(times)) + times
     j = len(points) - 1
-    rows: list[tuple[float | None, str, Record | None]] = []
-    for text in reversed(log):
+    rows: list[tuple[float, str, Record | None]] = []
+    for text, t in zip(reversed(log), reversed(times), strict=True):
         rec = parse_line(text)
         if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
                 and same_line(points[j].rec, rec)):
             rows.append((_received(points[j]), text, points[j].rec))
             j -= 1
         else:
-            rows.append((None, text, rec))
+            rows.append((t, text, rec))
     rows.reverse()
-    known = next((t for t, _, _ in rows if t is not None), None)
-    if known is None:
-        known = state.last_line_t if state.last_line_t is not None else fallback_t
     entries = [Entry(_received(p), None, p.rec) for p in points[: j + 1]]
-    last = known
-    for t, text, rec in rows:
-        if t is not None:
-            last = t
-        entries.append(Entry(last, text, rec))
+    entries.extend(Entry(t, text, rec) for t, text, rec in rows)
     return entries
 
 
@@ -904,7 +926,7 @@ def snapshot_from_session(session: HostState, *, log_lines: int = MAX_LOG_LINES,
         entries = _session_entries(state, session.started_at, log_lines)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
-        servers.append(_server_snap_from_state(state, entries, log_lines, LINE_TIMES_SESSION,
+        servers.append(_server_snap_from_state(state, entries, log_lines, LINE_TIMES_EXACT,
                                                counts, "session"))
     history = [g for dq in session.gpu_history.values() for g in dq]
     if not history:
@@ -964,12 +986,28 @@ class RecordLine:
     received_at: float
 
 
+@dataclass(frozen=True)
+class RecordEvent:
+    """A feed event `record` wrote between the lines: a host probe of a server ("probe":
+    (running, probe)), its process exit ("exit": the code or None) or its pids ("pids")."""
+
+    server: str
+    kind: str
+    payload: Any
+    received_at: float
+
+
+RECORD_EVENTS = ("probe", "exit", "pids")
+
+
 def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = None,
                      on_damage: Callable[[str], None] | None = None
-                     ) -> Iterator[RecordLine | tuple[float, list[GpuSample]]]:
+                     ) -> Iterator[RecordLine | RecordEvent | tuple[float, list[GpuSample]]]:
     """Lines of a record file: {"server","path","offset","line","received_at","record"}.
 
-    Also accepts `{"gpus": [sample, ...], "received_at": t}` rows (GPU samples in agent JSON).
+    Also accepts `{"gpus": [sample, ...], "received_at": t}` rows (GPU samples in agent JSON)
+    and event rows `{"probe": {...}, "running": bool | "exit": code | null | "pids": [...],
+    "server", "received_at"}` (`RecordEvent`).
     "\n", "\r\n" and a lone "\r" (CR-only line endings) each end a row. A final row without
     its line end that does not parse but starts like one (`{`: the recorder was killed
     mid-write) is torn: skipped, and `on_torn` is called with its line number; any other bad
@@ -1007,6 +1045,10 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
         server, text = obj.get("server"), obj.get("line")
         if not isinstance(server, str) or not server:
             raise SnapshotError(f"{where}: 'server' missing or not a string")
+        kind = next((k for k in RECORD_EVENTS if k in obj), None)
+        if kind is not None and "line" not in obj:
+            yield RecordEvent(server, kind, _record_event(kind, obj, where), float(t))
+            continue
         if not isinstance(text, str):
             raise SnapshotError(f"{where}: 'line' missing or not a string")
         fpath, off = obj.get("path"), obj.get("offset")
@@ -1015,6 +1057,23 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
         if off is not None and (isinstance(off, bool) or not isinstance(off, int)):
             raise SnapshotError(f"{where}: 'offset' is not an integer")
         yield RecordLine(server, fpath, off, text, float(t))
+
+
+def _record_event(kind: str, obj: dict[str, Any], where: str) -> Any:
+    """An event row's payload, checked."""
+    v = obj[kind]
+    if kind == "probe":
+        probe = clean_probe(v)
+        if probe is None or not isinstance(obj.get("running"), bool):
+            raise SnapshotError(f"{where}: a probe row needs a 'probe' object and 'running'")
+        return obj["running"], probe
+    if kind == "exit":
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise SnapshotError(f"{where}: 'exit' is not an integer or null ({_short(v)})")
+        return _small(v, f"{where}: exit")
+    if not isinstance(v, list):
+        raise SnapshotError(f"{where}: 'pids' is not a list")
+    return _pids(v, f"{where}: pids")
 
 
 _EOL = re.compile(rb"\r\n|\r|\n")
@@ -1085,6 +1144,17 @@ def _check_line_length(p: Path, n: int, size: int) -> None:
                             "the limit for a record line (specmon.export.snapshot.MAX_RECORD_LINE)")
 
 
+def _apply_record_event(state: ServerState, ev: RecordEvent) -> None:
+    """A recorded feed event on the server's state, as the live session applied it."""
+    if ev.kind == "probe":
+        running, probe = ev.payload
+        state.set_probe(probe, running, ev.received_at)
+    elif ev.kind == "exit":
+        state.process_exited(ev.payload)
+    else:
+        state.pids = set(ev.payload)
+
+
 def snapshot_from_record(path: str | Path, *, host: str | None = None,
                          log_lines: int = MAX_LOG_LINES,
                          gpu_max_per_gpu: int = DEFAULT_GPU_MAX_PER_GPU,
@@ -1098,7 +1168,7 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     row to show (empty, blank, or only a torn row) is a SnapshotError.
     """
     p = Path(path)
-    per_server: dict[str, list[RecordLine]] = {}
+    per_server: dict[str, list[RecordLine | RecordEvent]] = {}
     seen: set[tuple[str, str | None, int, str]] = set()
     dups = 0
     gpus: list[GpuSample] = []
@@ -1108,6 +1178,12 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     damage: list[str] = []
     for item in iter_record_file(p, on_torn=torn.append, on_damage=damage.append):
         read += 1
+        if isinstance(item, RecordEvent):
+            if item.server not in per_server and len(per_server) >= MAX_SERVERS:
+                raise SnapshotError(f"{path}: more than {MAX_SERVERS} servers, the limit for one "
+                                    "snapshot (specmon.export.snapshot.MAX_SERVERS)")
+            per_server.setdefault(item.server, []).append(item)
+            continue
         if isinstance(item, tuple):
             gpus.extend(item[1])
             if len(gpus) > MAX_GPU_SAMPLES * 4:
@@ -1149,10 +1225,16 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     servers = []
     for name, items in per_server.items():
         state = session.server(name)
-        state.path = items[-1].path
-        keep_text_from = len(items) - log_lines if log_lines > 0 else len(items)
+        lines = [it for it in items if isinstance(it, RecordLine)]
+        state.path = lines[-1].path if lines else None
+        keep_text_from = len(lines) - log_lines if log_lines > 0 else len(lines)
         entries: list[Entry] = []
-        for i, it in enumerate(items):
+        i = -1
+        for it in items:
+            if isinstance(it, RecordEvent):  # in the order the live session got it
+                _apply_record_event(state, it)
+                continue
+            i += 1
             rec = parse_line(it.line)
             state.apply(it.line, rec, it.received_at)
             if rec is not None or i >= keep_text_from:

@@ -13,16 +13,17 @@ from specmon.hosts.base import ConnectionState
 from specmon.session.events import FeedSink, LineItem
 
 NOT_KEPT = "[line text not kept in snapshot]"
-# at one recorded time: a server's lines, then its exit, then a GPU poll, then an alert
-ORDER = {"lines": 0, "exit": 1, "gpus": 2, "alert": 3}
+# at one recorded time: a server's lines, then a host probe of it, then its exit, then a GPU
+# poll, then an alert
+ORDER = {"lines": 0, "probe": 1, "exit": 2, "gpus": 3, "alert": 4}
 
 
 @dataclass(slots=True)
 class Event:
     t: float
-    kind: str  # "lines" | "exit" | "gpus" | "alert"
+    kind: str  # "lines" | "probe" | "exit" | "gpus" | "alert"
     server: str
-    payload: Any  # LineItem | exit code | GPU samples (one poll) | notice text
+    payload: Any  # LineItem | (running, probe) | exit code | GPU samples (one poll) | notice text
 
 
 def timeline(snap: Snapshot) -> list[Event]:
@@ -32,6 +33,8 @@ def timeline(snap: Snapshot) -> list[Event]:
         for e in s.entries:
             text = e.line if e.line is not None else NOT_KEPT
             events.append(Event(e.t, "lines", s.name, LineItem(text, e.record, e.t)))
+        for pt, running, probe in s.probes:  # the run current then takes it, as live
+            events.append(Event(pt, "probe", s.name, (running, probe)))
         if (s.exit_code is not None or s.status in ("stopped", "crashed")) and s.entries:
             # (None: a server started by hand, seen gone, whose exit code nobody knows)
             events.append(Event(s.entries[-1].t, "exit", s.name, s.exit_code))

@@ -63,13 +63,15 @@ def notice_text(ev: TailNotice) -> str:
 
 
 async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float = 0.1,
-                    tap: Callable[[LogLine, Record | None, bool], None] | None = None) -> None:
+                    tap: Callable[[LogLine, Record | None, bool], None] | None = None,
+                    on_history_end: Callable[[str], None] | None = None) -> None:
     """Tail events -> parsed, batched `sink.lines` calls; notices -> `sink.notice`; a missing
     file -> `sink.tail_missing` (the tail keeps waiting for it).
 
     `tap` sees every raw LogLine (path and byte offset included) as it arrives, with the record
     parsed from it here (each line is parsed once) and whether the line was read whole (no free
     text: `parse_known`): `specmon record` writes them out while the sink keeps the live state.
+    `on_history_end(server)`: the server's history lines have all reached the sink.
     """
     # Bounded: when the sink falls behind, the reader waits, the tailer stops crediting the
     # agent, and the agent stops reading the file (memory stays flat while catching up). An
@@ -122,6 +124,10 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                             items = batch[ev.server] = []
                         items.append(LineItem(ev.text, rec, ev.received_at))
                         n += 1
+                    elif ev.kind == "history_end" and on_history_end is not None:
+                        deliver(batch)  # the history first: then what was read of its run
+                        batch = {}
+                        on_history_end(ev.server)
                     elif ev.kind in NOTICE_TEXT:
                         deliver(batch)  # the lines before it go first
                         batch = {}

@@ -30,6 +30,7 @@ from specmon.sources.tail import LogLine, LogTailer, TailSpec
 # workers as it runs (their environment is read once they exist), at these delays (s, summed).
 RELAUNCH_DELAYS = (1.0, 2.0, 3.0, 5.0, 8.0, 13.0)
 EXIT_POLL_S = 5.0  # how often the probed launchers are checked for having exited
+HISTORY_WAIT_S = 30.0  # a probe waits this long at most for its server's history lines
 
 
 def _roles_from_names(specs: list[TailSpec]) -> dict[str, str]:
@@ -75,6 +76,7 @@ class HostFeed:
         self._relaunched: set[str] = set()  # tailed servers whose log printed a launch line
         self._relaunching: set[str] = set()  # ... until their relaunch check is done
         self._relaunch = asyncio.Event()
+        self._history_done: set[str] = set()  # tailed servers whose history reached the sink
 
     async def drain(self, timeout: float) -> None:
         """Stop reading the logs and let every line already received reach the sink and the
@@ -158,6 +160,11 @@ class HostFeed:
         self._exited.discard(name)
         sink.server_pids(self.name, name, [s.pid, *(pid for pid, _ in s.workers)])
         res = await probe_pid(self.host, s.pid, s.engine, s.workers)
+        # the process probed writes the log's newest run: once the history's lines are in,
+        # that run is the current one (before, the probe would land on no run, or an older one)
+        deadline = time.monotonic() + HISTORY_WAIT_S
+        while name not in self._history_done and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         if res:
             sink.server_probe(self.name, name, res, running=True)
 
@@ -296,8 +303,8 @@ class HostFeed:
 
                 tailer = LogTailer(self.host, self.specs, history_lines=self.history_lines)
                 self._tailers.append(tailer)
-                self._tail_tasks.append(asyncio.create_task(pump_tail(tailer, self.name, sink,
-                                                                      tap=tap)))
+                self._tail_tasks.append(asyncio.create_task(pump_tail(
+                    tailer, self.name, sink, tap=tap, on_history_end=self._history_done.add)))
                 tasks.append(self._tail_tasks[-1])
             tasks.append(asyncio.create_task(self._probe_servers(sink)))
             tasks.append(asyncio.create_task(self._watch_exits(sink)))

@@ -152,6 +152,8 @@ class ReplayFeed:
                 sink.gpus(self.host, list(ev.payload))
             elif ev.kind == "exit":
                 sink.server_exited(self.host, ev.server, ev.payload)
+            elif ev.kind == "probe":
+                sink.server_probe(self.host, ev.server, ev.payload[1], running=ev.payload[0])
             elif ev.kind == "alert":
                 sink.notice(self.host, ev.server, ev.payload)
         flush()

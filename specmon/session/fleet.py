@@ -307,7 +307,7 @@ class FleetSession:
 
     def server_probe(self, host: str, server: str, probe: dict[str, Any],
                      running: bool = False) -> None:
-        self.server(host, server).set_probe(probe, running)
+        self.server(host, server).set_probe(probe, running, self.clock())
 
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.server(host, server).pids = set(pids)

@@ -18,7 +18,8 @@ from specmon.session.fleet import FleetSession
 
 def play(fleet: FleetSession, host: str, events: Iterable[tuple[float, str, str, Any]]) -> int:
     """Apply every (time, kind, server, payload) event once, in order: "lines" (a LineItem),
-    "gpus" (one poll; its samples go to the runs of the GPUs' owners), "exit" (the exit code);
+    "gpus" (one poll; its samples go to the runs of the GPUs' owners), "probe" ((running, the
+    host probe): the run current then takes it), "exit" (the exit code);
     any other kind (a recorded alert, which the caller lists itself) only moves the clock.
     Ticks at each new second, before its first event, and once after the last, as the replay
     does; the fleet's clock follows the event being applied. Returns the lines applied."""
@@ -41,6 +42,8 @@ def play(fleet: FleetSession, host: str, events: Iterable[tuple[float, str, str,
             fleet.gpus(host, list(payload))
         elif kind == "exit":
             fleet.server_exited(host, server, payload)
+        elif kind == "probe":
+            fleet.server_probe(host, server, payload[1], running=payload[0])
     if sec is not None:
         fleet.tick(float(sec + 1))
     return n

@@ -212,6 +212,25 @@ def pick_run(state: ServerState, k: int | None, label: str) -> Run:
     raise ValueError(f"{label}: no run {k} (the log holds runs 1..{runs[-1].index})")
 
 
+MAX_PROBE_FILES = 1000  # modified files kept from a probe read back from a file
+
+
+def clean_probe(d: Any) -> dict[str, Any] | None:
+    """A probe read back from a file (snapshot, record) with only the fields a run's
+    fingerprint reads, each of its type (a hostile file's list of objects as modified files
+    would break the comparisons); None when it is no object."""
+    if not isinstance(d, dict):
+        return None
+    out: dict[str, Any] = {k: d[k] for k in ("dist", "version", "method")
+                           if isinstance(d.get(k), str)}
+    files = d.get("modified_files")
+    if isinstance(files, list):
+        out["modified_files"] = [f for f in files if isinstance(f, str)][:MAX_PROBE_FILES]
+    if isinstance(d.get("env"), dict):
+        out["env"] = d["env"]  # each entry is checked where it is read (env_snapshots)
+    return out
+
+
 def _dist(probe: dict[str, Any]) -> str | None:
     d = probe.get("dist")
     return d if isinstance(d, str) else None

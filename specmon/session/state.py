@@ -29,6 +29,7 @@ from specmon.session.ownership import owned_gpus
 
 MAX_DECODE_POINTS = 20_000  # raw decode lines of all runs, for snapshots (~2.8 h at 2 lines/s)
 MAX_LOG_LINES = 5_000
+MAX_PROBE_EVENTS = 16  # host probes kept per server for snapshots (one per launch, mostly)
 RECENT_POINTS = 4_096  # full-resolution server-level points per run (~34 min at 2 points/s)
 TIER_SECONDS = (10.0, 60.0, 600.0)  # downsampled tiers: medians with n, for the whole run
 TIER_POINTS = 4_096  # per tier: 10 s -> 11 h, 1 min -> 68 h, 10 min -> 28 days
@@ -466,6 +467,9 @@ class ServerState:
     decode_total: int = 0
     prefill_total: int = 0
     log: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
+    # each raw line's receive time (a snapshot keeps it: a probe or exit replays between the
+    # lines it came between)
+    log_times: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
     # the record each kept line was parsed into (None: not an SGLang line), in step with `log`:
     # the UI shows the records as they were parsed once, never parsing a line again
     log_records: deque[Record | None] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
@@ -483,6 +487,9 @@ class ServerState:
     last_bench_run: int | None = None  # the index of the server's run it measured
     tail_status: str | None = None  # why no line arrives: "no such file: ...", silent file
     probe: dict[str, Any] | None = None  # latest host probe; a run starting takes it as its own
+    # every probe as it came ((time, running, probe), the newest MAX_PROBE_EVENTS): a snapshot
+    # keeps them, so a report or replay gives each run the host facts the live session gave it
+    probe_events: list[tuple[float, bool, dict[str, Any]]] = field(default_factory=list)
     engine: str | None = None  # "vllm" once a vLLM line arrived (None: SGLang or not known yet)
     # vLLM: each `SpecDecoding metrics` line joins its engine's throughput line (parse/vllm.py).
     # hold_vllm None: hold an engine line for its spec line only once the run is known to be
@@ -573,6 +580,7 @@ class ServerState:
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)
+        self.log_times.append(t)
         self.log_records.append(rec)
         if self.in_traceback:
             if text.strip() and not text.startswith((" ", "\t", "Traceback")) and rec is not None:
@@ -738,10 +746,15 @@ class ServerState:
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
 
-    def set_probe(self, probe: dict[str, Any], running: bool = False) -> None:
+    def set_probe(self, probe: dict[str, Any], running: bool = False,
+                  t: float | None = None) -> None:
         """Host facts for the launch about to start (or just started, before its first line);
-        `running`: read from the server process running now, so they are its current run's."""
+        `running`: read from the server process running now, so they are its current run's.
+        `t`: when it came (kept for snapshots)."""
         self.probe = dict(probe)
+        if t is not None:
+            self.probe_events.append((t, running, self.probe))
+            del self.probe_events[:-MAX_PROBE_EVENTS]
         cur = self.runs[-1] if self.runs else None
         if cur is not None and not cur.ended and (running or cur.lines_total == 0):
             cur.probe = self.probe

@@ -156,8 +156,10 @@ def test_session_snapshot_matches_log_lines_to_their_decode_times(data_dir):
     want = [(p.received, p.rec) for p in ref.servers["spec"].decode]
     assert [(e.t, e.record) for e in s.decode_entries()] == want
     assert [e.line for e in s.entries] == list(ref.servers["spec"].log)
-    times = [e.t for e in s.entries]
-    assert times == sorted(times)  # non-decode lines take the nearest earlier decode time
+    # every line its own receive time (a probe or an exit replays between the lines it came
+    # between: non-decode lines took the nearest earlier decode time, start-up lines a later one)
+    assert [e.t for e in s.entries] == list(ref.servers["spec"].log_times)
+    assert s.line_times == "exact"
 
 
 def test_export_session_names_file_by_host_and_time(tmp_path):

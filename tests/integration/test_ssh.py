@@ -273,8 +273,10 @@ async def test_record_end_to_end_over_ssh(sshd_server, tmp_path):
         assert p1.returncode == 0, err.decode()
         assert b"sglang-39871" in err
         rows = [json.loads(x) for x in out1.read_text().splitlines()]
-        mine = [r for r in rows if r["server"] == "sglang-39871"]
+        mine = [r for r in rows if r["server"] == "sglang-39871" and "line" in r]
         assert [r["line"] for r in mine] == [DECODE.decode().rstrip("\n"), "ready"]
+        # the feed's events of that server are rows too (pids; probe: a report replays them)
+        assert any("pids" in r for r in rows if r["server"] == "sglang-39871")
         assert mine[0]["path"] == str(slog) and mine[0]["offset"] == 0
     finally:
         fakes.stop()

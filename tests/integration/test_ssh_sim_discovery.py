@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -87,9 +88,9 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
             assert probe["dist"] == "sglang" and probe["version"]
             assert probe["modified_files"] == [str(patched.relative_to(site))]
             # ... and read the environment its launcher and TP workers run with, which a
-            # fingerprint of the run it was read from holds (the probe can land before the
-            # history's launch line makes that run: then the run goes without it, never with
-            # another process's; tests/unit/test_probe_env.py covers which run gets it)
+            # fingerprint of the run it was read from holds (the probe is delivered once the
+            # history's lines are in: the run of the process probed is the current one then;
+            # tests/unit/test_probe_env.py covers which run gets it)
             launcher, workers = env_snapshots(st.probe.get("env"))
             assert launcher is not None and launcher.vars["NCCL_PROTO"] == "LL"
             assert sorted(w.title for w in workers) == [t for _, t in s.workers]
@@ -97,8 +98,7 @@ async def test_discovery_finds_the_simulated_server_and_its_log(sshd_server, tmp
             fp = fingerprint_from(server_args=st.args, launcher=launcher, workers=workers)
             assert any("accept length is simulated (SGLANG_SIMULATE_ACC_LEN=2.5" in c
                        for c in acceptance_not_measured(fp))
-            run_env = (st.runs[-1].probe or {}).get("env")
-            assert run_env is None or run_env == st.probe["env"]
+            assert (st.runs[-1].probe or {}).get("env") == st.probe["env"]
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -251,3 +251,71 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
         for proc in (first, second):
             if proc is not None:
                 stop_group(proc)
+
+
+async def test_record_keeps_what_the_feed_learned_of_the_server_for_the_report(sshd_server,
+                                                                               tmp_path):
+    """`record` over the real sshd with a simulated server: besides its lines, the file keeps
+    the feed's events a report needs (its pids, the probe with the workers' environment, its
+    exit when it is stopped), and `export` gives the run those: the report compares the same
+    conditions the live screen did. They were lost: only lines and GPU polls were written."""
+    from specmon.commands.hostargs import HostPlan
+    from specmon.commands.record import RecordOut, record_fleet
+    from specmon.export.report import report_model
+    from specmon.export.snapshot import snapshot_from_record
+
+    port = sshd.free_port()
+    out = tmp_path / "sim.log"
+    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
+           "SPT_NOENV": "1", "NCCL_PROTO": "LL"}
+    with open(out, "ab") as f:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
+             "--startup-s", "0.3", "--tp-size", "2", "--load-concurrency", "1",
+             "--decode-log-interval", "10"],
+            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=tmp_path)
+    host = make_host(sshd_server, tmp_path)
+    rec_path = tmp_path / "rec.jsonl"
+    stop = asyncio.Event()
+    try:
+        await until(lambda: b"fired up" in out.read_bytes() or sim.poll() is not None,
+                    timeout=60, what="simulated server ready")
+        fd = os.open(rec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        rec_out = RecordOut(fd, str(rec_path))
+        task = asyncio.create_task(record_fleet([HostPlan(host)], rec_out, listen=None,
+                                                stop=stop))
+        name = f"sglang-{port}"
+
+        def rows() -> list[dict]:
+            rec_out.flush()
+            return [json.loads(x) for x in rec_path.read_text().splitlines()
+                    if x.strip() and json.loads(x).get("server") == name]
+
+        await until(lambda: any("probe" in r for r in rows()) or task.done(), timeout=30,
+                    what="the probe row")
+        stop_group(sim)
+        await until(lambda: any("exit" in r for r in rows()) or task.done(), timeout=30,
+                    what="the exit row")
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        os.close(fd)
+    finally:
+        stop.set()
+        await host.close()
+        stop_group(sim)
+    got = rows()
+    pids = next(r["pids"] for r in got if "pids" in r)
+    assert sim.pid in pids and len(pids) == 3
+    probe = next(r for r in got if "probe" in r)
+    assert probe["running"] is True
+    launcher, workers = env_snapshots(probe["probe"]["env"])
+    assert launcher.vars["NCCL_PROTO"] == "LL" and len(workers) == 2
+    assert next(r for r in got if "exit" in r)["exit"] is None  # nobody knows its code
+    # export, then the report's model: the run has the probe, the pids and the exit
+    snap = snapshot_from_record(rec_path)
+    s = next(x for x in snap.servers if x.name == name)
+    assert set(s.pids) == set(pids) and s.status == "stopped" and len(s.probes) == 1
+    st = report_model(snap).states[name]
+    assert st.runs[-1].end_reason == "exit"
+    assert env_snapshots(st.runs[-1].probe["env"])[0].vars["NCCL_PROTO"] == "LL"

@@ -364,3 +364,96 @@ def test_a_server_seen_gone_without_an_exit_code_ends_its_run_in_report_and_repl
     for st in (reported, replayed):
         assert st.runs[-1].end_reason == "exit" and st.runs[-1].exit_code is None
         assert st.status == "stopped"
+
+
+def test_the_workers_environment_the_live_session_read_is_in_the_snapshot_report_and_replay():
+    """The live probe read each server's workers' environment (no NCCL_DEBUG lines in their
+    logs): the headline said the two differ in NCCL_PROTO. A snapshot of that session kept
+    no probe, so its report and replay compared nothing there and said nothing."""
+    from dataclasses import asdict
+
+    from kit.ui import DEMO_NOW, _start, demo_decode
+
+    from specmon.analysis.fingerprint import EnvSnapshot
+    from specmon.export.report import report_doc, report_model
+    from specmon.export.snapshot import decode, encode, snapshot_from_session
+    from specmon.feeds.replay import ReplayFeed, replay_session
+    from specmon.parse.sglang import parse_line
+    from specmon.session.drift_watch import session_speedup_view
+    from specmon.session.events import LineItem
+    from specmon.session.fleet import FleetSession
+
+    now = {"t": DEMO_NOW}
+    fleet = FleetSession(["demo"], clock=lambda: now["t"])
+
+    def feed(name: str, text: str, t: float) -> None:
+        if "NCCL INFO" not in text:  # the env is known from the processes only
+            fleet.lines("demo", name, [LineItem(text, parse_line(text), t)])
+
+    def env(proto: str | None) -> dict:
+        v = {"NCCL_PROTO": proto} if proto else {}
+        return {"launcher": asdict(EnvSnapshot(10, "launcher", "ok", dict(v), {})),
+                "workers": [asdict(EnvSnapshot(11 + r, f"sglang::scheduler_TP{r}", "ok",
+                                               dict(v), {})) for r in range(2)]}
+
+    s = fleet.host("demo").session
+    t0 = DEMO_NOW - 100
+    for name, proto in (("baseline", "LL"), ("speculative", None)):
+        s.server(name).role = name
+        _start(feed, name, t0, spec=name == "speculative", nccl=False)
+        now["t"] = t0 + 1
+        fleet.server_probe("demo", name, {"dist": "sglang", "version": "0.5.23",
+                                          "env": env(proto)}, running=True)
+    for k in range(40):
+        t = t0 + 2 + 2 * k
+        feed("baseline", demo_decode(t, k, 88.8), t)
+        feed("speculative", demo_decode(t + 0.5, k, 94.0, 2.4), t + 0.5)
+    now["t"] = t0 + 90
+    live = session_speedup_view(s, s.server("baseline"), s.server("speculative"), None, 60.0,
+                                now["t"]).fingerprint_diffs
+    assert any("NCCL_PROTO LL vs unset" in d for d in live), live
+    snap = decode(encode(snapshot_from_session(s)))
+    assert [len(x.probes) for x in snap.servers] == [1, 1]
+    doc = report_doc(snap, report_model(snap))
+    assert doc["speedup"]["conditions_differ"] == list(live)
+    replayed = FleetSession([snap.host])
+    replayed.reset_host(snap.host, replay_session(snap))
+    rf = ReplayFeed(snap, playing=False)
+    rf._declare(replayed)
+    rf._push_due(replayed, rf.end)
+    rs = replayed.host(snap.host).session
+    assert session_speedup_view(rs, rs.server("baseline"), rs.server("speculative"), None, 60.0,
+                                now["t"]).fingerprint_diffs == live
+
+
+def test_a_snapshots_probes_are_checked():
+    """Each probe of a snapshot file is checked: a bad row is one line naming where, and a
+    probe's unknown or mistyped fields are left out (a list of objects as modified files
+    would break the comparisons that read it)."""
+    import json
+
+    import pytest
+
+    from specmon.export.snapshot import SnapshotError, decode, encode, snapshot_from_record
+
+    snap = snapshot_from_record(write_record(_tmp() / "r.jsonl", _rows(), _gpus()), host="h")
+    doc = json.loads(encode(snap))
+    doc["servers"][0]["probes"] = [[1772133400.0, True, {
+        "modified_files": [{"x": 1}, "sglang/srt/a.py"], "version": 5, "env": [], "x": "y"}]]
+    got = decode(json.dumps(doc).encode()).servers[0].probes
+    assert got == [(1772133400.0, True, {"modified_files": ["sglang/srt/a.py"]})]
+    for bad, why in (([[1.0, "yes", {}]], "expected [time, running, probe]"),
+                     ([[1.0, True, []]], "the probe is not an object"),
+                     ([[1e300, True, {}]], "out of range"),
+                     ([[1.0, True, {}]] * 17, "at most 16")):
+        doc["servers"][0]["probes"] = bad
+        with pytest.raises(SnapshotError, match=re.escape(why)) as ei:
+            decode(json.dumps(doc).encode())
+        assert "servers[0]: probes" in str(ei.value) and "\n" not in str(ei.value)
+
+
+def _tmp():
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.mkdtemp())
