@@ -768,7 +768,11 @@ class ServerState:
         self.runs[-1].gpu_samples.extend(g for g in samples if getattr(g, "index", None) in own)
 
     def process_exited(self, code: int | None) -> None:
-        """The server process we started has exited (signal or crash): its run ends."""
+        """The server process has exited (signal or crash): its run ends. `code` None: seen
+        gone, code unknown (a server started by hand); for a run that ended already (its exit
+        code known to whoever started it) that says nothing new."""
+        if code is None and self.runs and self.runs[-1].ended:
+            return
         self.exit_code = code
         self.status = "stopped" if code in (0, -15, 143, None) and not self.traceback else "crashed"
         if self.runs and not self.runs[-1].ended:

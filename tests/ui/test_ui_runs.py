@@ -143,3 +143,14 @@ def test_a_stopped_baseline_is_not_called_live():
                        base.run.last_received + 90, 60.0)
     assert m.big.label.startswith("vs baseline ") and "ended 90 s ago" in m.big.label
     assert "live" not in m.big.label and all("live" not in x for x in m.statements)
+
+
+def test_an_unknown_exit_code_does_not_overwrite_a_known_one():
+    """A server specmon started crashed (code 1, from its control); the feed's liveness check
+    then sees the launcher gone and reports an exit with no code: the panel must still say
+    crashed, with code 1 (it said stopped)."""
+    fleet = demo_fleet(drift=False)
+    spec = fleet.host("demo").session.server("speculative")
+    fleet.server_exited("demo", "speculative", 1)
+    fleet.server_exited("demo", "speculative", None)
+    assert (spec.status, spec.exit_code, spec.run.exit_code) == ("crashed", 1, 1)
