@@ -122,6 +122,37 @@ def stop_group(proc: subprocess.Popen) -> None:
     proc.wait(5)
 
 
+def launch_sim(tmp_path, out, env_extra: dict, *args: str) -> subprocess.Popen:  # noqa: ANN001
+    """`specmon sim server ARGS` in a process group of its own, its output appended to `out`
+    (as users run it under nohup)."""
+    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
+           "SPT_NOENV": "1", **env_extra}
+    with open(out, "ab") as f:
+        return subprocess.Popen([sys.executable, "-m", "specmon", "sim", "server", *args],
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env, cwd=tmp_path)
+
+
+@contextlib.asynccontextmanager
+async def connect_feed(host):  # noqa: ANN001, ANN201
+    """`specmon connect`'s feed of `host` into a session model (no UI), cancelled at the end."""
+    fleet = FleetSession([host.name])
+    task = asyncio.create_task(HostFeed(host, []).run(fleet))
+    try:
+        yield fleet, task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def declared(fleet: FleetSession, host, name: str, task: asyncio.Task):  # noqa: ANN001, ANN201
+    """The server's state once the connect feed has declared it."""
+    await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
+                what=f"connect feed declaring {name}")
+    return fleet.server(host.name, name)
+
+
 async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_server, tmp_path):
     """`specmon sim server --engine vllm` behind sshd: found as vllm-PORT with its log (stdout
     redirected, as `vllm serve > log 2>&1`), its Worker_TP<r> ranks, and their NCCL env."""
@@ -170,10 +201,7 @@ async def test_discovery_and_nccl_env_probe_of_the_simulated_vllm_server(sshd_se
         fleet = FleetSession([host.name])
         task = asyncio.create_task(HostFeed(host, []).run(fleet))
         try:
-            name = f"vllm-{port}"
-            await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
-                        what="connect feed declaring the vLLM server")
-            st = fleet.server(host.name, name)
+            st = await declared(fleet, host, f"vllm-{port}", task)
             assert (st.role, st.path) == ("speculative", str(out))
             await until(lambda: any(p.rec.accept_len for p in st.decode) or task.done(),
                         what="a parsed Engine line with its spec line joined")
@@ -196,15 +224,9 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
     out = tmp_path / "sim.log"
 
     def launch(proto: str) -> subprocess.Popen:
-        env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
-               "SPT_NOENV": "1", "NCCL_PROTO": proto}
-        with open(out, "ab") as f:
-            return subprocess.Popen(
-                [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
-                 "--startup-s", "0.3", "--tp-size", "2", "--load-concurrency", "1",
-                 "--decode-log-interval", "10"],
-                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env, cwd=tmp_path)
+        return launch_sim(tmp_path, out, {"NCCL_PROTO": proto}, "--port", str(port),
+                          "--startup-s", "0.3", "--tp-size", "2", "--load-concurrency", "1",
+                          "--decode-log-interval", "10")
 
     def proto_of(run) -> str | None:
         launcher, _ = env_snapshots((run.probe or {}).get("env"))
@@ -217,13 +239,8 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
         await until(lambda: out.read_bytes().count(b"fired up") == 1 or first.poll() is not None,
                     timeout=60, what="simulated server ready")
         await host.connect()
-        fleet = FleetSession([host.name])
-        task = asyncio.create_task(HostFeed(host, []).run(fleet))
-        try:
-            name = f"sglang-{port}"
-            await until(lambda: name in fleet.host(host.name).session.servers or task.done(),
-                        what="connect feed declaring the server")
-            st = fleet.server(host.name, name)
+        async with connect_feed(host) as (fleet, task):
+            st = await declared(fleet, host, f"sglang-{port}", task)
             await until(lambda: st.decode_total > 0 and st.runs and proto_of(st.runs[-1]) == "LL"
                         or task.done(), timeout=30, what="the first run's probed environment")
             # the launcher and its two TP workers, as the feed discovered them
@@ -242,10 +259,6 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
             assert proto_of(st.runs[0]) == "LL"  # the first run keeps what its processes had
             await until(lambda: st.status == "ready" or task.done(), what="the relaunch's lines")
             assert not st.runs[-1].ended and st.runs[0].end_reason == "exit"
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     finally:
         await host.close()
         for proc in (first, second):
@@ -266,15 +279,9 @@ async def test_record_keeps_what_the_feed_learned_of_the_server_for_the_report(s
 
     port = sshd.free_port()
     out = tmp_path / "sim.log"
-    env = {**os.environ, "SPECMON_SIM_DIR": str(tmp_path / "simdir"), "PYTHONPATH": str(REPO),
-           "SPT_NOENV": "1", "NCCL_PROTO": "LL"}
-    with open(out, "ab") as f:
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "specmon", "sim", "server", "--port", str(port),
-             "--startup-s", "0.3", "--tp-size", "2", "--load-concurrency", "1",
-             "--decode-log-interval", "10"],
-            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env, cwd=tmp_path)
+    sim = launch_sim(tmp_path, out, {"NCCL_PROTO": "LL"}, "--port", str(port), "--startup-s",
+                     "0.3", "--tp-size", "2", "--load-concurrency", "1",
+                     "--decode-log-interval", "10")
     host = make_host(sshd_server, tmp_path)
     rec_path = tmp_path / "rec.jsonl"
     stop = asyncio.Event()
