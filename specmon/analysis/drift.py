@@ -858,7 +858,7 @@ class DriftMonitor:
         prev = self.alert
         if best is None:
             if prev is not None and not prev.cleared:
-                self.alert = replace(prev, cleared=True, text=prev.text + " - cleared")
+                self.alert = replace(prev, cleared=True)
             return
         _, _, k, kind = best
         det = (self.detectors if kind == "y" else self.acceptance)[k]
@@ -874,7 +874,7 @@ class DriftMonitor:
             # the detector's window crossed its threshold, but the interval over the samples
             # since the change holds zero (or the effect is below the minimum): say nothing
             if prev is not None and not prev.cleared:
-                self.alert = replace(prev, cleared=True, text=prev.text + " - cleared")
+                self.alert = replace(prev, cleared=True)
             return
         text = format_estimate(est, self.label) if est else f"{self.label}: drift"
         if akind == "cycle" and est is not None:

@@ -212,6 +212,17 @@ def _repair_torn_tail(fd: int, path: str) -> None:
          "from a writer that was stopped mid-row): cut it off before appending")
 
 
+def alert_line(fleet: FleetSession, host: str, server: str, a: Any, multi: bool) -> str | None:
+    """The stderr line of an alert change, or None: by the rule the screen notifies by
+    (`should_notify`: once when raised, once when cleared), so an alert raised and cleared
+    while the history was read (never seen raised) is not said "cleared"."""
+    if not fleet.should_notify(host, server, a):
+        return None
+    name = f"{host}/{server}" if multi else server
+    return (f"{name}: {'cleared: ' if a.cleared else a.level + ': '}{a.text}"
+            + "".join(f"; cause: {c}" for c in a.causes))
+
+
 class _LoggingSink:
     """The session model's events, plus one stderr line for what a headless user must know
     (connection changes, discovery, notices, files that cannot be read)."""
@@ -297,11 +308,12 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
                            f"{exc.strerror or exc}") from None
         _log(f"Prometheus metrics on http://{server.host}:{server.port}/metrics")
     def alert(host: str, server: str, a: Any) -> None:  # drift on a stored baseline, headless
-        name = f"{host}/{server}" if multi else server
-        _log(f"{name}: {'cleared: ' if a.cleared else a.level + ': '}{a.text}"
-             + "".join(f"; cause: {c}" for c in a.causes))
+        line = alert_line(fleet, host, server, a, multi)
+        if line is not None:
+            _log(line)
 
     fleet.alert_listeners.append(alert)
+
     def event_row(host: str, server: str, obj: dict[str, Any]) -> None:
         obj.update(server=f"{host}/{server}" if multi else server,
                    received_at=round(time.time(), 6), **({"host": host} if multi else {}))

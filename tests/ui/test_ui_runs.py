@@ -154,3 +154,25 @@ def test_an_unknown_exit_code_does_not_overwrite_a_known_one():
     fleet.server_exited("demo", "speculative", 1)
     fleet.server_exited("demo", "speculative", None)
     assert (spec.status, spec.exit_code, spec.run.exit_code) == ("crashed", 1, 1)
+
+
+def test_record_says_an_alert_once_raised_and_never_a_clear_it_never_said_raised():
+    """`record` printed every alert change the tick saw: an alert raised and cleared while
+    the history was read came out as "cleared: ... - cleared" alone (seen live: its raise
+    was never printed). It follows the screen's rule now, and a clear says "cleared" once."""
+    from dataclasses import replace
+
+    from specmon.analysis.drift import Alert
+    from specmon.commands.record import alert_line
+
+    fleet = demo_fleet(drift=True)
+    raised = fleet.watches[("demo", "baseline")].last
+    assert raised is not None and not raised.cleared
+    line = alert_line(fleet, "demo", "baseline", raised, multi=False)
+    assert line is not None and line.startswith(f"baseline: {raised.level}: ")
+    assert alert_line(fleet, "demo", "baseline", raised, multi=False) is None  # said once
+    cleared = replace(raised, cleared=True)
+    assert alert_line(fleet, "demo", "baseline", cleared, multi=True) == \
+        f"demo/baseline: cleared: {raised.text}" + "".join(f"; cause: {c}" for c in raised.causes)
+    never = Alert("warning", "speculative: drift", (), None, True)
+    assert alert_line(fleet, "demo", "speculative", never, multi=False) is None
