@@ -74,7 +74,8 @@ class HostFeed:
         self._argv: dict[str, list[str]] = {}  # ... and its command line (a reused pid is not it)
         self._exited: set[str] = set()  # tailed servers whose probed launcher has exited
         self._relaunched: set[str] = set()  # tailed servers whose log printed a launch line
-        self._relaunching: set[str] = set()  # ... until their relaunch check is done
+        self._live: set[str] = set()  # tailed servers probed after their history was read
+        self._superseded: set[str] = set()  # ... whose probed process a relaunch replaced
         self._relaunch = asyncio.Event()
         self._history_done: set[str] = set()  # tailed servers whose history reached the sink
 
@@ -158,6 +159,7 @@ class HostFeed:
 
         self._probed[name], self._argv[name] = s.pid, list(s.argv)
         self._exited.discard(name)
+        self._superseded.discard(name)
         sink.server_pids(self.name, name, [s.pid, *(pid for pid, _ in s.workers)])
         res = await probe_pid(self.host, s.pid, s.engine, s.workers)
         # the process probed writes the log's newest run: once the history's lines are in,
@@ -167,25 +169,28 @@ class HostFeed:
             await asyncio.sleep(0.05)
         if res:
             sink.server_probe(self.name, name, res, running=True)
+        self._live.add(name)
 
     def _saw_launch(self, server: str) -> None:
-        """A launch line in a tailed log: if the server was relaunched, its new processes are
-        other ones, whose pids and environment the new run must have (not the old run's)."""
-        if server in self._probed:
+        """A launch line in a tailed log after the probe (the history's launch lines are the
+        probed process's own and older runs'): the server was relaunched. Its new processes
+        are other ones, whose pids and environment the new run must have (not the old run's),
+        and the old process's exit says nothing more (its run ended at this line; reported
+        now, it would end the new run)."""
+        if server in self._live:
             self._relaunched.add(server)
-            self._relaunching.add(server)  # no exit report now: it would end the new run
+            self._superseded.add(server)
             self._relaunch.set()
 
     async def _follow_relaunches(self, sink: FeedSink) -> None:
         """For each launch line of a probed server: discovery again until a launcher of the
         user's own writes that log under another pid with its TP workers up, then its probe.
-        A launch line of the history (the process probed already writes the log) ends there."""
+        One that finds the probed process still writing the log (it printed the line) ends."""
         paths = {spec.name: spec.path for spec in self.specs}
         while True:
             await self._relaunch.wait()
             self._relaunch.clear()
             pending, self._relaunched = self._relaunched, set()
-            asked = set(pending)
             found: dict[str, DiscoveredServer] = {}
             for delay in RELAUNCH_DELAYS:
                 await asyncio.sleep(delay)
@@ -201,19 +206,20 @@ class HostFeed:
                     if new:
                         found[name] = new[0]
                     elif writers:
-                        pending.discard(name)  # the process probed already: no relaunch
+                        pending.discard(name)  # the process probed printed it: no relaunch
+                        self._superseded.discard(name)
                 if set(found) >= pending and all(
                         len(s.workers) >= (s.tp_size or 1) for s in found.values()):
                     break
             for name, s in found.items():
                 await self._probe(sink, name, s)
-            self._relaunching -= asked - self._relaunched
 
     async def _watch_exits(self, sink: FeedSink) -> None:
         """A probed launcher that is gone (stopped, crashed, killed: a server started by hand
         says nothing to us) ends its server's run: the panel says stopped and the speedup says
         how long ago the run ended, instead of showing its last numbers as live. A launcher is
-        alive while a process of the user's own has its pid and command line."""
+        alive while a process of the user's own has its pid and command line; one a relaunch
+        replaced is not watched (its run ended at the relaunch's launch line)."""
         while True:
             await asyncio.sleep(EXIT_POLL_S)
             if not self._probed or self.host.state.state != "connected":
@@ -228,7 +234,7 @@ class HostFeed:
             alive = {(r[0], tuple(r[3])) for r in rows if isinstance(r, list) and len(r) == 4
                      and isinstance(r[3], list)} if isinstance(rows, list) else set()
             for name, pid in list(self._probed.items()):
-                if name not in self._exited and name not in self._relaunching \
+                if name not in self._exited and name not in self._superseded \
                         and (pid, tuple(self._argv[name])) not in alive:
                     self._exited.add(name)
                     sink.server_exited(self.name, name, None)
