@@ -881,7 +881,7 @@ def _server_snap_from_state(state: ServerState, entries: list[Entry], log_limit:
     )
 
 
-def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> list[Entry]:
+def _session_entries(state: ServerState, log_limit: int) -> list[Entry]:
     """Rebuild one server's rows from live state.
 
     The session keeps decode records with times (a long suffix) and raw lines with their
@@ -892,10 +892,7 @@ def _session_entries(state: ServerState, fallback_t: float, log_limit: int) -> l
     points = list(state.decode)
     n = min(len(state.log), log_limit) if log_limit > 0 else 0
     log = list(state.log)[len(state.log) - n:]
-    times = list(state.log_times)[len(state.log_times) - n:]
-    if len(times) < n:  # (a state whose lines came without times: the newest line's)
-        times = [state.last_line_t if state.last_line_t is not None else fallback_t] * (
-            n - len(times)) + times
+    times = list(state.log_times)[len(state.log_times) - n:]  # (in step with `log`)
     j = len(points) - 1
     rows: list[tuple[float, str, Record | None]] = []
     for text, t in zip(reversed(log), reversed(times), strict=True):
@@ -923,7 +920,7 @@ def snapshot_from_session(session: HostState, *, log_lines: int = MAX_LOG_LINES,
     """What the live session holds now (bounded by its ring buffers) as a snapshot."""
     servers = []
     for state in session.servers.values():
-        entries = _session_entries(state, session.started_at, log_lines)
+        entries = _session_entries(state, log_lines)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}
         servers.append(_server_snap_from_state(state, entries, log_lines, LINE_TIMES_EXACT,
@@ -1178,12 +1175,6 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     damage: list[str] = []
     for item in iter_record_file(p, on_torn=torn.append, on_damage=damage.append):
         read += 1
-        if isinstance(item, RecordEvent):
-            if item.server not in per_server and len(per_server) >= MAX_SERVERS:
-                raise SnapshotError(f"{path}: more than {MAX_SERVERS} servers, the limit for one "
-                                    "snapshot (specmon.export.snapshot.MAX_SERVERS)")
-            per_server.setdefault(item.server, []).append(item)
-            continue
         if isinstance(item, tuple):
             gpus.extend(item[1])
             if len(gpus) > MAX_GPU_SAMPLES * 4:
@@ -1191,14 +1182,14 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
                                     "limit for a record file (specmon.export.snapshot."
                                     "MAX_GPU_SAMPLES x 4, before downsampling)")
             continue
-        rows += 1
+        rows += 1  # a line or an event row (pids, probe, exit): both count to the limit
         if rows > MAX_ROWS:
             raise SnapshotError(f"{path}: more than {MAX_ROWS:,} record lines, the limit for one "
                                 "snapshot (specmon.export.snapshot.MAX_ROWS)")
         if item.server not in per_server and len(per_server) >= MAX_SERVERS:
             raise SnapshotError(f"{path}: more than {MAX_SERVERS} servers, the limit for one "
                                 "snapshot (specmon.export.snapshot.MAX_SERVERS)")
-        if item.offset is not None:
+        if isinstance(item, RecordLine) and item.offset is not None:
             key = (item.server, item.path, item.offset, item.line)
             if key in seen:
                 dups += 1

@@ -70,8 +70,7 @@ class HostFeed:
         self._connecting = False
         self._tailers: list[LogTailer] = []
         self._tail_tasks: list[asyncio.Task[None]] = []
-        self._probed: dict[str, int] = {}  # tailed server -> the launcher pid last probed
-        self._argv: dict[str, list[str]] = {}  # ... and its command line (a reused pid is not it)
+        self._probed: dict[str, DiscoveredServer] = {}  # tailed server -> its process probed
         self._exited: set[str] = set()  # tailed servers whose probed launcher has exited
         self._relaunched: set[str] = set()  # tailed servers whose log printed a launch line
         self._live: set[str] = set()  # tailed servers probed after their history was read
@@ -157,7 +156,7 @@ class HostFeed:
         file or a variable the workers lack can be named as a drift cause."""
         from specmon.feeds.probe import probe_pid
 
-        self._probed[name], self._argv[name] = s.pid, list(s.argv)
+        self._probed[name] = s
         self._exited.discard(name)
         self._superseded.discard(name)
         sink.server_pids(self.name, name, [s.pid, *(pid for pid, _ in s.workers)])
@@ -202,7 +201,7 @@ class HostFeed:
                     continue
                 for name in list(pending):
                     writers = [s for s in servers if s.own and s.log_path == paths.get(name)]
-                    new = [s for s in writers if s.pid != self._probed.get(name)]
+                    new = [s for s in writers if s.pid != self._probed[name].pid]
                     if new:
                         found[name] = new[0]
                     elif writers:
@@ -233,12 +232,12 @@ class HostFeed:
                 continue
             alive = {(r[0], tuple(r[3])) for r in rows if isinstance(r, list) and len(r) == 4
                      and isinstance(r[3], list)} if isinstance(rows, list) else set()
-            for name, pid in list(self._probed.items()):
+            for name, s in list(self._probed.items()):  # (a reused pid has another argv)
                 if name not in self._exited and name not in self._superseded \
-                        and (pid, tuple(self._argv[name])) not in alive:
+                        and (s.pid, tuple(s.argv)) not in alive:
                     self._exited.add(name)
                     sink.server_exited(self.name, name, None)
-                    sink.notice(self.name, name, f"process {pid} has exited: its run ended")
+                    sink.notice(self.name, name, f"process {s.pid} has exited: its run ended")
 
     async def _discover_once(self, all_users: bool = False) -> list[DiscoveredServer]:
         await self.host.wait_connected()

@@ -231,29 +231,22 @@ def clean_probe(d: Any) -> dict[str, Any] | None:
     return out
 
 
-def _dist(probe: dict[str, Any]) -> str | None:
-    d = probe.get("dist")
-    return d if isinstance(d, str) else None
-
-
 def run_fingerprint_offline(run: Run, gpus: Sequence[GpuSample] | None = None,
                             server_pids: Sequence[int] = (),
                             collected_at: float | None = None) -> Fingerprint:
     """What a run's own lines (and the probe and GPU samples it carries) say about its
     conditions: server args, NCCL_DEBUG lines, the engine's version and modified files, the
     environment of its processes, GPUs (`gpus`: these instead of the run's own samples)."""
-    probe = run.probe or {}
+    probe = clean_probe(run.probe) or {}  # each field of its type
     files = probe.get("modified_files")
-    version = probe.get("version")
     if gpus is None:
         gpus = [g for g in run.gpu_samples if isinstance(g, GpuSample)]
     launcher, workers = env_snapshots(probe.get("env"))  # read from this run's processes
     return fingerprint_from(server_args=run.args, nccl_lines=run.nccl_lines,
                             launcher=launcher, workers=workers,
-                            version=version if isinstance(version, str) else None,
-                            modified_files=list(files) if isinstance(files, list) else None,
-                            modified_method=str(probe.get("method")) if isinstance(files, list)
-                            else None, modified_dist=_dist(probe), gpus=gpu_states(gpus),
+                            version=probe.get("version"), modified_files=files,
+                            modified_method=probe.get("method") if files is not None else None,
+                            modified_dist=probe.get("dist"), gpus=gpu_states(gpus),
                             server_pids=server_pids, collected_at=collected_at)
 
 

@@ -39,6 +39,7 @@ class BigFigure:
     text: str  # "1.07x" | "N/A"
     state: str  # "win" | "lose" | "tie" | "na": from this figure's own 95% interval
     label: str  # "vs recorded baseline 88.8" | "vs live baseline 62.9 (run 2)" | "speedup"
+    short: str = "speedup"  # under the digits: "vs recorded" | "vs live base" | "vs ended base"
 
 
 @dataclass(frozen=True)
@@ -114,13 +115,14 @@ def headline_model(session: HostState, base: ServerState | None, spec: ServerSta
         return HeadlineModel("na", None, window_s, view.reason, states, view, engine)
     state = sp.verdict  # "na" when the interval is N/A (session.window.speedup_of)
     parts = format_speedup(view).split(" · ")
-    big = BigFigure(f"{sp.ratio:.2f}x", state, f"vs {baseline_label(view)}")
+    big = BigFigure(f"{sp.ratio:.2f}x", state, f"vs {baseline_label(view)}",
+                    "vs ended base" if view.base_ended_age_s is not None else "vs live base")
     if view.drift_active and view.vs_recorded is not None and view.vs_recorded_ci95 is not None \
             and view.recorded_base is not None:
         # the live baseline drifts: the number true right now is against the recorded one
         lo, hi = view.vs_recorded_ci95
         big = BigFigure(f"{view.vs_recorded:.2f}x", interval_state(lo, hi),
-                        f"vs recorded baseline {view.recorded_base:.1f}")
+                        f"vs recorded baseline {view.recorded_base:.1f}", "vs recorded")
     return HeadlineModel(state, sp, window_s, None, states, view, engine, big, tuple(parts[1:]))
 
 

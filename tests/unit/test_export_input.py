@@ -7,6 +7,7 @@ type or value is refused in one grammatical line naming the field."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,25 @@ def test_good_snapshot_fields_still_load(tmp_path, capsys):
         p.write_text(json.dumps(doc))
         s = read_snapshot(p).servers[0]
         assert (s.log_limit, s.line_times) == (log_limit, line_times)
+
+
+def test_event_rows_count_to_a_record_files_row_limit(tmp_path, monkeypatch):
+    """A record file of nothing but event rows (pids, probe, exit) is bounded like one of
+    lines: past the row limit, one line naming the file, not memory without end; a bad
+    event row is one line naming where."""
+    monkeypatch.setattr(snapmod, "MAX_ROWS", 3)
+    rec = tmp_path / "events.jsonl"
+    rec.write_text("".join(json.dumps({"pids": [100 + i], "server": "s", "received_at": T0 + i})
+                           + "\n" for i in range(5)))
+    with pytest.raises(snapmod.SnapshotError, match=r"more than 3 record lines") as ei:
+        snapmod.snapshot_from_record(rec)
+    assert str(rec) in str(ei.value) and "\n" not in str(ei.value)
+    monkeypatch.setattr(snapmod, "MAX_ROWS", 2_000_000)
+    assert snapmod.snapshot_from_record(rec).servers[0].pids == [104]  # the newest
+    for bad, why in (({"exit": "x"}, "'exit' is not an integer or null"),
+                     ({"pids": 7}, "'pids' is not a list"),
+                     ({"probe": {}, "running": "yes"}, "a probe row needs")):
+        rec.write_text(json.dumps({**bad, "server": "s", "received_at": T0}) + "\n")
+        with pytest.raises(snapmod.SnapshotError, match=re.escape(why)) as ei:
+            snapmod.snapshot_from_record(rec)
+        assert f"{rec}:1" in str(ei.value)

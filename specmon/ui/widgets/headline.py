@@ -60,9 +60,6 @@ class BigFigure(Lines):
         big = model.big
         style = STATE_STYLE[big.state]
         rows = big_text(big.text)
-        label = "vs recorded" if "recorded" in big.label else (
-            "vs live base" if "live" in big.label else
-            "vs ended base" if "ended" in big.label else "speedup")
         p: list[Piece] = []
         for i, row in enumerate(rows):
             ink = row.lstrip(_BLANK)
@@ -70,7 +67,7 @@ class BigFigure(Lines):
             # spaces, which would shift the row in a screenshot
             p.append((("\n" if i else "") + _BLANK * (len(row) - len(ink)), ""))
             p.append((ink, style))
-        p.append(("\n" + label, "$text-muted"))
+        p.append(("\n" + big.short, "$text-muted"))
         self.put(p)
         self.value = big.text  # the figure shown ("1.07x", "N/A"): tests read it
         for st in STATE_STYLE:
@@ -94,7 +91,7 @@ class SpeedupBar(Lines):
             return
         parts = format_speedup(view).split(" · ") if view is not None else [f"{sp.ratio:.2f}x"]
         big = model.big
-        honest = "recorded" in big.label
+        honest = big.short == "vs recorded"
         if honest:
             vr = view.vs_recorded_ci95 if view is not None else None
             ci = f" (95% {vr[0]:.2f}–{vr[1]:.2f})" if vr else ""
