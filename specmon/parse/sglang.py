@@ -324,7 +324,7 @@ class EventRecord:
 
 
 EVENT_KINDS = ("ready", "server_args", "max_total_num_tokens", "cuda_graph_begin",
-               "cuda_graph_end", "kv_pool_full", "traceback", "nccl_env", "spec_params",
+               "cuda_graph_end", "kv_pool_full", "traceback", "nccl_env", "spec_params", "exit",
                "spec_adaptive_init")
 
 Record = BatchRecord | EventRecord
@@ -623,6 +623,12 @@ _RE_RETRACT = re.compile(r"#retracted_reqs: (\d+)")
 # drafts only (no bonus token).
 _RE_ADAPTIVE = re.compile(r"Adaptive spec params updated(?: \((\w+)\))?: steps (\d+) -> (\d+)")
 _RE_EMA = re.compile(r"ema_accept_len=([\d.]+)")
+# uvicorn's last line at a graceful stop (SIGTERM, Ctrl-C): SGLang's and vLLM's HTTP server both
+# print it, under SGLang's `[time] ` prefix or vLLM's `(APIServer pid=N) ` tag (<= 0.30, maybe
+# coloured). The whole line must be it: a prompt logged with these words (--log-requests) is no exit.
+_RE_EXIT = re.compile(r"(?:\[[^\]\n]{1,64}\] |\(APIServer\w{0,16} pid=\d{1,10}\) )?"
+                      r"INFO: +Finished server process \[(\d{1,10})\]\s*")
+_RE_ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 _RE_ADAPTIVE_INIT = re.compile(
     r"AdaptiveSpeculativeParams initialized: steps=(\d+), candidate_steps=\[([\d,\s]*)\]")
 
@@ -687,6 +693,11 @@ def parse_event(text: str) -> EventRecord | None:
             "candidate_steps": [small_int(x) for x in m.group(2).replace(",", " ").split()]})
     elif "Traceback (most recent call last)" in text:
         ev = EventRecord("traceback")
+    elif "Finished server process [" in text:
+        m = _RE_EXIT.fullmatch(_RE_ANSI_SGR.sub("", text) if "\x1b" in text else text)
+        if m is None:
+            return None
+        ev = EventRecord("exit", data={"pid": int(m.group(1))})
     else:
         # the regex starts with \b (no literal for sre to skip to): only where its literal is
         m = _RE_NCCL_ENV.search(text) if " set by environment to " in text else None

@@ -669,7 +669,10 @@ class ServerState:
                 self.runs[-1].last_received = t
             return []
         lt = log_time(rec, t)
-        if isinstance(rec, EventRecord) and rec.kind == "server_args":
+        if isinstance(rec, EventRecord) and rec.kind in ("server_args", "vllm_args"):
+            # vLLM's launch prints `non-default args` (API server) before its config line
+            # (engine core): the new run starts at the first, so the downtime before it and
+            # the launch's own lines never lengthen the run before
             run = self._run_boundary("server_args", lt, t)
         else:
             run = self.run
@@ -742,6 +745,8 @@ class ServerState:
             run.spec_changes.append(SpecChange(  # t: the run's newest log time (this line's)
                 run.decode_total, run.last_t,
                 new if isinstance(new, int) and not isinstance(new, bool) else None))
+        elif ev.kind == "exit":  # uvicorn's last line at a graceful stop: the run ends here
+            self.process_exited(None)
         elif ev.kind == "traceback":
             self.in_traceback = True
             self.traceback = [self.log[-1]] if self.log else []
@@ -771,8 +776,12 @@ class ServerState:
         """The server process has exited (signal or crash): its run ends. `code` None: seen
         gone, code unknown (a server started by hand); for a run that ended already (its exit
         code known to whoever started it) that says nothing new."""
-        if code is None and self.runs and self.runs[-1].ended:
-            return
+        if self.runs and self.runs[-1].ended:
+            r = self.runs[-1]
+            if code is None:
+                return
+            if r.end_reason == "exit" and r.exit_code is None:  # its log said it stopped first
+                r.exit_code = code
         self.exit_code = code
         self.status = "stopped" if code in (0, -15, 143, None) and not self.traceback else "crashed"
         if self.runs and not self.runs[-1].ended:
