@@ -259,7 +259,8 @@ def record_from_json(d: Any, where: str = "record") -> Record:
     invalid = d.get("invalid", [])
     if not isinstance(invalid, list) or not all(isinstance(x, str) for x in invalid):
         raise SnapshotError(f"{where}: 'invalid' must be a list of field names")
-    return VllmEventRecord(kind=d["kind"], **stamps, data=dict(data),
+    return VllmEventRecord(kind=d["kind"], timestamp=stamps["timestamp"],
+                           time_of_day=stamps["time_of_day"], data=dict(data),
                            process=_opt_str(d, "process", where),
                            pid=_typed("pid", "int | None", d.get("pid"), where),
                            invalid=list(invalid),

@@ -234,6 +234,8 @@ class VllmEventRecord(EventRecord):
     pid: int | None = None
     invalid: list[str] = field(default_factory=list)
     date_inferred: bool = False
+    # a spec line: the accept length of the engine interval it joined (SpecJoiner), for display
+    joined_accept_len: float | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "engine": ENGINE, "timestamp": self.timestamp,
@@ -699,6 +701,9 @@ class SpecJoiner:
             if target is not None and target.spec is None and _same_process(target, rec):
                 attach(target, rec.data, self._k, self._method)
                 self._clock.accepted_rate(target)
+                # shown on the spec line (compact log): the engine line may be drawn before
+                # its spec line arrives, and the length is this line's figure
+                rec.joined_accept_len = target.accept_len
             if self._held is not None:
                 out.append(self._held)
                 self._held = None

@@ -69,7 +69,7 @@ def record_baseline(session: HostState, state: ServerState, name: str | None = N
     if not usable:
         best = stats.best()
         raise NotEnoughSamples(
-            f"{state.name}: not enough clean decode samples for a baseline "
+            "not enough clean decode samples for a baseline "  # (the notice names the server)
             f"(best stratum n={best.n if best else 0}, need {p.min_base})")
     now = now if now is not None else time.time()
     fp = run_fingerprint(session, state, run, history=True, now=now)

@@ -554,11 +554,13 @@ class ServerState:
         self.runs.append(run)
         return run
 
-    def _run_boundary(self, reason: str, t: float | None, received: float) -> Run:
-        """A start marker: a fresh run unless the current one has seen nothing yet."""
+    def _run_boundary(self, reason: str, t: float | None, received: float,
+                      repeat_starts: bool = True) -> Run:
+        """A start marker: a fresh run unless the current one has seen nothing yet (for a
+        server_args line, nor a server_args line of its own, unless `repeat_starts` is False)."""
         cur = self.runs[-1] if self.runs else None
         if cur is not None and not cur.ended and cur.lines_total == 0 and cur.prefill_total == 0 \
-                and not (reason == "server_args" and cur.has_server_args):
+                and not (reason == "server_args" and cur.has_server_args and repeat_starts):
             if t is not None and cur.start_t is None:
                 cur.start_t = t
             if reason == "server_args":
@@ -673,7 +675,7 @@ class ServerState:
             # vLLM's launch prints `non-default args` (API server) before its config line
             # (engine core): the new run starts at the first, so the downtime before it and
             # the launch's own lines never lengthen the run before
-            run = self._run_boundary("server_args", lt, t)
+            run = self._run_boundary("server_args", lt, t, repeat_starts=rec.kind == "server_args")
         else:
             run = self.run
         run.touch(lt, t)

@@ -61,3 +61,32 @@ def test_compact_log_shows_a_vllm_spec_line_as_its_counts():
         else:
             assert text == (f"{hhmmss} drafts since start: {want['accepted_total']} accepted "
                             f"of {want['drafted_total']}")
+
+
+def test_compact_accept_length_is_on_the_spec_line_whatever_the_redraw_order():
+    """Live, the panel drew a vLLM engine line with "acc" only when its spec line had arrived
+    before the redraw (seen: some intervals with it, some without). The length is the spec
+    line's figure: it is shown there, as the session joined it, and never on the engine line.
+    The pair is real (pid 92107, tests/data/vllm-logs/real-lines.jsonl)."""
+    import json
+
+    from kit.paths import ROOT
+
+    from specmon.parse.sglang import parse_line
+    from specmon.session.state import ServerState
+    from specmon.ui.widgets import compact_line
+
+    rows = [json.loads(x) for x in (ROOT / "tests/data/vllm-logs/real-lines.jsonl").open()]
+    engine, spec = (next(r["line"] for r in rows if "pid=92107)" in r["line"]
+                         and r["kind"] == kind) for kind in ("decode", "spec"))
+    s = ServerState("spec", role="speculative")
+    s.hold_vllm = True
+    s.apply(engine, parse_line(engine), 1.0)
+    eng_rec = s.log_records[-1]
+    before = compact_line(engine, eng_rec)  # drawn before the spec line came
+    s.apply(spec, parse_line(spec), 1.1)
+    after = compact_line(engine, eng_rec)
+    assert before == after and " acc " not in after and "28.4 tok/s" in after
+    joined = [p.rec for p in s.run.decode]
+    assert len(joined) == 1 and joined[0].accept_len == 2.2  # vLLM's mean, bonus included
+    assert compact_line(spec, s.log_records[-1]) == "16:21:55 drafts: 78 accepted of 195 · acc 2.20"

@@ -119,3 +119,16 @@ def test_vllm_relaunch_without_an_exit_line_ends_the_run_at_its_last_line() -> N
     first = run_row(s.runs[0])
     assert len(s.runs) == 2 and first["end_reason"] == "next_run"
     assert first["end"].endswith("23:17:05")
+
+
+def test_too_few_samples_for_b_is_one_line_naming_the_server_once() -> None:
+    """Seen live: "vllm-32000: baseline not recorded: vllm-32000: not enough clean ..."."""
+    from specmon.session.fleet import FleetSession
+
+    fleet = FleetSession(["h"], clock=lambda: 1e9)
+    fleet.declare_server("h", "vllm-32000", "baseline", None)
+    said: list[str] = []
+    fleet.notice_listeners.append(lambda h, s, text: said.append(f"{s}: {text}"))
+    fleet.request_baseline("h", "vllm-32000")
+    assert len(said) == 1 and said[0].count("vllm-32000") == 1, said
+    assert said[0].startswith("vllm-32000: baseline not recorded: not enough clean decode")

@@ -18,7 +18,7 @@ from textual.reactive import reactive
 from textual.widgets import Input, Log, Static
 
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
-from specmon.parse.vllm import VllmEventRecord
+from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord
 from specmon.redact import redact_text
 from specmon.session.state import ServerState
 from specmon.ui.keys import bindings
@@ -67,15 +67,18 @@ class StickyLog(Log):
 
 def compact_line(line: str, rec: Record | None) -> str:
     """A log line reduced to what matters (time, bs, tok/s, accept len as "acc"), from the
-    record the session parsed it into; a vLLM spec line to its counts (its accept length is
-    on the engine line it joins, as "acc"); other lines unchanged."""
+    record the session parsed it into; a vLLM spec line to its counts and the accept length
+    of the interval it joins ("acc": on this line, which vLLM prints after the engine line, so
+    it never depends on whether both arrived before a redraw); other lines unchanged."""
     if isinstance(rec, VllmEventRecord) and rec.kind == "spec":
+        length = rec.joined_accept_len  # as joined onto its engine line's interval
+        tail = f" · acc {length:.2f}" if length is not None else ""
         acc, dra = rec.data.get("accepted"), rec.data.get("drafted")
         if acc is not None and dra is not None:
-            return f"{_time(rec)} drafts: {acc} accepted of {dra}"
+            return f"{_time(rec)} drafts: {acc} accepted of {dra}{tail}"
         tot_a, tot_d = rec.data.get("accepted_total"), rec.data.get("drafted_total")
         if tot_a is not None and tot_d is not None:  # V0: since the server started
-            return f"{_time(rec)} drafts since start: {tot_a} accepted of {tot_d}"
+            return f"{_time(rec)} drafts since start: {tot_a} accepted of {tot_d}{tail}"
     if not isinstance(rec, BatchRecord):
         return plain(redact_text(line))
     ts = _time(rec)
@@ -83,8 +86,8 @@ def compact_line(line: str, rec: Record | None) -> str:
     if rec.kind == "decode":
         out = (f"{ts}{dp} bs {num(rec.running_req, '{}')} "
                f"{num(rec.gen_throughput, '{:.1f}')} tok/s")
-        if rec.accept_len is not None:
-            out += f" acc {rec.accept_len:.2f}"
+        if rec.accept_len is not None and not isinstance(rec, VllmDecodeRecord):
+            out += f" acc {rec.accept_len:.2f}"  # (vLLM's: on its spec line, drawn with it)
         if rec.queue_req:
             out += f" queue {rec.queue_req}"
         if rec.cuda_graph is False:
