@@ -83,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
     spec: list[Segment] = []
     damage: list[CliError] = []  # read errors: advice on the lines before them, then said
     states = [read_state(name, damage) for name in args.spec_logs]
-    for st in states:
-        spec.extend(segments(st))
+    for name, st in zip(args.spec_logs, states, strict=True):
+        own = segments(st)
+        spec.extend(own)
+        if own and not any(s.speculative for s in own):  # `advise BASE SPEC`, as compare's order
+            print(f"specmon advise: {name}: no speculative decode lines (no accept length), "
+                  "not used; a baseline server's log goes after --baseline-log", file=sys.stderr)
     bstate = read_state(args.baseline_log, damage) if args.baseline_log else None
     base = segments(bstate) if bstate is not None else []
     if args.baseline_log and any(s.speculative for s in base):

@@ -137,6 +137,16 @@ def test_baseline_log_must_be_the_baseline(logs):
     assert r.returncode == 2 and "non-speculative" in r.stderr
 
 
+def test_a_baseline_log_among_the_spec_logs_is_said_not_used(logs):
+    """`advise BASE SPEC` (compare's order): the baseline was dropped without a word, and the
+    advice said only "no --baseline-log"."""
+    r = advise(str(logs["base"]), str(logs["s2"]))
+    assert r.returncode == 0, r.stderr
+    assert f"{logs['base']}: no speculative decode lines (no accept length), not used; a " \
+        "baseline server's log goes after --baseline-log" in r.stderr
+    assert "s2.log: no speculative" not in r.stderr
+
+
 def test_real_log_without_its_launch_line_says_so(data_dir):
     # a real EAGLE-3 bs-1 run (tests/data/sglang-longlogs): decode lines only, no server_args
     r = advise(str(data_dir / "sglang-longlogs/rtxpro6000-agentic-spec-bs1.log.gz"))
