@@ -38,7 +38,8 @@ DEFAULT_PORT = 9464
 METRIC_NAMES = (
     "specmon_host_connection_state", "specmon_host_up", "specmon_host_stale",
     "specmon_host_last_update_timestamp_seconds",
-    "specmon_server_ready", "specmon_server_running_requests", "specmon_server_engine_info",
+    "specmon_server_ready", "specmon_server_run_ended", "specmon_server_running_requests",
+    "specmon_server_engine_info",
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
@@ -82,6 +83,9 @@ class FleetCollector(Collector):
         last = fam("specmon_host_last_update_timestamp_seconds",
                    "Unix time of the last log line or GPU sample from the host", ["host"])
         ready = fam("specmon_server_ready", "1 when the server is ready (decoding or idle)", SERVER)
+        ended = fam("specmon_server_run_ended", "1 when the server's newest run has ended (it "
+                    "stopped or exited and is not relaunched yet): its figures, and a speedup "
+                    "against it, are that run's last, not live", SERVER)
         running = fam("specmon_server_running_requests", "#running-req of the last decode line",
                       SERVER)
         engine = fam("specmon_server_engine_info", "1 per server: its engine and what its "
@@ -161,6 +165,7 @@ class FleetCollector(Collector):
             for name, srv in hv.session.servers.items():
                 lab = [h, name, srv.role or ""]
                 ready.add_metric(lab, 1.0 if srv.status == "ready" else 0.0)
+                ended.add_metric(lab, 1.0 if srv.runs and srv.runs[-1].ended else 0.0)
                 eng = srv.engine or "sglang"
                 engine.add_metric([*lab, eng, throughput_label(eng)], 1.0)
                 if srv.last_decode is not None and srv.last_decode.running_req is not None:

@@ -145,6 +145,35 @@ def test_a_stopped_baseline_is_not_called_live():
     assert "live" not in m.big.label and all("live" not in x for x in m.statements)
 
 
+def test_a_stop_line_in_the_log_ends_the_run_for_the_headline_and_metrics():
+    """A server tailed by `--log` (no process to watch) printed uvicorn's stop line: the
+    headline said "vs live baseline" and /metrics had no word that the run had ended."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specmon.export.prometheus import registry_for
+
+    fleet = demo_fleet(drift=False)
+    s = fleet.host("demo").session
+    base = s.server("baseline")
+    reg = registry_for(fleet)
+
+    def ended() -> dict[str, float]:
+        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+        return {x.labels["server"]: x.value for x in fams["specmon_server_run_ended"].samples}
+
+    assert ended() == {"baseline": 0.0, "speculative": 0.0}
+    t = base.run.last_received + 1
+    _feed(fleet, "baseline", "[2026-02-26 19:30:00] INFO:     Finished server process [4242]", t)
+    assert base.status == "stopped" and base.run.end_reason == "exit"
+    assert ended() == {"baseline": 1.0, "speculative": 0.0}
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    m = headline_model(s, base, s.server("speculative"), watches, t + 30, 60.0)
+    assert m.big.label.startswith("vs baseline ") and "live" not in m.big.label
+    _restart(fleet, "baseline", t + 40)  # relaunched: a new run, not ended
+    assert ended()["baseline"] == 0.0 and base.status != "stopped" and len(base.runs) == 2
+
+
 def test_an_unknown_exit_code_does_not_overwrite_a_known_one():
     """A server specmon started crashed (code 1, from its control); the feed's liveness check
     then sees the launcher gone and reports an exit with no code: the panel must still say
