@@ -889,6 +889,19 @@ def _fork_shares(name: str, ranges: list[tuple[int, int]], share: list[list[int]
 # --- server runs of a plain file ------------------------------------------------------------
 
 RUN_MARK = b"server_args="  # (a line with it may start a server run)
+# vLLM's launch lines: `non-default args:` (API server), then each engine core's config line
+VLLM_RUN_MARKS = (b"non-default args:", b"LLM engine (v")
+VLLM_HEAD = 1 << 20  # bytes of a file searched for vLLM's lines to tell its engine
+
+
+def vllm_log(fh: BinaryIO) -> bool:
+    """Whether a plain file is a vLLM server's log, from its first VLLM_HEAD bytes: its launch
+    and stats lines come every ~10 s (a mixed file is an error the summary names). Such logs
+    are small (a line per stats interval) and read in order, by runs; the cut at `server_args=`
+    lines is SGLang's."""
+    fh.seek(0)
+    head = fh.read(VLLM_HEAD)
+    return b"non-default args:" in head or any(p.search(head) for p in _VLLM_MARKS)
 # more lines with the mark, or more of their bytes: read in order, one run in memory at a time
 MAX_RUN_HEADS = 10_000
 MAX_HEAD_BYTES = 64 << 20
@@ -967,7 +980,7 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
         size = st.st_size
         if not stat.S_ISREG(st.st_mode) or size == 0 or fh.read(2) == b"\x1f\x8b":
             return None
-        if find_all(fh, b"\r", end=size, most=1):
+        if vllm_log(fh) or find_all(fh, b"\r", end=size, most=1):
             return None
         marks = find_all(fh, RUN_MARK, end=size, most=4 * MAX_RUN_HEADS)
         if len(marks) >= 4 * MAX_RUN_HEADS:

@@ -124,25 +124,31 @@ class LogSummary:
                 self.first_time, self.last_time, self.invalid)
 
     def groups(self) -> dict[bool, dict[int | None, dict[str, float | int | None]]]:
-        """Per server kind, per #running-req: n, median, p10, p90 of gen throughput."""
+        """Per server kind, per #running-req: n, median, p10, p90 of gen throughput. An
+        interval at 0 tok/s (vLLM's idle line after a burst) is counted apart, as every other
+        front end leaves it out of its medians (`session.window.stats_for`)."""
         buckets: dict[tuple[bool, int | None], Counter[float]] = {}
         unreadable: Counter[tuple[bool, int | None]] = Counter()
+        idle: Counter[tuple[bool, int | None]] = Counter()
         for (spec, rr, gt), c in self.throughput.items():
             if gt is None:
                 unreadable[(spec, rr)] += c
+                continue
+            if gt <= 0:
+                idle[(spec, rr)] += c
                 continue
             bucket = buckets.get((spec, rr))
             if bucket is None:  # (setdefault would build a Counter per key: 0.17 s on 1M lines)
                 bucket = buckets[(spec, rr)] = Counter()
             bucket[gt] += c
         out: dict[bool, dict[int | None, dict[str, float | int | None]]] = {}
-        for key in set(buckets) | set(unreadable):
+        for key in set(buckets) | set(unreadable) | set(idle):
             spec, rr = key
             vals = buckets.get(key, Counter())
             p10, med, p90 = _quantiles(vals)
             out.setdefault(spec, {})[rr] = {
                 "n": sum(vals.values()), "median": med, "p10": p10, "p90": p90,
-                "unreadable": unreadable.get(key, 0),
+                "unreadable": unreadable.get(key, 0), "idle": idle.get(key, 0),
             }
         return out
 
@@ -199,6 +205,7 @@ class LogSummary:
                     f"  {rr_text:>12}  {g['n']:>8,}  {_num(g['median']):>10}  {_num(g['p10']):>10}"
                     f"  {_num(g['p90']):>10}"
                     + (f"  ({g['unreadable']} unreadable)" if g["unreadable"] else "")
+                    + (f"  (+{g['idle']:,} at 0 tok/s: idle, not counted)" if g["idle"] else "")
                 )
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})

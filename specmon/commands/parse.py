@@ -19,6 +19,7 @@ from typing import Any
 from specmon.analysis.logfile import (
     NO_LINES,
     RUN_MARK,
+    VLLM_RUN_MARKS,
     LogLines,
     PartialRead,
     find_all,
@@ -29,12 +30,14 @@ from specmon.analysis.logfile import (
     run_segments,
     summarise,
     summarise_buffer,
+    vllm_log,
 )
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.numfmt import spread_text
 from specmon.parse.sglang import EventRecord, parse_line
+from specmon.parse.vllm import VllmEventRecord
 
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
 
@@ -128,9 +131,9 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
         for line in lines:
             if not line.endswith(b"\n"):
                 line += b"\n"
-            if RUN_MARK in line:
+            if RUN_MARK in line or any(m in line for m in VLLM_RUN_MARKS):
                 rec = parse_line(line)
-                if isinstance(rec, EventRecord) and rec.kind == "server_args":
+                if isinstance(rec, EventRecord) and rec.kind in ("server_args", "vllm_args"):
                     flush()
                     size = 0
                     done, cur = _run_at(cur, rec)
@@ -150,8 +153,17 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
 
 
 def _run_at(cur: RunPart, rec: EventRecord) -> tuple[RunPart | None, RunPart]:
-    """The run rule at a `server_args` line: (the run it ended, if any; the run it is in)."""
+    """The run rule at a `server_args` line, or vLLM's `non-default args` line that starts its
+    launch (ServerState's `_run_boundary` rule): (the run it ended, if any; the run it is in)."""
     done = None
+    if rec.kind == "vllm_args":  # a new run after one with stats lines; its config line follows
+        if cur.summary.recognised:
+            done, cur = cur, RunPart(cur.index + 1)
+        cur.start = cur.start or rec.timestamp or rec.time_of_day
+        return done, cur
+    if (isinstance(rec, VllmEventRecord) and cur.has_args and not cur.summary.recognised
+            and all(cur.args.get(k) == v for k, v in rec.data.items())):
+        return None, cur  # the next DP engine's copy of the config line: the same launch
     if cur.summary.recognised or cur.has_args:
         done, cur = cur, RunPart(cur.index + 1)
     cur.args, cur.has_args = dict(rec.data), True
@@ -198,6 +210,8 @@ def _may_hold_runs(name: str) -> bool:
         try:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode) or fh.read(2) == b"\x1f\x8b":
                 return True
+            if vllm_log(fh):
+                return True  # (its launches are not `server_args=` lines: read by runs)
             marks = find_all(fh, RUN_MARK, most=2)
             return bool(marks) and (len(marks) == 2
                                     or bool(find_all(fh, b" batch", end=marks[0], most=1)))

@@ -251,3 +251,45 @@ def test_parse_runs_and_compare_show_the_same_per_run_medians(tmp_path):
         assert (s["median_tok_s"], s["n"], s["accept_len_median"]) == (
             srow["median_tok_s"], srow["n"], srow["accept_len_median"])
         assert srow["accept_len_median"] is not None and 2.0 < srow["accept_len_median"] < 3.0
+
+
+def test_a_vllm_log_with_two_launches_gets_one_section_per_run(tmp_path):
+    """`parse` of a vLLM log with two launches blended them into one table (its launches are no
+    `server_args=` lines), where `parse --runs` listed two runs; an idle line (0 tok/s) counted
+    in `parse`'s medians and nowhere else. Now: a section per run, with `--runs`' own numbers
+    and times (the second run starts at its `non-default args` line), the idle line apart.
+    The lines: tests/data/vllm-logs/gen-baseline-0.11.log (vLLM's format strings), twice."""
+    import re
+    from datetime import datetime, timedelta
+
+    lines = (ROOT / "tests/data/vllm-logs/gen-baseline-0.11.log").read_text().splitlines()
+    last = [x for x in lines if "Engine 000:" in x][-1]
+    when = re.search(r"11-20 (\d\d:\d\d:\d\d)", last).group(1)
+    later = (datetime.strptime(when, "%H:%M:%S") + timedelta(seconds=10)).strftime("%H:%M:%S")
+    idle = re.sub(r"Avg generation throughput: [\d.]+", "Avg generation throughput: 0.0",
+                  last.replace(when, later))  # (an interval without tokens, at Running: 16)
+    nd = ("(APIServer pid={p}) INFO 11-20 {t} [utils.py:233] non-default args: "
+          "{{'max_num_seqs': {n}}}")
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join([
+        nd.format(p=200, t="09:59:59", n=64), *lines, idle,
+        "INFO:     Finished server process [200]",
+        nd.format(p=300, t="11:00:00", n=128), *(x.replace("11-20 10:", "11-20 11:") for x in lines),
+    ]) + "\n")
+    res = run(str(log))
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.decode()
+    heads = re.findall(r"^==== run (\d)  (\S+ \S+) -> (\S+ \S+)  ", text, re.M)
+    rows = re.findall(r"^\s+16\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)(.*)$", text, re.M)
+    assert [h[0] for h in heads] == ["1", "2"] and len(rows) == 2, text
+    assert "(+1 at 0 tok/s: idle, not counted)" in rows[0][4] and not rows[1][4]
+    res = run(str(log), "--runs", "--json")
+    objs = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [(o["start"], o["end"]) for o in objs] == [(h[1], h[2]) for h in heads]
+    assert objs[0]["end"].endswith(later) and objs[0]["end_reason"] == "exit"
+    assert objs[1]["start"].endswith("11:00:00") and objs[1]["start_reason"] == "server_args"
+    for o, (n, med, p10, p90, _) in zip(objs, rows, strict=True):
+        (row,) = [r for r in o["by_running_req"] if r["running_req"] == 16]
+        assert row["n"] == int(n) == 40
+        assert (row["median_tok_s"], row["p10"], row["p90"]) == pytest.approx(
+            (float(med), float(p10), float(p90)), abs=0.006)
