@@ -35,7 +35,7 @@ from specmon.hosts import HostError
 from specmon.hosts.base import ConnectionState
 from specmon.jsonout import dumps_line
 from specmon.parse.gpu_sample import GpuSample
-from specmon.parse.sglang import Record, parse_line
+from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.redact import redact_obj, redact_text
 from specmon.sources.tail import LogLine
 from specmon.textsafe import json_safe
@@ -223,6 +223,15 @@ def alert_line(fleet: FleetSession, host: str, server: str, a: Any, multi: bool)
             + "".join(f"; cause: {c}" for c in a.causes))
 
 
+def stop_line_text(host: str, server: str, rec: EventRecord) -> str:
+    """What `record` says of a log's graceful-stop line (its run ended there), as the feed's
+    exit watch says a discovered process's exit: a server tailed by --log has no other."""
+    when = rec.timestamp or rec.time_of_day
+    return (f"{host}: {server}: its log says the server stopped"
+            + (f" at {when}" if when else "")
+            + f" (Finished server process [{rec.data.get('pid')}]): its run ended")
+
+
 class _LoggingSink:
     """The session model's events, plus one stderr line for what a headless user must know
     (connection changes, discovery, notices, files that cannot be read)."""
@@ -288,6 +297,8 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
         nonlocal count
         out.write(_fleet_line_json(host, ev, rec, whole, multi))
         count += 1
+        if isinstance(rec, EventRecord) and rec.kind == "exit":
+            _log(stop_line_text(host, ev.server, rec))
 
     def gpu_tap(host: str, samples: list[GpuSample]) -> None:
         if samples:

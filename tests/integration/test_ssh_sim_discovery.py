@@ -267,7 +267,7 @@ async def test_a_relaunch_after_connect_gets_its_own_pids_and_environment(sshd_s
 
 
 async def test_record_keeps_what_the_feed_learned_of_the_server_for_the_report(sshd_server,
-                                                                               tmp_path):
+                                                                               tmp_path, capsys):
     """`record` over the real sshd with a simulated server: besides its lines, the file keeps
     the feed's events a report needs (its pids, the probe with the workers' environment, its
     exit when it is stopped), and `export` gives the run those: the report compares the same
@@ -304,6 +304,9 @@ async def test_record_keeps_what_the_feed_learned_of_the_server_for_the_report(s
         stop_group(sim)
         await until(lambda: any("exit" in r for r in rows()) or task.done(), timeout=30,
                     what="the exit row")
+        # the log's own stop line (uvicorn's, printed by a SIGTERMed server) is said too
+        await until(lambda: any("Finished server process" in r.get("line", "") for r in rows())
+                    or task.done(), timeout=30, what="the stop line")
         stop.set()
         await asyncio.wait_for(task, 30)
         os.close(fd)
@@ -312,6 +315,8 @@ async def test_record_keeps_what_the_feed_learned_of_the_server_for_the_report(s
         await host.close()
         stop_group(sim)
     got = rows()
+    said = capsys.readouterr().err
+    assert f"{name}: its log says the server stopped at " in said and "its run ended" in said
     pids = next(r["pids"] for r in got if "pids" in r)
     assert sim.pid in pids and len(pids) == 3
     probe = next(r for r in got if "probe" in r)
