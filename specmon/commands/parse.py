@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     except PartialRead as exc:
         print(exc.summary.render())  # what was read before the damage is still reported
         raise
+    if total.engine == "vllm":  # a vLLM log its head did not tell (`vllm_log`): by runs
+        return summary_by_run(args.files)
     if not total.recognised and not total.events:
         print(total.render())
         print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
@@ -193,7 +195,9 @@ def _file_runs(name: str) -> Iterator[RunPart] | None:
         segments = run_segments(name)
     except CliError:  # a read error, engines mixed in a run: the in-order read prints the
         return None  # runs before it, then says what is wrong, where
-    return runs_of_segments(segments) if segments is not None else None
+    if segments is None or any(part.engine == "vllm" for _, part in segments):
+        return None  # (vLLM's launches are no `server_args=` lines: read in order, by runs)
+    return runs_of_segments(segments)
 
 
 def _may_hold_runs(name: str) -> bool:

@@ -282,6 +282,21 @@ def test_a_vllm_log_with_two_launches_gets_one_section_per_run(tmp_path):
     heads = re.findall(r"^==== run (\d)  (\S+ \S+) -> (\S+ \S+)  ", text, re.M)
     rows = re.findall(r"^\s+16\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)(.*)$", text, re.M)
     assert [h[0] for h in heads] == ["1", "2"] and len(rows) == 2, text
+    # the same log after more than the first MiB of other lines (the engine is told from the
+    # head; a log cut by rotation may start with request lines): the same sections
+    late = tmp_path / "late.log"
+    junk = "".join(f"(APIServer pid=200) INFO 11-20 09:59:58 [logger.py:41] Received request "
+                   f"cmpl-{i:06d}: prompt: 'hello', params: SamplingParams(n=1)\n"
+                   for i in range(12_000))
+    assert len(junk) > 1 << 20
+    late.write_text(junk + log.read_text())
+    res2 = run(str(late))
+    assert res2.returncode == 0, res2.stderr
+    def sections(out: str) -> str:  # (run 1 has the other lines too: "lines read" differs)
+        body = out.split("==== run 1", 1)[1].replace(str(late), str(log))
+        return re.sub(r"lines read: [\d,]+", "lines read: N", body)
+
+    assert sections(res2.stdout.decode()) == sections(text)
     assert "(+1 at 0 tok/s: idle, not counted)" in rows[0][4] and not rows[1][4]
     res = run(str(log), "--runs", "--json")
     objs = [json.loads(x) for x in res.stdout.splitlines()]
