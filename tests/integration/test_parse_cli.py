@@ -297,6 +297,11 @@ def test_a_vllm_log_with_two_launches_gets_one_section_per_run(tmp_path):
         return re.sub(r"lines read: [\d,]+", "lines read: N", body)
 
     assert sections(res2.stdout.decode()) == sections(text)
+    packed = tmp_path / "late.log.gz"  # read in order (gzip): the same runs
+    packed.write_bytes(gzip.compress(late.read_bytes()))
+    res3 = run(str(packed))
+    assert res3.returncode == 0, res3.stderr
+    assert sections(res3.stdout.decode().replace(str(packed), str(late))) == sections(text)
     assert "(+1 at 0 tok/s: idle, not counted)" in rows[0][4] and not rows[1][4]
     res = run(str(log), "--runs", "--json")
     objs = [json.loads(x) for x in res.stdout.splitlines()]
