@@ -901,7 +901,7 @@ def vllm_log(fh: BinaryIO) -> bool:
     lines is SGLang's."""
     fh.seek(0)
     head = fh.read(VLLM_HEAD)
-    return b"non-default args:" in head or any(p.search(head) for p in _VLLM_MARKS)
+    return VLLM_RUN_MARKS[0] in head or any(p.search(head) for p in _VLLM_MARKS)
 # more lines with the mark, or more of their bytes: read in order, one run in memory at a time
 MAX_RUN_HEADS = 10_000
 MAX_HEAD_BYTES = 64 << 20

@@ -37,7 +37,7 @@ from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.numfmt import spread_text
 from specmon.parse.sglang import EventRecord, parse_line
-from specmon.parse.vllm import VllmEventRecord
+from specmon.parse.vllm import VllmEventRecord, repeats_config
 
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
 
@@ -171,7 +171,7 @@ def _run_at(cur: RunPart, rec: EventRecord) -> tuple[RunPart | None, RunPart]:
         cur.start = cur.start or rec.timestamp or rec.time_of_day
         return done, cur
     if (isinstance(rec, VllmEventRecord) and cur.has_args and not cur.summary.recognised
-            and all(cur.args.get(k) == v for k, v in rec.data.items())):
+            and repeats_config(cur.args, rec.data)):
         return None, cur  # the next DP engine's copy of the config line: the same launch
     if cur.summary.recognised or cur.has_args:
         done, cur = cur, RunPart(cur.index + 1)

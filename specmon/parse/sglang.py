@@ -330,6 +330,9 @@ EVENT_KINDS = ("ready", "server_args", "max_total_num_tokens", "cuda_graph_begin
 Record = BatchRecord | EventRecord
 
 
+RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal control sequences (colours) in a log
+
+
 def _as_text(line: str | bytes) -> str:
     if isinstance(line, bytes):
         line = line.decode("utf-8", errors="replace")
@@ -628,7 +631,6 @@ _RE_EMA = re.compile(r"ema_accept_len=([\d.]+)")
 # coloured). The whole line must be it: a prompt logged with these words (--log-requests) is no exit.
 _RE_EXIT = re.compile(r"(?:\[[^\]\n]{1,64}\] |\(APIServer\w{0,16} pid=\d{1,10}\) )?"
                       r"INFO: +Finished server process \[(\d{1,10})\]\s*")
-_RE_ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 _RE_ADAPTIVE_INIT = re.compile(
     r"AdaptiveSpeculativeParams initialized: steps=(\d+), candidate_steps=\[([\d,\s]*)\]")
 
@@ -694,7 +696,7 @@ def parse_event(text: str) -> EventRecord | None:
     elif "Traceback (most recent call last)" in text:
         ev = EventRecord("traceback")
     elif "Finished server process [" in text:
-        m = _RE_EXIT.fullmatch(_RE_ANSI_SGR.sub("", text) if "\x1b" in text else text)
+        m = _RE_EXIT.fullmatch(RE_ANSI.sub("", text) if "\x1b" in text else text)
         if m is None:
             return None
         ev = EventRecord("exit", data={"pid": int(m.group(1))})

@@ -64,6 +64,7 @@ from specmon.parse.sglang import (
     MAX_ACCEPT_LEN,
     MAX_INT_DIGITS,
     MAX_THROUGHPUT,
+    RE_ANSI,
     BatchRecord,
     EventRecord,
     Record,
@@ -78,7 +79,6 @@ ENGINE = "vllm"
 MARKERS = ("Avg prompt throughput", "SpecDecoding metrics", "Speculative metrics:",
            "LLM engine (v", "non-default args:", "Starting vLLM API server")
 
-_RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RE_CONTAINER_TS = re.compile(
     r"^\s*(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(?:Z|[+-]\d{2}:?\d{2})?\s")
 # The level starts the header proper; the process tag, when there is one, ends just before it
@@ -274,7 +274,7 @@ def clean(line: str | bytes) -> str:
     if "\x00" in line:
         line = line.replace("\x00", "")
     if "\x1b" in line:
-        line = _RE_ANSI.sub("", line)
+        line = RE_ANSI.sub("", line)
     line = line.rstrip("\r\n")
     if "\r" in line:
         parts = [p for p in line.split("\r") if p.strip()]
@@ -840,6 +840,12 @@ def attach(dec: VllmDecodeRecord, spec: dict[str, Any], k: int | None = None,
 
 # methods whose drafts can be shorter than k (no draft, or a short match): Drafted / k is no count
 SHORT_DRAFT_METHODS = frozenset({"ngram", "ngram_gpu", "suffix", "[ngram]"})
+
+
+def repeats_config(args: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a vLLM config line repeats the run's own (the next DP engine's copy, <= 0.11):
+    the same launch, not a new run (the session's and `parse`'s run rule)."""
+    return all(args.get(k) == v for k, v in config.items())
 
 
 def join_records(records: Any) -> list[Record]:

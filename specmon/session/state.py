@@ -23,6 +23,7 @@ from specmon.parse.vllm import (
     VllmEventRecord,
     combine_engines,
     engine_of,
+    repeats_config,
     sglang_equivalents,
 )
 from specmon.session.ownership import owned_gpus
@@ -652,7 +653,7 @@ class ServerState:
     def _same_config(self, rec: VllmEventRecord) -> bool:
         cur = self.runs[-1] if self.runs else None
         return (cur is not None and not cur.ended and cur.has_server_args and cur.lines_total == 0
-                and all(cur.args.get(k) == v for k, v in rec.data.items()))
+                and repeats_config(cur.args, rec.data))
 
     def flush(self) -> list[DecodePoint]:
         """The end of the input: a vLLM engine line still waiting for its spec line counts now."""
