@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baseline": ("baseline_cmd", "record, list, show and delete drift baselines"),
     "record": ("record",
                "tail SGLang or vLLM server logs on a host (no UI) and write them as JSON lines"),
-    "connect": ("connect_cmd", "open the live UI on a host's SGLang servers ('local' or over SSH)"),
+    "connect": ("connect_cmd", "open the live UI on a host's SGLang and vLLM servers ('local' or over SSH)"),
     "demo": ("demo_cmd",
              "the live UI on a simulated host: a baseline and a speculative server (no GPU needed)"),
     "sim": ("sim_cmd",

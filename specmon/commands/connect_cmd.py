@@ -1,4 +1,4 @@
-"""`specmon connect TARGET...`: the live UI on hosts' SGLang servers (SSH or local).
+"""`specmon connect TARGET...`: the live UI on hosts' SGLang and vLLM servers (SSH or local).
 
 One path for every form (a single host is a fleet of one): TARGETs (or the config's
 [hosts.NAME]) -> one HostFeed each -> the one session model -> the app, with the config's
@@ -38,7 +38,7 @@ Key = tuple[str, str]  # (host, server), as every server is keyed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Connect to TARGET over SSH (or 'local'), find its SGLang servers (or tail "
+    p.description = ("Connect to TARGET over SSH (or 'local'), find its SGLang and vLLM servers (or tail "
                      "--log NAME=PATH), and show them live. A --log NAME containing 'base' or 'spec' "
                      "sets the server's role; otherwise it is read from the log.")
     add_hosts(p)

@@ -1,7 +1,8 @@
-"""Find SGLang servers on a host from its process table (through the host agent).
+"""Find SGLang and vLLM servers on a host from its process table (through the host agent).
 
-A server is a process whose command line runs `sglang.launch_server`, `sglang serve`, or the
-simulated `specmon sim server`; its `sglang::scheduler*` descendants are its TP workers. Port,
+A server is a process whose command line runs `sglang.launch_server`, `sglang serve`, `vllm
+serve` (or vLLM's API server module), or the simulated `specmon sim server`; its
+`sglang::scheduler*` (vLLM: EngineCore / Worker) descendants are its GPU workers. Port,
 TP size and speculative flags come from the command line; the log file is the `--log-file` of
 the command line when it names a regular file (relative to the process's working directory),
 else where the main process's fd 2 (else fd 1) points when that is a regular file. A server
@@ -87,7 +88,7 @@ class DiscoveredServer:
 
 
 def _is_launcher(argv: list[str]) -> tuple[bool, bool]:
-    """(is an SGLang server main process, is the simulated server)."""
+    """(is an SGLang or vLLM server's main process, is the simulated server)."""
     if not argv or argv[0].startswith("sglang::"):
         return False, False
     # Only an interpreter running the module/script, or the script itself, counts: a
