@@ -60,7 +60,11 @@ def line(b: Mapping[str, Any]) -> str:
                 "tok/s (every emitted token, prefill steps incl.)")
     value, source = accept(b)
     acc = f"{num(value, '{:.2f}')} ({source})" if value is not None else "N/A"
-    return (f"{head}, accept length {acc}; log decode-only {f('server_gen_throughput')} tok/s")
+    # the log's number is SGLang's last decode line: one log interval, not the run's median
+    gen = _f(b, "server_gen_throughput")
+    log = (f"log's last decode line {num(gen, '{:.1f}')} tok/s (decode-only, one interval)"
+           if gen is not None else "log decode-only tok/s N/A")
+    return f"{head}, accept length {acc}; {log}"
 
 
 def from_json(d: Any) -> dict[str, Any] | None:

@@ -1,0 +1,23 @@
+"""How a benchmark reads in every front end (`session.benchmarks.line`): each number says what
+it is. The log's figure is SGLang's last decode line (one log interval), not a median over the
+benchmark: shown beside the end-to-end figure it must not read as the run's decode-only rate."""
+
+from __future__ import annotations
+
+from specmon.session.benchmarks import line
+
+BASE = {"server": "base", "kind": "builtin", "concurrency": 1, "output_len": 128,
+        "completed": 20, "output_tok_s": 27.4, "mean_ttft_ms": 11.4, "mean_itl_ms": 36.63}
+
+
+def test_the_logs_figure_names_its_one_interval() -> None:
+    text = line({**BASE, "server_gen_throughput": 26.44})
+    assert "end-to-end output 27.4 tok/s" in text
+    assert "log's last decode line 26.4 tok/s (decode-only, one interval)" in text
+    assert "accept length N/A" in text  # nothing measured, nothing shown
+
+
+def test_no_log_figure_is_na_not_a_number() -> None:
+    text = line({**BASE, "server_gen_throughput": float("nan")})
+    assert text.endswith("log decode-only tok/s N/A")
+    assert "nan" not in text
