@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +115,7 @@ class Measured:
     per_position: tuple[float, ...] | None = None
     drafts: float = 0.0
     named: str = ""  # "base.log run 3 (started 2026-10-30 14:02:11)"
+    launch: str = ""  # the server run it belongs to ("spec.log run 2")
 
     @property
     def band(self) -> tuple[float, float]:
@@ -181,7 +182,8 @@ def measure(seg: Segment, running_req: int) -> Measured | None:
     pp, drafts = _measured_positions(lines)
     return Measured(seg.run, seg.steps, seg.topk, seg.draft_tokens, running_req, acc_mean, cycle,
                     tok_s, len(lines), ne, se_thr, se_acc, se_cyc,
-                    tuple(seg.histogram) if seg.histogram else None, pp, drafts, seg.named())
+                    tuple(seg.histogram) if seg.histogram else None, pp, drafts, seg.named(),
+                    seg.launch)
 
 
 def _measured_positions(lines: Sequence[BatchRecord]) -> tuple[tuple[float, ...] | None, float]:
@@ -533,8 +535,8 @@ class Advice:
     def no_recommendation(self) -> str | None:
         if not self.conditions_differ:
             return None
-        return ("no setting recommended: the baseline and the speculative server differ in more "
-                "than speculation (" + "; ".join(self.conditions_differ) + "), so the speedup "
+        return ("no setting recommended: the runs it compares differ in more than speculation ("
+                + "; ".join(self.conditions_differ) + "), so the speedup "
                 "and the predictions mix speculation with those differences; make them match")
 
     @property
@@ -568,6 +570,7 @@ class Advice:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "running_req": self.running_req,  # the batch size advised (text: "advice at")
             "measured": [m.to_json() for m in self.measured],
             "baseline_run": self.baseline_run,
             "baseline_ms_per_token": _round(self.baseline_ms_per_token),
@@ -654,12 +657,19 @@ def _tau_range(p: Profile, mx: int) -> tuple[float, float]:
     return tau, 1.0 + min(float(mx), sum(p.survival))
 
 
+# (run a, run b, #running-req) -> what differs between the two server runs besides speculation,
+# by their launch names ("spec.log run 2"): the session's one rule, handed in by the session layer
+Conditions = Callable[[str, str, int], Sequence[str]]
+
+
 def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
-           running_req: int | None = None, conditions_differ: Sequence[str] = ()) -> Advice:
+           running_req: int | None = None, conditions: Conditions | None = None) -> Advice:
     """The advice for the speculative segments `spec` (oldest first), optionally against a
-    baseline server's segments. `conditions_differ`: how the baseline's conditions differ from
-    the speculative server's in anything but speculation; while non-empty no setting is
-    recommended. Raises CannotAdvise saying what is missing."""
+    baseline server's segments. `conditions`: how two runs differ in anything but speculation;
+    it is asked of every run the advice pools (each speculative run measured, against the
+    baseline run used, else against the newest speculative run), at the batch size advised,
+    and while any differs no setting is recommended. Raises CannotAdvise saying what is
+    missing."""
     spec = [s for s in spec if s.speculative]
     if not spec:
         raise CannotAdvise("no speculative decode lines (no 'accept len' field) in the logs")
@@ -765,12 +775,31 @@ def advise(spec: Sequence[Segment], baseline: Sequence[Segment] = (),
         best = Candidate(ref.steps or 0, ref.topk or 1, ref.draft_tokens or (ref.steps or 0) + 1,
                          ref.tok_s, ref.band, ref.tok_s / base.tok_s if base else None,
                          ref.accept_len or 1.0, ref.t_cycle_ms or 0.0, "measured")
+    conditions_differ = (_pooled_conditions(conditions, measured, base, running_req)
+                         if conditions is not None else [])
     if conditions_differ:
         best = None
     vllm = any(isinstance(ln.rec, VllmDecodeRecord) for s in spec for ln in s.lines)
     return Advice(running_req, tuple(measured), base, profile, cost, tuple(cands), best,
                   tuple(assumptions), ref, tuple(conditions_differ), "vllm" if vllm else "sglang",
                   spec[-1].algorithm)
+
+
+def _pooled_conditions(conditions: Conditions, measured: Sequence[Measured],
+                       base: Measured | None, running_req: int) -> list[str]:
+    """What differs besides speculation among the runs the advice pools: each speculative run
+    measured against the baseline run its speedups use (without one: against the newest
+    speculative run). Named by run when several speculative runs are pooled."""
+    launches = list(dict.fromkeys(m.launch for m in measured))
+    ref = base.launch if base is not None else launches[-1]
+    out: list[str] = []
+    for launch in launches:
+        if launch == ref:
+            continue
+        for d in conditions(ref, launch, running_req):
+            one = base is not None and len(launches) == 1
+            out.append(d if one else f"{ref} vs {launch}: {d}")
+    return list(dict.fromkeys(out))
 
 
 def _tau_se_measured(p: Profile, mx: int) -> float:

@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def read_state(name: str, damage: list[CliError] | None = None) -> ServerState:
+def read_state(name: str, damage: list[CliError] | None = None,
+               label: str | None = None) -> ServerState:
     """A log through the session model (`ServerState.apply`): the advisor reads its runs. A
     read error part-way ends the log there and goes to `damage` (without it: raised)."""
     from specmon.analysis.logfile import LogLines
@@ -46,8 +47,7 @@ def read_state(name: str, damage: list[CliError] | None = None) -> ServerState:
     from specmon.parse.vllm import EngineGuard
     from specmon.session.state import ServerState
 
-    label = "stdin" if name == "-" else name.rsplit("/", 1)[-1]
-    state = ServerState(label)
+    state = ServerState(label or _label(name))
     guard = EngineGuard(name)  # a log that mixes SGLang and vLLM lines is an error
     n_decode = 0
     line_no = 0
@@ -71,6 +71,17 @@ def read_state(name: str, damage: list[CliError] | None = None) -> ServerState:
     return state
 
 
+def _label(name: str) -> str:
+    return "stdin" if name == "-" else name.rsplit("/", 1)[-1]
+
+
+def _labels(names: list[str]) -> list[str]:
+    """Each log's name in the advice: its file name, or its path where two share a file name
+    (runs are told apart by these names: /a/server.log and /b/server.log are two servers)."""
+    short = [_label(n) for n in names]
+    return [s if short.count(s) == 1 else n for s, n in zip(short, names, strict=True)]
+
+
 def run(args: argparse.Namespace) -> int:
     from specmon.analysis.advisor import CannotAdvise, advise, holdout_checks
 
@@ -82,25 +93,24 @@ def run(args: argparse.Namespace) -> int:
 
     spec: list[Segment] = []
     damage: list[CliError] = []  # read errors: advice on the lines before them, then said
-    states = [read_state(name, damage) for name in args.spec_logs]
+    labels = _labels([*args.spec_logs, *([args.baseline_log] if args.baseline_log else [])])
+    states = [read_state(name, damage, label)
+              for name, label in zip(args.spec_logs, labels, strict=False)]
     for name, st in zip(args.spec_logs, states, strict=True):
         own = segments(st)
         spec.extend(own)
         if own and not any(s.speculative for s in own):  # `advise BASE SPEC`, as compare's order
             print(f"specmon advise: {name}: no speculative decode lines (no accept length), "
                   "not used; a baseline server's log goes after --baseline-log", file=sys.stderr)
-    bstate = read_state(args.baseline_log, damage) if args.baseline_log else None
+    bstate = read_state(args.baseline_log, damage, labels[-1]) if args.baseline_log else None
     base = segments(bstate) if bstate is not None else []
     if args.baseline_log and any(s.speculative for s in base):
         raise CliError(f"{args.baseline_log}: has speculative decode lines; --baseline-log is "
                        "the non-speculative server's log")
-    from specmon.session.runs import run_conditions
+    from specmon.session.advice import launch_conditions
 
-    # the one rule (as compare and the headline): what differs besides speculation
-    differ = (run_conditions(bstate.runs[-1], states[-1].runs[-1], args.running_req)
-              if bstate is not None and bstate.runs and states[-1].runs else [])
-    try:
-        adv = advise(spec, base, args.running_req, differ)
+    try:  # (what differs besides speculation: the one rule, asked of every run pooled)
+        adv = advise(spec, base, args.running_req, launch_conditions([*states, bstate]))
     except CannotAdvise as exc:
         if args.json:
             print(dumps({"error": str(exc)}))

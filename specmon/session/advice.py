@@ -9,13 +9,13 @@ server-level decode interval (a DP server's groups summed), on the times SGLang 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from specmon.analysis.advisor import Advice, CannotAdvise, Line, MeasuredSpeedup, Segment, advise
 from specmon.session.drift_watch import run_fingerprint
-from specmon.session.runs import run_unknowns, stamp
+from specmon.session.runs import run_conditions, run_unknowns, stamp
 from specmon.session.speedup import fingerprint_differences, unknown_text
 from specmon.session.state import HostState, Run, ServerState
 from specmon.session.window import run_speedup
@@ -62,6 +62,24 @@ def segments(state: ServerState, label: str | None = None,
     if out and histogram:
         out[-1].histogram = list(histogram)
     return out
+
+
+def launch_conditions(states: Sequence[ServerState | None],
+                      live: Callable[[Run, Run, int], list[str] | None] | None = None,
+                      ) -> Callable[[str, str, int], list[str]]:
+    """The advisor's `conditions`: two runs, by the launch names `segments` gives them, compared
+    by the one rule (`run_conditions`, from their launch lines); `live` may answer first for a
+    pair it knows more of (the live session's current runs: workers' environment too)."""
+    runs = {f"{st.name} run {run.index}": run for st in states if st is not None
+            for run in st.runs}
+
+    def conditions(a: str, b: str, running_req: int) -> list[str]:
+        ra, rb = runs.get(a), runs.get(b)
+        if ra is None or rb is None:
+            return []
+        found = live(ra, rb, running_req) if live is not None else None
+        return found if found is not None else run_conditions(ra, rb, running_req)
+    return conditions
 
 
 def with_speedup(adv: Advice, base: ServerState | None, spec: ServerState,
@@ -124,13 +142,16 @@ def host_advice(session: HostState, window_s: float) -> Advice:
     hist = getattr(spec.last_bench, "spec_histogram", None)
     segs = segments(spec, spec.name, hist)  # the session's runs, no re-parse
     bsegs = segments(base, base.name) if base is not None else []
-    differ: list[str] = []
-    if base is not None and base.runs and spec.runs:
-        rr = spec.last_decode.running_req if spec.last_decode is not None else None
-        differ = fingerprint_differences(run_fingerprint(session, base),
-                                         run_fingerprint(session, spec), rr)
+
+    def current(a: Run, b: Run, running_req: int) -> list[str] | None:
+        """The two servers' current runs: their live fingerprints (workers' environment too)."""
+        if base is None or not base.runs or not spec.runs or (a, b) != (base.runs[-1],
+                                                                       spec.runs[-1]):
+            return None
+        return fingerprint_differences(run_fingerprint(session, base),
+                                       run_fingerprint(session, spec), running_req)
     try:
-        adv = advise(segs, bsegs, conditions_differ=differ)
+        adv = advise(segs, bsegs, conditions=launch_conditions([spec, base], current))
     except CannotAdvise as exc:
         if not bsegs:
             raise

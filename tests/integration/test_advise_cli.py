@@ -19,16 +19,20 @@ from specmon.sim.engine import simulate  # noqa: E402
 CASE = ev.Case(5, 0.8, 0.15, 0.03)
 
 
-def write_log(path: Path, cfg, seconds: float) -> Path:
+def run_lines(cfg, seconds: float, start: float = 1.78e9, **extra: object) -> list[str]:
+    """One launch: its server_args line (tp 8 unless `extra` says otherwise), then its lines."""
     s = cfg.spec
     args = {"model_path": "m", "tp_size": 8, "speculative_algorithm": s.algorithm if s else None,
             "speculative_num_steps": s.num_steps if s else None,
             "speculative_eagle_topk": s.eagle_topk if s else None,
-            "speculative_num_draft_tokens": s.num_draft_tokens if s else None}
-    lines = [formats.line("0.5.23", 1.78e9, formats.server_args_message("0.5.23", args))]
-    lines += [sl.text for sl in simulate(cfg, duration_s=seconds, env=ev.TUNED,
-                                         start=1.78e9 + 1)]
-    path.write_text("\n".join(lines) + "\n")
+            "speculative_num_draft_tokens": s.num_draft_tokens if s else None, **extra}
+    lines = [formats.line("0.5.23", start, formats.server_args_message("0.5.23", args))]
+    return lines + [sl.text for sl in simulate(cfg, duration_s=seconds, env=ev.TUNED,
+                                               start=start + 1)]
+
+
+def write_log(path: Path, cfg, seconds: float, **extra: object) -> Path:
+    path.write_text("\n".join(run_lines(cfg, seconds, **extra)) + "\n")
     return path
 
 
@@ -52,7 +56,7 @@ def test_json_shape_and_values(logs):
     r = advise(str(logs["s2"]), str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert list(d) == ["measured", "baseline_run", "baseline_ms_per_token", "speedup",
+    assert list(d) == ["running_req", "measured", "baseline_run", "baseline_ms_per_token", "speedup",
                        "break_even_accept_len", "assumptions", "candidates", "best", "flags",
                        "conditions_differ", "no_recommendation"]
     started = logs["base"].read_text()[1:20]  # the log time of its server_args line
@@ -218,3 +222,41 @@ def test_a_baseline_without_its_launch_line_is_said_with_the_speedup(logs, tmp_p
             "speedup may measure more than speculation); break-even accept len ") in line
     r = advise(str(logs["s4"]), "--baseline-log", str(logs["base"]), "--json")
     assert json.loads(r.stdout)["speedup"]["conditions_unknown"] == []  # its launch line read
+
+
+def test_every_speculative_run_pooled_is_checked_whatever_the_order(logs, tmp_path):
+    """The advice pools every speculative log's runs: one at tp 4 against a tp-8 baseline is
+    named and blocks a recommendation in either argument order (it was checked only when last)."""
+    tp4 = write_log(tmp_path / "s4tp.log", CASE.engine(CASE.spec(4), 2), 150, tp_size=4)
+    for order in ((logs["s2"], tp4), (tp4, logs["s2"])):
+        r = advise(*map(str, order), "--baseline-log", str(logs["base"]), "--json")
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["conditions_differ"] == ["base.log run 1 vs s4tp.log run 1: tp_size: 8 vs 4"]
+        assert d["best"] is None and "s4tp.log run 1" in d["no_recommendation"]
+
+
+def test_conditions_are_those_of_the_baseline_run_the_advice_uses(tmp_path):
+    """A baseline log whose last run has too few lines: the advice's t_b is run 1's, so run 1's
+    conditions (tp 4) are compared, not run 2's (tp 8, as the speculative server's)."""
+    base = CASE.engine(None, 4)
+    run2 = run_lines(base, 150, start=1.78e9 + 500)
+    batch = [i for i, x in enumerate(run2) if "Decode batch" in x]
+    path = tmp_path / "base2.log"
+    path.write_text("\n".join(run_lines(base, 150, tp_size=4) + run2[:batch[1]]) + "\n")
+    spec = write_log(tmp_path / "s2.log", CASE.engine(CASE.spec(2), 1), 150)
+    d = json.loads(advise(str(spec), "--baseline-log", str(path), "--json").stdout)
+    assert d["baseline_run"].startswith("baseline base2.log run 1 ")
+    assert d["conditions_differ"] == ["tp_size: 4 vs 8"] and d["best"] is None
+
+
+def test_batch_limits_below_the_advised_batch_size_are_no_difference(tmp_path):
+    """SGLang lowers cuda_graph_max_bs and max_running_requests when speculation is on: at the
+    batch size advised (chosen by the advisor when not given) they are no difference, as in
+    compare; a limit below it is."""
+    base = write_log(tmp_path / "b.log", CASE.engine(None, 4), 150, max_running_requests=2048,
+                     cuda_graph_max_bs=256)
+    spec = write_log(tmp_path / "s.log", CASE.engine(CASE.spec(2), 1), 150,
+                     max_running_requests=48, cuda_graph_max_bs=48)
+    d = json.loads(advise(str(spec), "--baseline-log", str(base), "--json").stdout)
+    assert d["running_req"] < 48 and d["conditions_differ"] == [] and d["best"] is not None

@@ -98,7 +98,7 @@ def test_one_run_advice_states_the_assumption_and_json_has_exact_shape():
                      120, "s3")
     adv = advise(seg)
     d = adv.to_json()
-    assert list(d) == ["measured", "baseline_run", "baseline_ms_per_token", "speedup",
+    assert list(d) == ["running_req", "measured", "baseline_run", "baseline_ms_per_token", "speedup",
                        "break_even_accept_len", "assumptions", "candidates", "best", "flags",
                        "conditions_differ", "no_recommendation"]
     assert list(d["measured"][0]) == ["run", "steps", "topk", "draft_tokens", "running_req",
@@ -246,12 +246,20 @@ def test_no_recommendation_while_conditions_differ(costly_decaying):
     _, spec, base, _ = costly_decaying
     differ = ["disable_custom_all_reduce: False vs True",
               "NCCL env seen by the workers, NCCL_PROTO: LL vs unset"]
-    adv = advise(spec, base, conditions_differ=differ)
+    asked: list[tuple[str, str, int]] = []
+
+    def conditions(a: str, b: str, rr: int) -> list[str]:
+        asked.append((a, b, rr))
+        return differ
+
+    adv = advise(spec, base, conditions=conditions)
+    # asked once, of the baseline run used against the speculative run, at the advised size
+    assert asked == [("base.log run 1", "spec.log run 1", adv.running_req)]
     assert adv.best is None and adv.flags is None
     d = adv.to_json()
     assert d["best"] is None and d["flags"] is None and d["conditions_differ"] == differ
-    assert d["no_recommendation"].startswith("no setting recommended: the baseline and the "
-                                             "speculative server differ")
+    assert d["no_recommendation"].startswith("no setting recommended: the runs it compares "
+                                             "differ in more than speculation")
     assert all(x in d["no_recommendation"] for x in differ)
-    assert advise(spec, base, conditions_differ=[]).best is not None  # the list alone decides
+    assert advise(spec, base, conditions=lambda a, b, rr: []).best is not None  # it decides
     json.dumps(d, allow_nan=False)
