@@ -827,6 +827,11 @@ class DriftMonitor:
         return det, acc
 
     def _add(self, s: Sample) -> None:
+        if self.baseline.fixed and s.stratum.spec:
+            # a given value is a plain server's tok/s; a speculative line's sample is its cycle
+            # rate (gen / accept len): no number to hold against it
+            self.filter.excluded["speculative_vs_value"] += 1
+            return
         if self.running_req is None and self.baseline.fixed:
             self.running_req = s.rr
         if self.running_req is not None and s.rr != self.running_req:

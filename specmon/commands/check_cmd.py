@@ -197,6 +197,11 @@ def render(out: dict[str, Any]) -> str:
         lines.append(out["alert"])
     elif out["verdict"] == "insufficient":
         lines.append(f"not enough comparable samples (clean live n={out['live']['n']})")
+        if out["excluded_by_reason"].get("speculative_vs_value"):
+            lines.append("the run's decode lines are a speculative server's: --baseline-value "
+                         "is a plain server's tok/s, not held against them; judge them against "
+                         "a baseline recorded from a speculative run (specmon baseline record), "
+                         "or compare the two servers' logs (specmon compare BASE SPEC)")
     if out.get("run") is not None:
         lines.append(f"judged: run {out['run']} of {out['runs_total']} (from {out['start'] or '?'})"
                      + (", the last" if out["run"] == out["runs_total"] else ""))

@@ -323,3 +323,23 @@ def test_vllm_baseline_and_check_read_the_runs_args_as_the_session_does(tmp_path
     out = json.loads(capsys.readouterr().out)
     assert out["causes"] == ["server args changed: enforce_eager default -> True; "
                              "max_num_seqs 64 -> default"]
+
+
+def test_a_value_is_not_held_against_a_speculative_log(tmp_path, data_dir, capsys):
+    """--baseline-value is a plain server's tok/s; a speculative line's drift sample is its
+    cycle rate (gen / accept len): a spec log at exactly that tok/s read as -67 % drift. It is
+    not compared, and check says why and what to use instead (real vLLM EAGLE-3 log too)."""
+    spec = tmp_path / "spec.log"
+    spec.write_text("\n".join(log_lines(60, 150.0, 3, spec=True)) + "\n")
+    for log, value in ((spec, "150"), (data_dir / "vllm-logs/gen-eagle3-0.11.log", "850")):
+        assert main(["check", str(log), "--baseline-value", value]) == 3
+        text = capsys.readouterr().out
+        assert text.startswith("verdict: insufficient\n") and "drift" not in text
+        assert "speculative server's: --baseline-value is a plain server's tok/s" in text
+        assert main(["check", str(log), "--baseline-value", value, "--json"]) == 3
+        d = json.loads(capsys.readouterr().out)
+        assert d["verdict"] == "insufficient" and d["excluded_by_reason"]["speculative_vs_value"] > 0
+    plain = tmp_path / "base.log"
+    plain.write_text("\n".join(log_lines(60, 150.0, 3)) + "\n")
+    assert main(["check", str(plain), "--baseline-value", "150"]) == 0  # a plain log still is
+    capsys.readouterr()
