@@ -91,6 +91,8 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
         "received_at": _micros(ev.received_at),
         "record": rec,
     }
+    if ev.skipped:  # the run's log before this line was not read (history after the head)
+        obj["skipped"] = ev.skipped
     if host is not None:
         obj["host"] = host
     return dumps_line(obj)
@@ -299,6 +301,11 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
         count += 1
         if isinstance(rec, EventRecord) and rec.kind == "exit":
             _log(stop_line_text(host, ev.server, rec))
+        if ev.skipped:
+            name = ev.server if not multi else f"{host}/{ev.server}"
+            _log(f"{name}: the history starts {ev.skipped:,} bytes after the run's start-up "
+                 "lines: its lines between them are not recorded, and its figures will cover "
+                 "the lines read (--whole-file records the whole log)")
 
     def gpu_tap(host: str, samples: list[GpuSample]) -> None:
         if samples:

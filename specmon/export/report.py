@@ -38,6 +38,7 @@ from specmon.session.runs import (
     run_by_rr,
     run_fingerprint_offline,
     run_row,
+    runs_span,
     time_break_texts,
 )
 from specmon.session.speedup import unknown_text
@@ -421,6 +422,7 @@ def _run_doc(run: Run) -> dict[str, Any]:
     ndt = ndt if isinstance(ndt, int) and not isinstance(ndt, bool) else None
     row = run_row(run)
     return {"run": run.index, "start": row["start"], "end": row["end"],
+            "partial": row["partial"],
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "exit_code": run.exit_code, "args": row["args"], "decode_lines": run.lines_total,
             "by_running_req": run_by_rr(run), "accept_len": _accept(run, ndt),
@@ -438,7 +440,8 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
                            "baseline": base.name if base else None,
                            "speculative": spec.name if spec else None,
                            "base_median": None, "spec_median": None, "conditions_differ": [],
-                           "conditions_unknown": [], "by_running_req": [], "reason": None}
+                           "conditions_unknown": [], "by_running_req": [], "reason": None,
+                           "span": "whole runs"}
     if base is None or spec is None:
         out["reason"] = "needs one baseline and one speculative server"
         return out
@@ -455,6 +458,9 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
     if sp is None:
         out["reason"] = cmp.why
         return out
+    b_run = next((r for r in base.runs if r.index == out["base_run"]), None)
+    s_run = next((r for r in spec.runs if r.index == out["spec_run"]), None)
+    out["span"] = runs_span(*(r for r in (b_run, s_run) if r is not None))
     out.update(value=sp["value"], ci95=sp["ci95"], ci95_reason=sp["ci95_reason"],
                running_req=sp["running_req"], n_base=sp["n_base"], n_spec=sp["n_spec"],
                base_median=res["baseline"]["median_tok_s"],
@@ -580,7 +586,8 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                            f"(started by {r['start_reason']}, "
                            f"{'ended: ' + r['end_reason'] if r['end_reason'] else 'current'}"
                            + (f", exit code {r['exit_code']}" if r["exit_code"] is not None
-                              else "") + f"); {r['args']}; {r['decode_lines']:,} decode lines"))
+                              else "") + f"); {r['args']}; {r['decode_lines']:,} decode lines"
+                           + (f"; **{r['partial']}**" if r.get("partial") else "")))
             if not r["by_running_req"]:
                 b.append(("p", "no decode lines with a throughput"))
             else:
@@ -612,7 +619,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
             b.append(("p", f"**Speedup {sp['value']:.3f}×** ({ci_text}) at bs "
                            f"{sp['running_req']}: {sp['speculative']} run {sp['spec_run']} "
                            f"{sp['spec_median']:.2f} / {sp['baseline']} run {sp['base_run']} "
-                           f"{sp['base_median']:.2f} tok/s (medians over the whole runs, n "
+                           f"{sp['base_median']:.2f} tok/s (medians over {sp['span']}, n "
                            f"{sp['n_spec']}/{sp['n_base']}). The interval assumes independent "
                            "samples; consecutive log intervals are correlated, so read it as a "
                            "lower bound on the uncertainty."))

@@ -283,6 +283,7 @@ class Entry:
     t: float
     line: str | None
     record: Record | None
+    skipped: int = 0  # bytes of the log not read right before this line (history after the head)
 
 
 @dataclass
@@ -396,6 +397,10 @@ def to_doc(snap: Snapshot) -> dict[str, Any]:
                 "line_columns": LINE_COLUMNS,
                 "lines": [[e.t, e.line, record_to_json(e.record) if e.record is not None else None]
                           for e in s.entries],
+                # [row index, bytes of the log not read before that row] (history after the
+                # start-up lines): the run holding it is partial
+                **({"gaps": gaps} if (gaps := [[i, e.skipped] for i, e in enumerate(s.entries)
+                                               if e.skipped]) else {}),
             }
             for s in snap.servers
         ],
@@ -516,6 +521,12 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
                 raise SnapshotError(f"{wr}: line is not a string")
             s.entries.append(Entry(float(t), line,
                                    record_from_json(rec, wr) if rec is not None else None))
+        for j, gap in enumerate(_want(sd, "gaps", list, w, [])[:MAX_ROWS]):
+            wg = f"{w}.gaps[{j}]"
+            if not (isinstance(gap, list) and len(gap) == 2 and isinstance(gap[0], int)
+                    and not isinstance(gap[0], bool) and 0 <= gap[0] < len(s.entries)):
+                raise SnapshotError(f"{wg}: expected [row index, bytes] of a row of its lines")
+            s.entries[gap[0]].skipped = _skipped(gap[1], f"{wg}: bytes")
         snap.servers.append(s)
     gpu = _want(doc, "gpu", dict, where, {})
     samples = _want(gpu, "samples", list, f"{where}: gpu", [])
@@ -982,6 +993,7 @@ class RecordLine:
     offset: int | None
     line: str
     received_at: float
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -1054,7 +1066,15 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
             raise SnapshotError(f"{where}: 'path' is not a string")
         if off is not None and (isinstance(off, bool) or not isinstance(off, int)):
             raise SnapshotError(f"{where}: 'offset' is not an integer")
-        yield RecordLine(server, fpath, off, text, float(t))
+        skipped = _skipped(obj.get("skipped", 0), f"{where}: 'skipped'")
+        yield RecordLine(server, fpath, off, text, float(t), skipped)
+
+
+def _skipped(v: Any, where: str) -> int:
+    """Bytes of a log not read before a line: a count (0 when absent)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_INT:
+        raise SnapshotError(f"{where} is not a byte count ({_short(v)})")
+    return v
 
 
 def _record_event(kind: str, obj: dict[str, Any], where: str) -> Any:
@@ -1222,15 +1242,19 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
         keep_text_from = len(lines) - log_lines if log_lines > 0 else len(lines)
         entries: list[Entry] = []
         i = -1
+        gap = 0  # bytes not read before a line not kept: said on the next entry kept
         for it in items:
             if isinstance(it, RecordEvent):  # in the order the live session got it
                 _apply_record_event(state, it)
                 continue
             i += 1
             rec = parse_line(it.line)
-            state.apply(it.line, rec, it.received_at)
+            state.apply(it.line, rec, it.received_at, it.skipped)
+            gap += it.skipped
             if rec is not None or i >= keep_text_from:
-                entries.append(Entry(it.received_at, it.line if i >= keep_text_from else None, rec))
+                entries.append(Entry(it.received_at, it.line if i >= keep_text_from else None,
+                                     rec, gap))
+                gap = 0
         state.flush()  # a vLLM engine line still waiting for its spec line (the entries hold it)
         counts = {"lines": state.lines_total, "decode": state.decode_total,
                   "prefill": state.prefill_total}

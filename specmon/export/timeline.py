@@ -32,7 +32,7 @@ def timeline(snap: Snapshot) -> list[Event]:
     for s in snap.servers:
         for e in s.entries:
             text = e.line if e.line is not None else NOT_KEPT
-            events.append(Event(e.t, "lines", s.name, LineItem(text, e.record, e.t)))
+            events.append(Event(e.t, "lines", s.name, LineItem(text, e.record, e.t, e.skipped)))
         for pt, running, probe in s.probes:  # the run current then takes it, as live
             events.append(Event(pt, "probe", s.name, (running, probe)))
         if (s.exit_code is not None or s.status in ("stopped", "crashed")) and s.entries:

@@ -122,7 +122,7 @@ async def pump_tail(tailer: LogTailer, host: str, sink: FeedSink, flush_s: float
                         items = batch.get(ev.server)  # (setdefault made a list per line)
                         if items is None:
                             items = batch[ev.server] = []
-                        items.append(LineItem(ev.text, rec, ev.received_at))
+                        items.append(LineItem(ev.text, rec, ev.received_at, ev.skipped))
                         n += 1
                     elif ev.kind == "history_end" and on_history_end is not None:
                         deliver(batch)  # the history first: then what was read of its run

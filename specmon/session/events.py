@@ -27,6 +27,7 @@ class LineItem:
     text: str
     record: Record | None
     t: float
+    skipped: int = 0  # bytes of the log not read right before this line (history after the head)
 
 
 def _int_flag(flags: dict[str, str | bool], *names: str) -> int | None:

@@ -266,7 +266,7 @@ class FleetSession:
             self._lookup_baseline(host, server)
         w = self.watches.get(key)
         for it in items:
-            s.apply(it.text, it.record, it.t)
+            s.apply(it.text, it.record, it.t, it.skipped)
             if it.record is not None:
                 if w is not None:
                     run = s.runs[-1].index if s.runs else None

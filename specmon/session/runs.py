@@ -116,9 +116,20 @@ def time_break_texts(segments: list[dict[str, Any]], limit: int | None = SHOWN_J
     return out
 
 
+def partial_text(run: Run) -> str | None:
+    """Why a run's figures cover only part of it (history read after its start-up lines), or
+    None for a run read whole."""
+    if not run.skipped_bytes:
+        return None
+    return (f"partial: {run.skipped_bytes:,} bytes of its log after the start-up lines, before "
+            f"{stamp(run.read_from_t)}, were not read (the history a live tail starts with; "
+            "--whole-file reads them): its figures cover the lines read")
+
+
 def run_row(run: Run) -> dict[str, Any]:
     """One line of `specmon parse --runs`."""
     return {"run": run.index, "start": stamp(run.start_t), "end": stamp(run.last_t),
+            "partial": partial_text(run),
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "args": args_summary(run.args), "decode_lines": run.lines_total,
             "dp_groups": len([k for k in run.groups if k is not None]),
@@ -293,6 +304,9 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                          "logging before the end")
         if run.untimed:
             notes.append(f"{label} run {run.index}: {run.untimed} decode lines carry no timestamp")
+        part = partial_text(run)
+        if part is not None:
+            notes.append(f"{label} run {run.index}: {part}")
         notes += [f"{label} run {run.index}: {t}" for t in time_break_texts(time_segments(run))]
         fixed = sum(1 for p in run.decode if BONUS_NOTE in (getattr(p.rec, "accept_len_note", None)
                                                              or ""))
@@ -313,11 +327,12 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
                f"({labels[0]} run {b.index}: {counts(bp)}; {labels[1]} run {s.index}: {counts(sp)})")
         notes.append(why)
     elif rr is not None:
+        span = runs_span(b, s)
         if "vllm" in (base.engine, spec.engine):
-            notes.append(f"medians at #running-req {rr}, whole runs, of {throughput_label('vllm')} "
+            notes.append(f"medians at #running-req {rr}, {span}, of {throughput_label('vllm')} "
                          "(not decode-only)")
         else:
-            notes.append(f"medians at #running-req {rr}, whole runs, decode-only gen throughput")
+            notes.append(f"medians at #running-req {rr}, {span}, decode-only gen throughput")
     differ = run_conditions(b, s, rr)
     result = {
         "conditions_differ": differ,
@@ -334,6 +349,13 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         "notes": notes,
     }
     return Comparison(result, head is not None, why)
+
+
+def runs_span(*runs: Run) -> str:
+    """What medians "over the runs" cover: the whole runs, or the lines read of a partial one."""
+    return ("the lines read of each run (a run read in part: its lines between the start-up "
+            "and the history were not read)" if any(r.skipped_bytes for r in runs)
+            else "whole runs")
 
 
 def _ci_text(d: dict[str, Any]) -> str:

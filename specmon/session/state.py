@@ -306,6 +306,10 @@ class Run:
     last: BatchRecord | None = None  # newest server-level decode record
     gpu_samples: deque[Any] = field(default_factory=lambda: deque(maxlen=RUN_GPU_SAMPLES))
     has_server_args: bool = False
+    # history read after the start-up lines: bytes of the run's log not read, and the log time
+    # of the first line read after them (its figures cover the lines read, not the whole run)
+    skipped_bytes: int = 0
+    read_from_t: float | None = None
     spec_changes: deque[SpecChange] = field(
         default_factory=lambda: deque(maxlen=MAX_SPEC_CHANGES))  # adaptive step changes
     prefill_pending: bool = False  # a prefill line since the last decode line
@@ -573,13 +577,27 @@ class ServerState:
         """The feed saw (or made) the server's process start: a new run begins."""
         return self._run_boundary("process_start", None, t)
 
-    def apply(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
+    def apply(self, text: str, rec: Record | None, t: float,
+              skipped: int = 0) -> list[DecodePoint]:
         """One received log line (`t`: receive time) and its parsed record (None if unused).
+        `skipped`: bytes of the log not read right before it (history after the start-up
+        lines): the run it belongs to is then partial, said wherever its figures are.
 
         Returns the server-level decode points the line completed: what a drift monitor is
         fed (`DriftMonitor.observe(point.rec, point.t)`), together with the prefill and
         event records as they come; a DP group's own decode line is never fed on its own.
         """
+        if skipped > 0:
+            before = self.runs_total
+            out = self._apply_line(text, rec, t)
+            if self.runs and self.runs_total == before:  # (a line that starts a run: whole)
+                run = self.runs[-1]
+                run.skipped_bytes += skipped
+                run.read_from_t = (log_time(rec, t) if rec is not None else None) or t
+            return out
+        return self._apply_line(text, rec, t)
+
+    def _apply_line(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)

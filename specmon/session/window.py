@@ -11,6 +11,7 @@ run printed, never spans two runs, and no receive time (or host/laptop clock ske
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -129,6 +130,8 @@ def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
     text = f"{run.since_text()}, n {n}"
     if run.ended:
         text += ", ended"
+    if run.skipped_bytes and run.read_from_t is not None:  # history after the start-up lines
+        text += f", read from {time.strftime('%H:%M:%S', time.localtime(run.read_from_t))}"
     silent = run.silent_groups()
     if silent:  # vLLM prints nothing for an idle engine (0.8.5+): idle, not a stall
         label = ", idle engine " if state.engine == "vllm" else ", silent DP group "

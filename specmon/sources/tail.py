@@ -80,6 +80,7 @@ class LogLine:
     cut: int | None = None  # original length when the line was cut
     noeol: bool = False  # a rotated file ended without a newline
     eol: bytes = b"\n"  # what ended it: b"\r" (a piece of a CR-only line) or b"\r\n" (CRLF)
+    skipped: int = 0  # bytes of the file not read right before this line (history after the head)
 
 
 def split_cr(ln: LogLine) -> list[LogLine]:
@@ -167,6 +168,8 @@ class LogTailer:
         self.watch_modes: dict[str, str] = {}  # server name -> "inotify" | "poll" (agent's)
         self.positions: dict[str, FilePosition] = {}
         self._history_until: dict[str, tuple[int, int]] = {}
+        self._head_end: dict[str, tuple[int, int]] = {}  # (inode, end) of the last head line
+        self._gap: dict[str, tuple[int, int]] = {}  # (inode, bytes) between head and history
         self._client: AgentClient | None = None
         self._sub: Subscription | None = None
         self._stopped = False
@@ -327,6 +330,9 @@ class LogTailer:
         hist = self._history_until.get(spec.name)
         hist_end = hist[1] if hist is not None and hist[0] == ino else -1
         out = self._items(spec, ino, msg["lines"], now, hist_end)
+        gap = self._gap.pop(spec.name, None)
+        if gap is not None and gap[0] == ino and out:  # the run's lines between its head and
+            out[0].skipped = gap[1]  # the history were not read
         # the lines are handed over together (`batches`): the position moves past all of them
         # at once, exact resume from the end of the message
         self.positions[spec.name] = FilePosition(ino, out[-1].end, self._end_check(pos.check, out))
@@ -403,11 +409,17 @@ class LogTailer:
         if kind == "head":  # the run's start-up lines before the history: history too, at
             # their own offsets (the tail's position is set by the "opened" that follows)
             yield from self._items(spec, msg["ino"], msg["lines"], now, 1 << 62)
+            if msg["lines"]:
+                self._head_end[spec.name] = (msg["ino"], msg["lines"][-1][1])
             return
         detail = {k: v for k, v in msg.items() if k not in ("t", "tail", "ev", "path")}
         if kind == "opened":
             self.positions[spec.name] = FilePosition(msg["ino"], msg["off"],
                                                      self._kept_check(spec, msg))
+            head = self._head_end.pop(spec.name, None)
+            if head is not None and not msg.get("resumed") and head[0] == msg["ino"] \
+                    and msg["off"] > head[1]:
+                self._gap[spec.name] = (msg["ino"], msg["off"] - head[1])
             if not msg.get("resumed") and "size" in msg:
                 self._history_until[spec.name] = (msg["ino"], msg["size"])
         elif kind == "rotated":

@@ -258,3 +258,25 @@ def test_non_finite_cli_numbers_are_usage_errors(tmp_path):
         res = cli(*args)
         assert res.returncode == 2 and b"Traceback" not in res.stderr, (args, res.stderr)
         assert res.stderr.count(b"\n") == 1 and b"must be a positive number" in res.stderr
+
+
+@pytest.mark.parametrize("gaps, msg", [
+    ([[10**6, 5]], "expected [row index, bytes] of a row of its lines"),
+    ([[True, 5]], "expected [row index, bytes]"),
+    ([[0, -1]], "bytes is not a byte count (-1)"),
+    ([[0, 1.5]], "bytes is not a byte count (1.5)"),
+    ("x", "'gaps'"),
+])
+def test_a_damaged_gap_list_is_one_line_naming_it(tmp_path, gaps, msg):
+    """`gaps` (bytes of a log not read before a row: history after the start-up lines) is read
+    from a file like every other field: bad ones are a one-line error, good ones kept."""
+    path = _snapshot(tmp_path, 2)
+    doc = json.loads(path.read_text())
+    doc["servers"][0]["gaps"] = [[0, 4096]]
+    path.write_text(json.dumps(doc))
+    assert read_snapshot(path).servers[0].entries[0].skipped == 4096
+    doc["servers"][0]["gaps"] = gaps
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SnapshotError) as exc:
+        read_snapshot(path)
+    assert msg in str(exc.value) and "\n" not in str(exc.value)

@@ -39,3 +39,48 @@ def test_record_reads_each_runs_launch_line_before_its_history(tmp_path: Path) -
                            "json"], capture_output=True, timeout=120).returncode == 0
     sp = json.loads((tmp_path / "s.report.json").read_text())["speedup"]
     assert sp["conditions_unknown"] == [] and sp["conditions_differ"] == ["tp_size: 8 vs 4"]
+
+
+def test_a_run_read_from_its_history_is_partial_on_every_way_out(tmp_path: Path) -> None:
+    """The head brings the launch line, then the tail reads the last 2,000 lines: the 1,000
+    lines between are not read. The run was reported as whole ("started by server_args",
+    speedup "medians over the whole runs") while a third of it, at another throughput, was
+    missing. The record row after the gap, record's stderr, the snapshot, the report's run
+    and speedup and the replayed session all say it is partial."""
+    from specmon.export.snapshot import read_snapshot
+
+    lines = [ARGS_BASE, READY] + [decode_line(i, 120.0 if i < 1000 else 90.0, None)
+                                  for i in range(3000)]
+    base = tmp_path / "base.log"
+    base.write_text("".join(x + "\n" for x in lines))
+    spec = tmp_path / "spec.log"  # short: read whole
+    spec.write_text("".join(x + "\n" for x in [ARGS_SPEC, READY] + [
+        decode_line(i, 150.0, 2.9) for i in range(300)]))
+    out = tmp_path / "r.jsonl"
+    r = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
+                        f"base={base}", "--log", f"spec={spec}", "--out", str(out),
+                        "--duration", "4"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = base.read_text()
+    gap = len("".join(x + "\n" for x in lines[2:1002]))  # between the head and the history
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    mine = [x for x in rows if x["server"] == "base"]
+    assert [x.get("skipped", 0) for x in mine[:4]] == [0, 0, gap, 0]
+    assert mine[2]["offset"] == text.index(lines[1002]) and "skipped" not in str(
+        [x for x in rows if x["server"] == "spec"])
+    assert f"base: the history starts {gap:,} bytes after the run's start-up lines" in r.stderr
+    snap = tmp_path / "s.json"
+    assert subprocess.run([sys.executable, "-m", "specmon", "export", str(out), "-o", str(snap)],
+                          capture_output=True, timeout=120).returncode == 0
+    loaded = read_snapshot(snap)  # the gap survives the snapshot file
+    assert [e.skipped for e in loaded.servers[0].entries if e.skipped] == [gap]
+    for fmt in ("json", "md"):
+        assert subprocess.run([sys.executable, "-m", "specmon", "report", str(snap), "--format",
+                               fmt], capture_output=True, timeout=120).returncode == 0
+    doc = json.loads((tmp_path / "s.report.json").read_text())
+    (run,) = next(s for s in doc["servers"] if s["name"] == "base")["runs"]
+    assert run["partial"].startswith(f"partial: {gap:,} bytes of its log after the start-up "
+                                     "lines, before ")
+    assert doc["speedup"]["span"].startswith("the lines read of each run")
+    md = (tmp_path / "s.report.md").read_text()
+    assert "medians over the whole runs" not in md and "**partial: " in md
