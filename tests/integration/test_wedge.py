@@ -232,7 +232,7 @@ def test_offline_commands_on_megabyte_lines_stop_on_sigint_and_sigterm(tmp_path,
     """export redacts every line (it wedged on the first), parse reads a backlog: both end
     soon after SIGINT (exit 130) and SIGTERM, leaving no temp file behind."""
     if command == "export":
-        src = _record_file_of_megabyte_lines(tmp_path / "rec.jsonl", 40)
+        src = _record_file_of_megabyte_lines(tmp_path / "rec.jsonl", 160)
         argv = ["export", str(src), "-o", str(tmp_path / "snap.json")]
     else:  # megabyte lines, then a backlog of decode lines for parse's forked workers
         src = _megabyte_log(tmp_path / "s.log", 100)
