@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from specmon.analysis.conditions import conditions_differ
 from specmon.analysis.drift import BaselineStats, StratumBaseline, neff, rr_bucket
 from specmon.analysis.fingerprint import Fingerprint
+from specmon.analysis.stats import t975, welch_df
 from specmon.session.state import Run, ServerState
 from specmon.session.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
 
@@ -60,13 +61,17 @@ def recorded_stratum(stats: BaselineStats | None, running_req: int) -> StratumBa
     return best
 
 
-def _vs_recorded_ci(ratio: float, spec_se_log: float | None, rec: StratumBaseline
-                    ) -> tuple[float, float]:
+def _vs_recorded_ci(ratio: float, spec_se_log: float | None, spec_n: int,
+                    rec: StratumBaseline) -> tuple[float, float]:
     """95% interval of spec median / recorded median: both medians' standard errors in log
-    space (the recorded one from its robust sigma and lag-1 autocorrelation)."""
-    se_rec = 1.2533 * rec.sig / math.sqrt(neff(rec.n, rec.rho))
-    se = math.sqrt((spec_se_log or 0.0) ** 2 + se_rec ** 2)
-    return ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
+    space (the recorded one from its robust sigma and lag-1 autocorrelation), Student's t at
+    Welch's degrees of freedom (few samples: a wider interval, not 1.96)."""
+    n_rec = neff(rec.n, rec.rho)
+    se_rec = 1.2533 * rec.sig / math.sqrt(n_rec)
+    se_spec = spec_se_log or 0.0
+    se = math.sqrt(se_spec ** 2 + se_rec ** 2)
+    t = t975(welch_df(se_spec, spec_n, se_rec, max(2, round(n_rec))))
+    return ratio * math.exp(-t * se), ratio * math.exp(t * se)
 
 
 def _age(run: Run, now: float | None) -> float | None:
@@ -103,7 +108,7 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
         n_spec=sp.spec.n, recorded_base=rec,
         drift_pct=100.0 * (sp.base.median / rec - 1.0) if rec else None,
         vs_recorded=vs_rec, detail=sp,
-        vs_recorded_ci95=_vs_recorded_ci(vs_rec, sp.spec.se_log, rst)
+        vs_recorded_ci95=_vs_recorded_ci(vs_rec, sp.spec.se_log, sp.spec.n, rst)
         if vs_rec is not None and rst is not None else None)
 
 

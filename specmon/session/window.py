@@ -11,16 +11,18 @@ run printed, never spans two runs, and no receive time (or host/laptop clock ske
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmon.analysis.stats import MIN_SPREAD_N, mad, median, quantile_sorted
+from specmon.analysis.stats import MIN_SPREAD_N, mad, median, quantile_sorted, t975, welch_df
 from specmon.session.state import DecodePoint, Run, ServerState
 
 DEFAULT_WINDOW_S = 60.0
 MIN_N = MIN_SPREAD_N  # samples a side before a batch size is the headline speedup
 MIN_CI_N = 2  # samples a side before an interval is given (fewer: N/A with the reason)
+SMALL_N = 10  # below this a side's own spread is not trusted to be smaller than the other's
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,11 @@ def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) 
     med = quantile_sorted(s, 0.5)
     assert med is not None
     d = mad(s)
-    cv = 1.4826 * d / med if d is not None and med > 0 and len(s) >= MIN_CI_N else None
+    if d == 0 and len(set(s)) > 1:  # over half the values equal (printed rounded): the MAD
+        d = statistics.fmean(abs(x - med) for x in s) * 1.2533 / 1.4826  # says 0; the mean
+        # absolute deviation does not (scaled so 1.4826 d is the normal sigma, as from a MAD)
+    # (all values equal: no spread is measured, which is not a zero spread: no interval)
+    cv = 1.4826 * d / med if d and med > 0 and len(s) >= MIN_CI_N else None
     return WindowStats(
         running_req=running_req, n=len(s), median=med,
         p10=quantile_sorted(s, 0.1) or med, p90=quantile_sorted(s, 0.9) or med,
@@ -230,8 +236,18 @@ def speedup_of(b: WindowStats, s: WindowStats) -> Speedup:
         why = (f"95% interval N/A: fewer than {MIN_CI_N} samples ({', '.join(short)})" if short
                else "95% interval N/A: no spread measured")
         return Speedup(ratio, None, None, b.running_req, b, s, why)
-    se = math.sqrt(b.se_log ** 2 + s.se_log ** 2)
-    return Speedup(ratio=ratio, low=ratio * math.exp(-1.96 * se), high=ratio * math.exp(1.96 * se),
+    se_b, se_s = b.se_log, s.se_log
+    # a spread read off a few samples can be tiny by chance (3 values 200.49, 200.71, 203.09:
+    # a robust CV of 0.16 % where the lines' noise is 3 %): below SMALL_N a side's spread is
+    # taken no smaller than the other side's
+    if b.n < SMALL_N and b.robust_cv is not None and s.robust_cv is not None:
+        se_b = max(se_b, 1.2533 * s.robust_cv / math.sqrt(b.n))
+    if s.n < SMALL_N and b.robust_cv is not None and s.robust_cv is not None:
+        se_s = max(se_s, 1.2533 * b.robust_cv / math.sqrt(s.n))
+    se = math.sqrt(se_b ** 2 + se_s ** 2)
+    # Student's t at Welch's degrees of freedom: 1.96 claimed at n 3 what n 3 cannot support
+    t = t975(welch_df(se_b, b.n, se_s, s.n))
+    return Speedup(ratio=ratio, low=ratio * math.exp(-t * se), high=ratio * math.exp(t * se),
                    running_req=b.running_req, base=b, spec=s)
 
 

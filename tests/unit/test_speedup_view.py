@@ -43,7 +43,8 @@ def test_speedup_against_the_live_run_says_the_drift_and_vs_recorded():
     assert v.n_base == 40  # only run 3's lines, though run 2 is within 60 s of log time
     assert format_speedup(v) == ("1.50x vs live baseline 62.9 (run 3) · baseline DRIFT -29% vs "
                                  "recorded 88.8 · 1.06x vs recorded")
-    assert v.ci95 is not None and v.ci95[0] <= v.value <= v.ci95[1]
+    # every value equal: no spread is measured, which is no zero spread (not 1.50-1.50)
+    assert v.ci95 is None and v.detail.ci_reason == "95% interval N/A: no spread measured"
     # no drift alert: the plain line
     v = speedup_view(base, spec, window_s=60, recorded=recorded, drift_active=False)
     assert format_speedup(v) == "1.50x vs live baseline 62.9 (run 3)"

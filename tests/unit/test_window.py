@@ -123,3 +123,48 @@ def test_one_speedup_function_gives_no_interval_from_one_sample_a_side():
     feed(b, [82.0], rr=2, t0=1001)  # two a side: an interval, around the ratio
     two = speedup_of(stats_for(b.runs[-1].decode, 2, 60.0), stats_for(s.runs[-1].decode, 2, 60.0))
     assert two.ci95 is not None and two.ci95[0] < two.ratio < two.ci95[1]
+
+
+def _pair(base_vals, spec_vals, rr=8):
+    from specmon.session.window import speedup_of, stats_for
+
+    b, s = ServerState("b", role="baseline"), ServerState("s", role="speculative")
+    feed(b, base_vals, rr=rr)
+    feed(s, spec_vals, rr=rr, accept=2.9)
+    return speedup_of(stats_for(b.runs[-1].decode, rr, 1e9), stats_for(s.runs[-1].decode, rr, 1e9))
+
+
+def test_a_few_close_samples_do_not_make_a_narrow_interval():
+    """Three spec values that happen to lie close (a robust CV of 0.16 %) against 40 baseline
+    values with 3 % noise: 1.96 x their own spread gave 1.164-1.198. A side's spread from fewer
+    than 10 samples is taken no smaller than the other side's, and the quantile is Student's t
+    at Welch's degrees of freedom: the interval is as wide as three samples allow."""
+    import random
+
+    rng = random.Random(5)
+    base = [170.0 * (1 + rng.gauss(0, 0.03)) for _ in range(40)]
+    sp = _pair(base, [200.49, 200.71, 203.09])
+    lo, hi = sp.ci95
+    assert lo < sp.ratio < hi and hi / lo > 1.15  # was 1.164-1.198 (hi / lo 1.03)
+    many = _pair(base, [200.0 * (1 + rng.gauss(0, 0.03)) for _ in range(40)])
+    assert many.ci95[1] - many.ci95[0] < (hi - lo) / 3  # 40 a side: narrow, as it should be
+
+
+def test_equal_samples_measure_no_spread_and_give_no_interval():
+    """Three equal values a side is no zero spread: 'no spread measured', not 1.500-1.500."""
+    sp = _pair([100.0] * 3, [150.0] * 3)
+    assert sp.ratio == pytest.approx(1.5) and sp.ci95 is None
+    assert sp.ci_reason == "95% interval N/A: no spread measured"
+    # over half equal (rounded prints) but not all: a spread, from the mean deviation
+    sp = _pair([100.0] * 6 + [98.0, 103.0, 101.0], [150.0] * 6 + [147.0, 152.0, 151.0])
+    assert sp.ci95 is not None and sp.ci95[0] < 1.5 < sp.ci95[1]
+
+
+@pytest.mark.parametrize("df, t", [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571),
+                                   (10, 2.228), (15, 2.131), (20, 2.086), (30, 2.042),
+                                   (60, 2.000), (120, 1.980), (1e9, 1.960)])
+def test_t_quantile_matches_the_table(df, t):
+    from specmon.analysis.stats import t975
+
+    assert t975(df) == pytest.approx(t, abs=0.002)
+    assert t975(2.5) < t975(2) and t975(2.5) > t975(3)  # fractional (Welch) in between
