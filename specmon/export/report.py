@@ -735,9 +735,10 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
 def _md_text(text: str) -> str:
     """Markdown passes raw HTML through: `<script>` from a snapshot must arrive as text; and no
     link or image can form from a snapshot's text (`![x](https://...)` in a server name would
-    load a remote image): brackets are escaped (a backslash first, so `\\[` stays text)."""
+    load a remote image): brackets are escaped (a backslash first, so `\\[` stays text). A
+    `>` alone opens no tag: it stays, so ">= 3 samples" reads as written in the file too."""
     return (str(text).replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("[", "\\[").replace("]", "\\]"))
+            .replace("[", "\\[").replace("]", "\\]"))
 
 
 def _md_cell(text: str) -> str:

@@ -287,6 +287,13 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
     head = max(usable, key=lambda x: (min(x.base.n, x.spec.n), -x.running_req), default=None)
     rr = head.running_req if head else running_req if running_req is not None else _mode_rr(s)
     notes: list[str] = []
+
+    def speculative(run: Run) -> bool:
+        return any(p.rec.accept_len is not None for p in run.decode)
+    if speculative(b) and not speculative(s) and s.decode:
+        notes.append(f"the {labels[0]} log's run {b.index} has speculative decode lines (accept "
+                     f"len) and the {labels[1]} log's run {s.index} none: the two logs look "
+                     "swapped (the baseline's log goes first)")
     for st, run, label in ((base, b, labels[0]), (spec, s, labels[1])):
         n_runs = len(st.runs)
         if n_runs > 1 or run.index != 1:

@@ -313,3 +313,24 @@ def test_a_vllm_log_with_two_launches_gets_one_section_per_run(tmp_path):
         assert row["n"] == int(n) == 40
         assert (row["median_tok_s"], row["p10"], row["p90"]) == pytest.approx(
             (float(med), float(p10), float(p90)), abs=0.006)
+
+
+def test_compare_says_when_the_two_logs_look_swapped(tmp_path):
+    """`compare SPEC BASE` gave 'speedup 0.669x' and nothing more: the baseline's run has
+    accept len, the speculative one none, so the note says the logs look swapped."""
+    rows = [f"[2026-05-01 10:00:{i:02d}] Decode batch, #running-req: 1, #token: 9, token usage: "
+            "0.01, {acc}gen throughput (token/s): {g:.2f}, #queue-req: 0" for i in range(30)]
+    base = tmp_path / "b.log"
+    base.write_text("".join(r.format(acc="", g=88.0 + i % 3) + "\n" for i, r in enumerate(rows)))
+    spec = tmp_path / "s.log"
+    spec.write_text("".join(r.format(acc="accept len: 2.50, ", g=120.0 + i % 3) + "\n"
+                            for i, r in enumerate(rows)))
+    def compare(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "specmon", "compare", *args],
+                              capture_output=True, timeout=120)
+    swapped = compare(str(spec), str(base), "--json")
+    assert swapped.returncode == 0, swapped.stderr
+    notes = json.loads(swapped.stdout)["notes"]
+    assert any("the two logs look swapped" in n for n in notes)
+    right = json.loads(compare(str(base), str(spec), "--json").stdout)
+    assert not any("swapped" in n for n in right["notes"])

@@ -63,3 +63,13 @@ def test_markdown_of_a_snapshot_forms_no_link_or_image(tmp_path_factory) -> None
     body = md.replace("\\\\", "")  # escaped backslashes; what is left before a bracket escapes it
     unescaped = [i for i, c in enumerate(body) if c in "[]" and body[i - 1:i] != "\\"]
     assert not unescaped, [body[max(0, i - 30):i + 30] for i in unescaped[:3]]
+
+
+def test_markdown_text_keeps_a_comparison_sign_and_escapes_what_makes_markup():
+    """'>= 3 samples' reads as written in the .md file (a `>` alone opens no tag); `<`, `&` and
+    brackets stay text."""
+    from specmon.export.report import _md_text
+
+    assert _md_text("no batch size has >= 3 decode samples") == \
+        "no batch size has >= 3 decode samples"
+    assert _md_text("<script>&x ![i](http://e)") == "&lt;script>&amp;x !\\[i\\](http://e)"
