@@ -732,14 +732,18 @@ def format_estimate(e: Estimate, label: str) -> str:
     """"baseline 82.2 tok/s vs recorded 88.8 (-7.4%, 95% CI -8.1..-6.7, n=40 vs 60, bs=1)"."""
     n = f"n={e.n_live} vs {e.n_base}" if e.n_base is not None else f"n={e.n_live}"
     lo, hi = e.ci_pct
+    what = ""
     if e.metric == "t_cycle":
-        # performance delta of the cycle rate; t_cycle itself moves the other way
+        # the delta is the cycle rate's (performance direction: negative = worse), and says so:
+        # t_cycle itself moves the other way ("151.0 ms vs 155.1 (+2.7%)" read as a rise)
         head = f"{label} t_cycle {e.live:.1f} ms vs recorded {e.base:.1f}"
+        what = "cycle rate "
     elif e.metric == "accept_len":
         head = f"{label} accept len {e.live:.2f} vs recorded {e.base:.2f}"
     else:
         head = f"{label} {e.live:.1f} tok/s vs recorded {e.base:.1f}"
-    return f"{head} ({e.delta_pct:+.1f}%, 95% CI {lo:+.1f}..{hi:+.1f}, {n}, bs={e.running_req})"
+    return (f"{head} ({what}{e.delta_pct:+.1f}%, 95% CI {lo:+.1f}..{hi:+.1f}, {n}, "
+            f"bs={e.running_req})")
 
 
 CauseFn = Any  # Callable[[], list[str]] supplied by the app (fingerprint diff, GPU evidence)
@@ -912,9 +916,13 @@ class DriftMonitor:
         if a is None or a.cleared or a.estimate is None:
             return None
         if a.kind == "cycle":
+            acc = self.acceptance.get(a.stratum or "")
+            also = acc is not None and acc.level is not None
+            slower = a.estimate.live > a.estimate.base
             return (f"t_cycle {a.estimate.live:.1f} ms vs {a.estimate.base:.1f} recorded "
-                    f"({100.0 * (a.estimate.live / a.estimate.base - 1):+.1f}%): the system got slower "
-                    "(clocks, NCCL, kernels), not acceptance")
+                    f"({100.0 * (a.estimate.live / a.estimate.base - 1):+.1f}%): the system got "
+                    + ("slower" if slower else "faster") + " (clocks, NCCL, kernels)"
+                    + (", and acceptance changed too" if also else ", not acceptance"))
         if a.kind == "acceptance":
             return (f"accept len {a.estimate.live:.2f} vs {a.estimate.base:.2f} recorded with t_cycle "
                     "flat: acceptance changed (prompts, draft model, temperature), not the machine")

@@ -20,7 +20,7 @@ from specmon.analysis.drift import BaselineStats, DriftMonitor, DriftParams, for
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import dumps
-from specmon.numfmt import spread_text
+from specmon.numfmt import num, spread_text
 from specmon.parse.sglang import parse_line
 from specmon.parse.vllm import EngineGuard, SpecJoiner
 
@@ -162,9 +162,12 @@ def judged(runs: list[dict[str, Any]], k: int | None, log: str,
 
 
 def result(monitor: DriftMonitor, fp_recorded: Any, live: Fingerprint | None) -> dict[str, Any]:
-    from specmon.analysis.fingerprint import causes_for_alert
+    from specmon.analysis.fingerprint import causes_for_alert, diff
 
     verdict = monitor.verdict()
+    # what differs from the recording whatever the verdict: an "ok" between unlike runs (another
+    # step count, other flags) says so rather than passing as like for like
+    changed = diff(fp_recorded, live)[0] if fp_recorded is not None and live is not None else []
     est = monitor.summary_estimate()
     excluded = monitor.excluded
     causes: list[str] = []
@@ -184,6 +187,7 @@ def result(monitor: DriftMonitor, fp_recorded: Any, live: Fingerprint | None) ->
         "running_req": est.running_req if est else None,
         "alert": format_estimate(est, monitor.label) if est and verdict != "insufficient" else None,
         "excluded_by_reason": excluded,
+        "conditions_changed": changed,
     }
 
 
@@ -206,13 +210,16 @@ def render(out: dict[str, Any]) -> str:
         lines.append(f"judged: run {out['run']} of {out['runs_total']} (from {out['start'] or '?'})"
                      + (", the last" if out["run"] == out["runs_total"] else ""))
     for row in out.get("by_running_req", []):
-        lines.append(f"run median at #running-req {row['running_req']}: {row['median_tok_s']} tok/s "
+        lines.append(f"run median at #running-req {row['running_req']}: {num(row['median_tok_s'])} tok/s "
                      f"(p10-p90 {spread_text(row['p10'], row['p90'])}, n {row['n']}; whole run, as compare "
                      "and parse --runs)")
     if out["first_alert_line"] is not None:
         lines.append(f"first alert at line {out['first_alert_line']}")
     for c in out["causes"]:
         lines.append(f"cause: {c}")
+    if not out["causes"]:  # (a drift's causes name them already)
+        lines += [f"note: since the recording: {c} (the verdict compares unlike runs)"
+                  for c in out.get("conditions_changed", [])]
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(out["excluded_by_reason"].items()))
     lines.append(f"excluded: {out['excluded']}" + (f" ({reasons})" if reasons else ""))
     others = [r for r in out.get("runs", []) if r["run"] != out["run"]]

@@ -343,3 +343,23 @@ def test_a_value_is_not_held_against_a_speculative_log(tmp_path, data_dir, capsy
     plain.write_text("\n".join(log_lines(60, 150.0, 3)) + "\n")
     assert main(["check", str(plain), "--baseline-value", "150"]) == 0  # a plain log still is
     capsys.readouterr()
+
+
+def test_an_ok_between_unlike_runs_says_what_changed(tmp_path, store_dir, capsys):
+    """A speculative baseline recorded at steps 3, a run at steps 5 with the same cycle time:
+    'ok' alone read as like for like; check says what changed since the recording."""
+    def spec_log(name: str, steps: int) -> str:
+        lines = log_lines(60, 150.0, 4, spec=True)
+        lines[0] = lines[0].replace("port=30000", f"port=30000, speculative_algorithm='EAGLE3', "
+                                    f"speculative_num_steps={steps}")
+        return write(tmp_path, name, lines)
+
+    assert main(["baseline", "record", "s3", "--log", spec_log("a.log", 3)]) == 0
+    capsys.readouterr()
+    assert main(["check", spec_log("b.log", 5), "--baseline", "s3"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("verdict: ok\n")
+    assert ("note: since the recording: server args changed: speculative_num_steps 3 -> 5 "
+            "(the verdict compares unlike runs)") in text
+    assert main(["check", spec_log("c.log", 3), "--baseline", "s3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["conditions_changed"] == []  # like for like

@@ -259,7 +259,21 @@ def test_speculative_slower_system_is_a_cycle_alert():
     a = m.alert
     assert a is not None and a.kind == "cycle" and a.level == "warning"
     assert a.text.startswith("speculative t_cycle 36.")
-    assert "the system got slower" in m.spec_split()
+    # the percentage is the cycle rate's, and says so (t_cycle rose, the rate fell)
+    assert " ms vs recorded 33." in a.text and "(cycle rate -" in a.text
+    assert "the system got slower (clocks, NCCL, kernels), not acceptance" in m.spec_split()
+
+
+def test_a_cycle_alert_with_acceptance_down_too_does_not_say_not_acceptance():
+    base = base_of(spec_series(80, 33.8, 3.0, 21))
+    m = DriftMonitor(base, P, label="speculative")
+    feed(m, spec_series(200, 37.5, 2.2, 25))
+    a = m.alert
+    assert a is not None and a.kind == "cycle"
+    assert any(d.level is not None for d in m.acceptance.values())
+    split = m.spec_split()
+    assert "the system got slower" in split and "and acceptance changed too" in split
+    assert "not acceptance" not in split
 
 
 def test_speculative_acceptance_drop_is_named_as_acceptance():
