@@ -39,6 +39,7 @@ from specmon.session.runs import (
     run_fingerprint_offline,
     run_row,
     runs_span,
+    stamp,
     time_break_texts,
 )
 from specmon.session.speedup import unknown_text
@@ -505,9 +506,15 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
     alerts = [_alert_doc(a) for a in snap.alerts if a.get("kind") not in kinds | {PAYS_KIND}]
     alerts += [_alert_doc(a) for a in replayed]
     alerts.sort(key=lambda a: a["t"] if a["t"] is not None else -math.inf)
+    # the servers' own clock (what every run's figures are timed by), beside the receive times
+    # of `time_range`: a --whole-file record receives hours of log within seconds
+    starts = [r.start_t for st in model.states.values() for r in st.runs if r.start_t is not None]
+    ends = [r.last_t for st in model.states.values() for r in st.runs if r.last_t is not None]
     return {
         "schema": SCHEMA, "host": snap.host,
         "time_range": {"start": tr[0], "end": tr[1]} if tr else None,
+        "log_time_range": {"start": stamp(min(starts)), "end": stamp(max(ends)),
+                           "seconds": max(ends) - min(starts)} if starts and ends else None,
         "source": snap.source, "snapshot_written": snap.created_at,
         "specmon_version": snap.specmon_version,
         "secrets_redacted": bool(snap.redaction.get("enabled")),
@@ -553,7 +560,11 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     tr = snap.time_range
     span = (tr[1] - tr[0]) if tr else 0.0
     b.append(("h", 1, f"specmon report: {snap.host}"))
-    b.append(("p", f"Time range {_when(tr[0] if tr else None)} → {_when(tr[1] if tr else None)} "
+    lt = doc["log_time_range"]
+    log_span = (f"Log time {lt['start']} → {lt['end']} ({_dur(lt['seconds'])}, as the servers "
+                "printed it); " if lt else "Log time N/A; ")
+    b.append(("p", f"{log_span}received {_when(tr[0] if tr else None)} → "
+                   f"{_when(tr[1] if tr else None)} "
                    f"({_dur(span)}). Snapshot {snap.source.get('kind', 'unknown')} source, "
                    f"written {_when(snap.created_at)} by specmon {snap.specmon_version}; "
                    f"secrets {'redacted' if doc['secrets_redacted'] else 'NOT redacted'}."))

@@ -84,3 +84,30 @@ def test_a_run_read_from_its_history_is_partial_on_every_way_out(tmp_path: Path)
     assert doc["speedup"]["span"].startswith("the lines read of each run")
     md = (tmp_path / "s.report.md").read_text()
     assert "medians over the whole runs" not in md and "**partial: " in md
+
+
+def test_the_report_gives_the_log_time_range_beside_the_receive_times(tmp_path: Path) -> None:
+    """A --whole-file record receives hours of log in a second: the report's only time range
+    was the receive times ('0h 00m 00s'); it now gives the servers' own log times first."""
+    lines = [ARGS_BASE, READY] + [decode_line(i, 88.0, None) for i in range(50)]
+    base = tmp_path / "base.log"
+    base.write_text("".join(x + "\n" for x in lines))
+    out = tmp_path / "r.jsonl"
+    r = subprocess.run([sys.executable, "-m", "specmon", "record", "local", "--log",
+                        f"base={base}", "--out", str(out), "--whole-file", "--duration", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    snap = tmp_path / "s.json"
+    assert subprocess.run([sys.executable, "-m", "specmon", "export", str(out), "-o", str(snap)],
+                          capture_output=True, timeout=120).returncode == 0
+    for fmt in ("json", "md"):
+        assert subprocess.run([sys.executable, "-m", "specmon", "report", str(snap), "--format",
+                               fmt], capture_output=True, timeout=120).returncode == 0
+    doc = json.loads((tmp_path / "s.report.json").read_text())
+    first = next(x for x in lines if "Decode batch" in x)
+    (run,) = doc["servers"][0]["runs"]
+    assert doc["log_time_range"]["start"] == run["start"] and doc["log_time_range"]["end"] == \
+        run["end"] != run["start"]
+    assert first[1:20] <= run["end"]
+    md = (tmp_path / "s.report.md").read_text()
+    assert f"Log time {run['start']} → {run['end']} (" in md
