@@ -237,6 +237,9 @@ def _went_back(first: str | None, last: str | None) -> str:
     """A span that ends before it starts is log time that went back: said, never shown bare."""
     if first is None or last is None or len(first) != len(last) or last >= first:
         return ""  # ("YYYY-MM-DD HH:MM:SS[.fff]" of one shape sort as times do)
+    if "-" not in first:  # clock-only stamps (0.3.x): no date, so most likely midnight passed
+        return ("  (clock-only stamps, no date: past midnight, or the log's time went back: "
+                "`specmon parse --runs` lists any step back)")
     return "  (the log's time went back: `specmon parse --runs` lists where)"
 
 

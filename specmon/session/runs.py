@@ -44,11 +44,24 @@ def read_runs(lines: Iterable[bytes | str], name: str = "log") -> ServerState:
     return state
 
 
+# Offline, a log with clock-only stamps (SGLang 0.3.x) has no date: its times are seconds
+# since day 0 (`ServerState._offline_clock`), shown as the clock the log printed ("day 2" after
+# a midnight), never as an invented 1970 date.
+CLOCK_ONLY_SPAN = 366 * 86400.0
+
+
 def stamp(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    if t is None:
+        return None
+    if 0 <= t < CLOCK_ONLY_SPAN:
+        day = int(t // 86400)
+        return time.strftime("%H:%M:%S", time.gmtime(t)) + (f" (day {day + 1})" if day else "")
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def clock(t: float | None) -> str:
+    if t is not None and 0 <= t < CLOCK_ONLY_SPAN:
+        return time.strftime("%H:%M:%S", time.gmtime(t))
     return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
 
 

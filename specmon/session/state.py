@@ -66,6 +66,13 @@ def log_time(rec: Record, received: float) -> float | None:
     """
     if rec.timestamp:
         return _stamp_seconds(rec.timestamp)
+    if rec.time_of_day and received == 0.0:  # offline: no day to take; seconds of day 0, its
+        try:  # later days counted by the line order (ServerState, `CLOCK_ONLY_SPAN`)
+            clock = dt_time.fromisoformat(rec.time_of_day)
+        except ValueError:
+            return None
+        return (clock.hour * 3600 + clock.minute * 60 + clock.second
+                + clock.microsecond / 1e6)
     if rec.time_of_day:
         try:
             clock = dt_time.fromisoformat(rec.time_of_day)
@@ -510,6 +517,10 @@ class ServerState:
     _engine_seen: str | None = None  # the engine of the first engine-specific record
     mixed_engines: bool = False  # SGLang and vLLM stats lines in one log (said in `notices`)
     _pending_args: dict[str, Any] | None = None  # vLLM non-default args awaiting their config
+    # offline clock-only stamps (SGLang 0.3.x `[HH:MM:SS TP0]`): the day of the last one, and
+    # its time; the clock going back by over half a day is the next day (midnight passed)
+    _clock_day: int = 0
+    _clock_prev: float | None = None
 
     @property
     def run(self) -> Run:
@@ -684,12 +695,24 @@ class ServerState:
             done.extend(self._apply_record(r, self._held_received))
         return done
 
+    def _offline_clock(self, secs: float) -> float:
+        """An offline clock-only stamp (seconds of its day) as seconds since day 0: a clock
+        that goes back by more than half a day passed midnight (23:59:55 then 00:00:05)."""
+        if self._clock_prev is not None and secs + self._clock_day * 86400.0 \
+                < self._clock_prev - 43_200:
+            self._clock_day += 1
+        t = secs + self._clock_day * 86400.0
+        self._clock_prev = t
+        return t
+
     def _apply_record(self, rec: Record | None, t: float) -> list[DecodePoint]:
         if rec is None:
             if self.runs:
                 self.runs[-1].last_received = t
             return []
         lt = log_time(rec, t)
+        if lt is not None and t == 0.0 and not rec.timestamp and rec.time_of_day:
+            lt = self._offline_clock(lt)
         if isinstance(rec, EventRecord) and rec.kind in ("server_args", "vllm_args"):
             # vLLM's launch prints `non-default args` (API server) before its config line
             # (engine core): the new run starts at the first, so the downtime before it and

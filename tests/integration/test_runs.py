@@ -184,3 +184,38 @@ def test_a_run_owns_the_gpu_samples_taken_while_it_ran():
     r1, r2 = s.runs
     assert [g.power_limit_w for g in r1.gpu_samples] == [700.0]
     assert [g.power_limit_w for g in r2.gpu_samples] == [330.0]
+
+
+def test_offline_clock_only_stamps_pass_midnight_and_show_no_invented_date(tmp_path):
+    """SGLang 0.3.x prints `[HH:MM:SS TP0]`. Offline there is no receive day: the times were
+    placed by the day nearest to 1970-01-01 00:00 (a log from 10:00 to 00:05 read 23:59 as the
+    day before: a step back in time that never happened), and shown as 1969/1970 dates. The
+    clock going back by over half a day is midnight; a real step back still is one."""
+    import subprocess
+    import sys
+
+    from specmon.session.runs import run_row
+
+    def line(clock: str, gt: float) -> str:
+        return (f"[{clock} TP0] Decode batch. #running-req: 8, #token: 9, token usage: 0.00, "
+                f"gen throughput (token/s): {gt:.2f}, #queue-req: 0")
+
+    # every 30 s from 11:00:00 to 00:10:00 (13 h 10 min, across midnight)
+    clocks = [f"{(11 + i // 120) % 24:02d}:{i // 2 % 60:02d}:{i % 2 * 30:02d}" for i in range(1581)]
+    s = ServerState("b")
+    for c in clocks:
+        text = line(c, 90.0)
+        s.apply(text, parse_line(text), 0.0)
+    row = run_row(s.runs[-1])
+    assert (row["start"], row["end"]) == ("11:00:00", "00:10:00 (day 2)")
+    assert row["time_segments"] == []  # midnight: no step back
+    back = ServerState("b")
+    for c in ["12:00:00", "12:00:05", "11:00:00", "11:00:05"]:  # an hour back: a step back
+        text = line(c, 90.0)
+        back.apply(text, parse_line(text), 0.0)
+    assert len(run_row(back.runs[-1])["time_segments"]) == 1
+    log = tmp_path / "old.log"
+    log.write_text("".join(line(c, 90.0 + i % 3) + "\n" for i, c in enumerate(clocks)))
+    out = subprocess.run([sys.executable, "-m", "specmon", "parse", "--runs", str(log)],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "run 1: 11:00:00 -> 00:10:00 (day 2)" in out and "1970" not in out and "1969" not in out
