@@ -220,6 +220,10 @@ def render(out: dict[str, Any]) -> str:
     if not out["causes"]:  # (a drift's causes name them already)
         lines += [f"note: since the recording: {c} (the verdict compares unlike runs)"
                   for c in out.get("conditions_changed", [])]
+    if out["excluded_by_reason"].get("other_rank") and out.get("by_running_req"):
+        lines.append("note: this server prints a line per DP group (or rank): the verdict reads "
+                     "one group's lines (the first seen), so its tok/s and a --baseline-value "
+                     "are one group's; the run medians above are the groups summed")
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(out["excluded_by_reason"].items()))
     lines.append(f"excluded: {out['excluded']}" + (f" ({reasons})" if reasons else ""))
     others = [r for r in out.get("runs", []) if r["run"] != out["run"]]

@@ -363,3 +363,14 @@ def test_an_ok_between_unlike_runs_says_what_changed(tmp_path, store_dir, capsys
             "(the verdict compares unlike runs)") in text
     assert main(["check", spec_log("c.log", 3), "--baseline", "s3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["conditions_changed"] == []  # like for like
+
+
+def test_a_dp_log_says_the_verdict_reads_one_group(data_dir, capsys):
+    """A DP-attention server prints one line per DP group: the detector reads one group's
+    (1653.8 tok/s, the groups summed, read as a -75 % drift); check says which is which."""
+    log = str(data_dir / "sglang-longlogs/ascend-qwen3coder-480b-dp4.log.gz")
+    main(["check", log, "--baseline-value", "413"])
+    text = capsys.readouterr().out
+    assert "run median at #running-req 80: 1653.82 tok/s" in text
+    assert "the verdict reads one group's lines (the first seen), so its tok/s and a " \
+        "--baseline-value are one group's; the run medians above are the groups summed" in text
