@@ -485,8 +485,9 @@ class MeasuredSpeedup:
     conditions_unknown: tuple[str, ...] = ()  # a side without its launch line: said with it
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": _round(self.ratio),
-                "ci95": None if self.ci95 is None else [_round(x) for x in self.ci95],
+        # (3 decimals, as compare's JSON and every front end print them: one number)
+        return {"value": _round(self.ratio, 3),
+                "ci95": None if self.ci95 is None else [_round(x, 3) for x in self.ci95],
                 "ci95_reason": self.ci_reason, "running_req": self.running_req,
                 "n_base": self.n_base, "n_spec": self.n_spec, "basis": self.basis,
                 "conditions_unknown": list(self.conditions_unknown)}

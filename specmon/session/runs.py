@@ -211,9 +211,15 @@ def _r(x: float) -> float:
     return round(x, 4)
 
 
+def _ratio(x: float) -> float:
+    """A speedup or its interval's end as JSON: to the 3 decimals every front end prints (a
+    4-decimal value printed to 3 rounds twice: compare said 1.530 where advise said 1.531)."""
+    return round(x, 3)
+
+
 def _ci(sp: Speedup) -> list[float] | None:
     """The interval as JSON: null (with `ci95_reason`) when a side has < 2 samples."""
-    return None if sp.ci95 is None else [_r(sp.ci95[0]), _r(sp.ci95[1])]
+    return None if sp.ci95 is None else [_ratio(sp.ci95[0]), _ratio(sp.ci95[1])]
 
 
 @dataclass
@@ -359,11 +365,11 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         "conditions_unknown": run_unknowns(b, s),
         "baseline": side(b, len(base.runs), rr, False),
         "speculative": side(s, len(spec.runs), rr, True),
-        "by_running_req": [{"running_req": x.running_req, "speedup": _r(x.ratio),
+        "by_running_req": [{"running_req": x.running_req, "speedup": _ratio(x.ratio),
                             "ci95": _ci(x), "ci95_reason": x.ci_reason, "n_base": x.base.n,
                             "n_spec": x.spec.n} for x in rows],
         "speedup": None if head is None else {"running_req": head.running_req,
-                                              "value": _r(head.ratio), "ci95": _ci(head),
+                                              "value": _ratio(head.ratio), "ci95": _ci(head),
                                               "ci95_reason": head.ci_reason,
                                               "n_base": head.base.n, "n_spec": head.spec.n},
         "notes": notes,

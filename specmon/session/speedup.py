@@ -71,7 +71,8 @@ def _vs_recorded_ci(ratio: float, spec_se_log: float | None, spec_n: int,
     se_spec = spec_se_log or 0.0
     se = math.sqrt(se_spec ** 2 + se_rec ** 2)
     t = t975(welch_df(se_spec, spec_n, se_rec, max(2, round(n_rec))))
-    return ratio * math.exp(-t * se), ratio * math.exp(t * se)
+    e = min(t * se, 20.0)  # (a wild spread from a file: finite, and plainly unbounded)
+    return ratio * math.exp(-e), ratio * math.exp(e)
 
 
 def _age(run: Run, now: float | None) -> float | None:

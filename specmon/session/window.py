@@ -22,6 +22,7 @@ from specmon.session.state import DecodePoint, Run, ServerState
 DEFAULT_WINDOW_S = 60.0
 MIN_N = MIN_SPREAD_N  # samples a side before a batch size is the headline speedup
 MIN_CI_N = 2  # samples a side before an interval is given (fewer: N/A with the reason)
+MAX_LOG_HALF_WIDTH = 20.0  # an interval wider than x/e^20..x*e^20 bounds nothing
 SMALL_N = 10  # below this a side's own spread is not trusted to be smaller than the other's
 
 
@@ -247,6 +248,9 @@ def speedup_of(b: WindowStats, s: WindowStats) -> Speedup:
     se = math.sqrt(se_b ** 2 + se_s ** 2)
     # Student's t at Welch's degrees of freedom: 1.96 claimed at n 3 what n 3 cannot support
     t = t975(welch_df(se_b, b.n, se_s, s.n))
+    if not t * se < MAX_LOG_HALF_WIDTH:  # (a wild spread from a file: no factor of e^50)
+        return Speedup(ratio, None, None, b.running_req, b, s,
+                       "95% interval N/A: the spread is too wide to bound the ratio")
     return Speedup(ratio=ratio, low=ratio * math.exp(-t * se), high=ratio * math.exp(t * se),
                    running_req=b.running_req, base=b, spec=s)
 

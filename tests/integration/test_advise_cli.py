@@ -260,3 +260,22 @@ def test_batch_limits_below_the_advised_batch_size_are_no_difference(tmp_path):
                      max_running_requests=48, cuda_graph_max_bs=48)
     d = json.loads(advise(str(spec), "--baseline-log", str(base), "--json").stdout)
     assert d["running_req"] < 48 and d["conditions_differ"] == [] and d["best"] is not None
+
+
+def test_advise_and_compare_print_the_same_speedup_digits(logs):
+    """The measured speedup is compare's: the same value and interval to the last digit
+    printed (compare's JSON held 4 decimals printed to 3, a second rounding: 1.530 beside
+    advise's 1.531), JSON values to the 3 decimals printed."""
+    import re
+
+    cmp = subprocess.run([sys.executable, "-m", "specmon", "compare", str(logs["base"]),
+                          str(logs["s4"]), "--json"], capture_output=True, text=True, timeout=120)
+    sp = json.loads(cmp.stdout)["speedup"]
+    assert sp["value"] == round(sp["value"], 3) and sp["ci95"] == [round(x, 3) for x in sp["ci95"]]
+    text = advise(str(logs["s4"]), "--baseline-log", str(logs["base"])).stdout
+    m = re.search(r"measured speedup \(as compare\): ([\d.]+)x \(95 % ([\d.]+)-([\d.]+);", text)
+    assert m is not None, text
+    assert m.groups() == (f"{sp['value']:.3f}", f"{sp['ci95'][0]:.3f}", f"{sp['ci95'][1]:.3f}")
+    adv = json.loads(advise(str(logs["s4"]), "--baseline-log", str(logs["base"]),
+                            "--json").stdout)["speedup"]
+    assert adv["value"] == sp["value"] and adv["ci95"] == sp["ci95"]
