@@ -168,3 +168,11 @@ def test_t_quantile_matches_the_table(df, t):
 
     assert t975(df) == pytest.approx(t, abs=0.002)
     assert t975(2.5) < t975(2) and t975(2.5) > t975(3)  # fractional (Welch) in between
+
+
+def test_an_unboundable_spread_is_no_interval_not_an_overflow():
+    """Mostly equal tiny values and one far off (a spread 20,000 times the median): no
+    interval, said (the snapshot fuzz test overflowed math.exp on such a file)."""
+    sp = _pair([0.01, 0.01, 500.0], [1.0, 1.1, 1.2])
+    assert sp.ci95 is None and sp.ci_reason == ("95% interval N/A: the spread is too wide to "
+                                                "bound the ratio")
