@@ -210,8 +210,10 @@ class LogSummary:
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})
                 p10, med, p90 = _quantiles(vals)
+                every = " over every #running-req" if len(groups[spec]) > 1 else ""
                 lines.append(
-                    f"  accept len (tokens per verify round, bonus included): median {_num(med)}, "
+                    f"  accept len{every} (tokens per verify round, bonus included): median "
+                    f"{_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
                 )
                 if self.spec_drafted:

@@ -657,7 +657,9 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
             if acc is None:
                 continue
             any_spec = True
-            head = (f"{s['name']} run {r['run']}: accept length (tokens per verify round, "
+            every = (" over every batch size (each has its own in the table above)"
+                     if len(r["by_running_req"]) > 1 else "")
+            head = (f"{s['name']} run {r['run']}: accept length{every} (tokens per verify round, "
                     f"bonus included) median {num(acc['median'])}, p10 {num(acc['p10'])}, "
                     f"p90 {num(acc['p90'])}, n {acc['n']:,}; ")
             if acc.get("accept_rate_measured") is not None:  # vLLM prints its counts

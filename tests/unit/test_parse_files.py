@@ -37,3 +37,18 @@ def test_several_logs_are_never_merged(tmp_path: Path, capsys) -> None:
     assert main(["parse", *plains]) == 0
     both = capsys.readouterr().out
     assert both == "".join(f"{p}: 1 run\n{s}" for p, s in zip(plains, singles, strict=True))
+
+
+def test_a_pooled_accept_len_says_it_spans_batch_sizes():
+    """Every other number of the summary is per #running-req: the accept len line over
+    several says so (over one it is that one's)."""
+    from specmon.analysis.logfile import summarise_buffer
+
+    def line(rr: int, i: int) -> str:
+        return (f"[2026-05-01 10:00:{i:02d}] Decode batch, #running-req: {rr}, #token: 9, token "
+                f"usage: 0.01, accept len: 2.50, gen throughput (token/s): {90 + i}.00, "
+                "#queue-req: 0\n")
+    one = summarise_buffer("".join(line(8, i) for i in range(6)).encode()).render()
+    two = summarise_buffer("".join(line(8 if i % 2 else 4, i) for i in range(6)).encode()).render()
+    assert "accept len (tokens per verify round" in one and "over every" not in one
+    assert "accept len over every #running-req (tokens per verify round" in two
