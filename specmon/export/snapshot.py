@@ -902,22 +902,25 @@ def _session_entries(state: ServerState, log_limit: int) -> list[Entry]:
     before the raw suffix come first, without text.
     """
     points = list(state.decode)
+    first = state.decode_total - len(points)  # the index of points[0] among all decode lines
+    gaps = state.gap_points
     n = min(len(state.log), log_limit) if log_limit > 0 else 0
     log = list(state.log)[len(state.log) - n:]
     times = list(state.log_times)[len(state.log_times) - n:]  # (in step with `log`)
     j = len(points) - 1
-    rows: list[tuple[float, str, Record | None]] = []
+    rows: list[tuple[float, str, Record | None, int]] = []
     for text, t in zip(reversed(log), reversed(times), strict=True):
         rec = parse_line(text)
         if (isinstance(rec, BatchRecord) and rec.kind == "decode" and j >= 0
                 and same_line(points[j].rec, rec)):
-            rows.append((_received(points[j]), text, points[j].rec))
+            rows.append((_received(points[j]), text, points[j].rec, gaps.get(first + j, 0)))
             j -= 1
         else:
-            rows.append((t, text, rec))
+            rows.append((t, text, rec, 0))
     rows.reverse()
-    entries = [Entry(_received(p), None, p.rec) for p in points[: j + 1]]
-    entries.extend(Entry(t, text, rec) for t, text, rec in rows)
+    entries = [Entry(_received(p), None, p.rec, gaps.get(first + k, 0))
+               for k, p in enumerate(points[: j + 1])]
+    entries.extend(Entry(t, text, rec, gap) for t, text, rec, gap in rows)
     return entries
 
 

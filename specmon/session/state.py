@@ -478,6 +478,10 @@ class ServerState:
     lines_total: int = 0
     decode_total: int = 0
     prefill_total: int = 0
+    # bytes of the log not read before a decode line (history after the head), by the line's
+    # index among all decode lines (`decode_total` when it came): a snapshot keeps them
+    gap_points: dict[int, int] = field(default_factory=dict)
+    _gap_pending: int = 0
     log: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
     # each raw line's receive time (a snapshot keeps it: a probe or exit replays between the
     # lines it came between)
@@ -605,6 +609,7 @@ class ServerState:
                 run = self.runs[-1]
                 run.skipped_bytes += skipped
                 run.read_from_t = (log_time(rec, t) if rec is not None else None) or t
+                self._gap_pending += skipped  # kept on the next decode line (snapshots)
             return out
         return self._apply_line(text, rec, t)
 
@@ -730,6 +735,11 @@ class ServerState:
                 run.prefill_pending = False
                 self.decode_total += 1
                 self.decode.append(pt)
+                if self._gap_pending:
+                    self.gap_points[self.decode_total - 1] = self._gap_pending
+                    self._gap_pending = 0
+                    if len(self.gap_points) > MAX_RUNS:  # (one per run read from its history)
+                        del self.gap_points[min(self.gap_points)]
                 if self.role is None and rec.accept_len is not None:
                     self.role = "speculative"
                 done = run.add_decode(pt)

@@ -183,3 +183,23 @@ def test_a_snapshot_with_bad_pids_is_refused_in_one_line():
     with pytest.raises(SnapshotError, match=r"^snapshot: servers\[0\]: pids: expected at most "
                                             r"65536 process ids \(positive integers\)$"):
         from_doc(doc)
+
+
+def test_the_uis_own_snapshot_keeps_a_partial_run_partial(tmp_path):
+    """The export key writes the session's rows: the gap between a run's head and its history
+    goes with them, so the report of that snapshot says the run is partial as live did."""
+    from specmon.export.report import report_doc, report_model
+    from specmon.export.snapshot import read_snapshot, snapshot_from_session, write_snapshot
+    from specmon.parse.sglang import parse_line
+
+    s = HostState(host="h")
+    base = s.server("base")
+    base.apply(ARGS_BASE, parse_line(ARGS_BASE), T0)
+    for i in range(40):
+        text = decode_line(i, 88.0 + i % 3, None)
+        base.apply(text, parse_line(text), T0 + 1 + i, 150_000 if i == 0 else 0)
+    assert base.runs[-1].skipped_bytes == 150_000
+    snap = read_snapshot(write_snapshot(snapshot_from_session(s), tmp_path / "s.json"))
+    assert [e.skipped for e in snap.servers[0].entries if e.skipped] == [150_000]
+    (run,) = report_doc(snap, report_model(snap))["servers"][0]["runs"]
+    assert run["partial"].startswith("partial: 150,000 bytes of its log after the start-up lines")
