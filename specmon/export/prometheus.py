@@ -38,7 +38,8 @@ DEFAULT_PORT = 9464
 METRIC_NAMES = (
     "specmon_host_connection_state", "specmon_host_up", "specmon_host_stale",
     "specmon_host_last_update_timestamp_seconds",
-    "specmon_server_ready", "specmon_server_run_ended", "specmon_server_running_requests",
+    "specmon_server_ready", "specmon_server_run_ended", "specmon_server_run_skipped_bytes",
+    "specmon_server_running_requests",
     "specmon_server_engine_info",
     "specmon_server_decode_tokens_per_second", "specmon_server_decode_samples",
     "specmon_server_accept_length", "specmon_server_baseline_decode_tokens_per_second",
@@ -86,6 +87,9 @@ class FleetCollector(Collector):
         ended = fam("specmon_server_run_ended", "1 when the server's newest run has ended (it "
                     "stopped or exited and is not relaunched yet): its figures, and a speedup "
                     "against it, are that run's last, not live", SERVER)
+        skipped = fam("specmon_server_run_skipped_bytes", "Bytes of the newest run's log not "
+                      "read (the history after its start-up lines); above 0 its whole-run "
+                      "figures cover the lines read only", SERVER)
         running = fam("specmon_server_running_requests", "#running-req of the last decode line",
                       SERVER)
         engine = fam("specmon_server_engine_info", "1 per server: its engine and what its "
@@ -166,6 +170,7 @@ class FleetCollector(Collector):
                 lab = [h, name, srv.role or ""]
                 ready.add_metric(lab, 1.0 if srv.status == "ready" else 0.0)
                 ended.add_metric(lab, 1.0 if srv.runs and srv.runs[-1].ended else 0.0)
+                skipped.add_metric(lab, float(srv.runs[-1].skipped_bytes) if srv.runs else 0.0)
                 eng = srv.engine or "sglang"
                 engine.add_metric([*lab, eng, throughput_label(eng)], 1.0)
                 if srv.last_decode is not None and srv.last_decode.running_req is not None:

@@ -203,3 +203,5 @@ def test_the_uis_own_snapshot_keeps_a_partial_run_partial(tmp_path):
     assert [e.skipped for e in snap.servers[0].entries if e.skipped] == [150_000]
     (run,) = report_doc(snap, report_model(snap))["servers"][0]["runs"]
     assert run["partial"].startswith("partial: 150,000 bytes of its log after the start-up lines")
+    text = generate_latest(registry_for(FleetSession.of(s, clock=lambda: T0 + 60))).decode()
+    assert _metric(text, "specmon_server_run_skipped_bytes", host="h", server="base") == 150_000
