@@ -414,6 +414,9 @@ class FleetSession:
         mon = DriftMonitor(baseline.stats, self.params, label=baseline.server_label,
                            explain=explain)
         self.watches[(host, server)] = Watch(baseline, mon)
+        # the old baseline's alert ends with it: /metrics and the summary read `alerts`, and
+        # kept it (with its estimate, under the new name) until the new watch alerted itself
+        self.alerts.pop((host, server), None)
         self._looked_up.add((host, server))
         self.baseline_names[(host, server)] = baseline.name
         state.fingerprint = baseline.fingerprint

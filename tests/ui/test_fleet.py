@@ -323,6 +323,17 @@ def test_drift_alert_baseline_value_and_ratio_are_exported():
                  role="baseline", running_req="1") == 41.0
     row = fleet.summary(t)[0]
     assert row.alerts == 1 and {r.name: r.alert_level for r in row.servers}["base"] == "critical"
+    # `b` again: a new baseline is watched; the old one's critical alert ends with it at once
+    # (it stayed on /metrics, its estimate under the new name, until the new watch alerted)
+
+    fleet.watch("h", "base", Baseline("rec-63", BaselineStats.fixed_value(62.9, 1.0, 1),
+                                      host="h", server="base", role="baseline"))
+    m = families(generate_latest(reg).decode())
+    assert not fleet.alerts and fleet.summary(t)[0].alerts == 0
+    assert value(m, "specmon_server_drift_alert_level", **lab) == 0.0
+    assert value(m, "specmon_server_alert_level", kind="throughput", **lab) is None
+    assert value(m, "specmon_server_baseline_decode_tokens_per_second", baseline="rec-88",
+                 **lab) is None
 
 
 def test_the_speedup_metrics_say_what_the_headline_says_beside_it():
