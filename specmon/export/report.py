@@ -372,18 +372,21 @@ def _throughput_notes(engines: set[str]) -> list[str]:
         [VLLM_THROUGHPUT_NOTE] if "vllm" in engines else [])
 
 
-def _fingerprint_lines(s: ServerSnap, st: ServerState) -> list[str]:
-    """Readable fingerprint lines: the recorded one when the snapshot has it, else what the
-    current run's own lines say (args, NCCL_DEBUG, probe, GPUs)."""
+def _fingerprint_lines(s: ServerSnap) -> list[str]:
+    """Readable lines of the fingerprint the snapshot keeps for a server: the one of the
+    baseline recorded on it (what its drift watch compares against), not its current run's."""
     known = set(Fingerprint.__dataclass_fields__)
     d = s.fingerprint or {}
     fp = Fingerprint.from_json({k: v for k, v in d.items() if k in known}) if d else None
-    if fp is None and not d and st.runs:
-        fp = run_fingerprint_offline(st.runs[-1])
     out = fp.summary() if fp is not None else []
     # keys a fingerprint of another shape carries (a probe's env, versions): one line each
     out += [f"{k}: {v}" for k, v in _flatten({k: v for k, v in d.items() if k not in known})]
     return out
+
+
+def _run_fingerprint_lines(st: ServerState) -> list[str]:
+    """What the current run's own lines say (args, NCCL_DEBUG, probe, GPUs)."""
+    return run_fingerprint_offline(st.runs[-1]).summary() if st.runs else []
 
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -496,7 +499,8 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
             "engine": st.engine or "sglang", "throughput": throughput_label(st.engine),
             "gpus": own.text(), "gpu_indices": list(own.indices),
             "decode_lines": s.counts.get("decode"), "lines": s.counts.get("lines"),
-            "exit_code": s.exit_code, "fingerprint": _fingerprint_lines(s, st),
+            "exit_code": s.exit_code, "fingerprint": _run_fingerprint_lines(st),
+            "recorded_fingerprint": _fingerprint_lines(s),
             "runs": [_run_doc(r) for r in st.runs],
         })
     # alerts: the ones recorded live that the replay cannot raise again (drift against a stored
@@ -583,8 +587,13 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         b.append(("p", f"**{s['name']}**: role source: {s['role_source'] or NA}; {s['gpus']}"
                        + (f"; exit code {s['exit_code']}" if s["exit_code"] is not None else "")))
         if s["fingerprint"]:
-            b.append(("table", [f"{s['name']} fingerprint"], [[x] for x in s["fingerprint"]]))
-        else:
+            run = s["runs"][-1]["run"] if s["runs"] else "?"
+            b.append(("table", [f"{s['name']} run {run} fingerprint (its own lines)"],
+                      [[x] for x in s["fingerprint"]]))
+        if s["recorded_fingerprint"]:  # (not the current run's: drift compares against it)
+            b.append(("table", [f"{s['name']} recorded baseline's fingerprint"],
+                      [[x] for x in s["recorded_fingerprint"]]))
+        if not s["fingerprint"] and not s["recorded_fingerprint"]:
             b.append(("p", "fingerprint (env, versions): N/A (not in this snapshot)"))
         del snap_s
 

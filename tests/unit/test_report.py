@@ -457,3 +457,28 @@ def _tmp():
     from pathlib import Path
 
     return Path(tempfile.mkdtemp())
+
+
+def test_the_recorded_baselines_fingerprint_is_labelled_and_the_runs_own_is_shown(tmp_path):
+    """A snapshot keeps, per server, the fingerprint of the baseline recorded on it. The report
+    printed it as '<server> fingerprint' beside a current run that differed (tp 2 shown for a
+    tp 1 run): the run's own is shown as the run's, the recorded one as the recorded one's."""
+    import json
+
+    from specmon.analysis.fingerprint import fingerprint_from
+    from specmon.export.snapshot import read_snapshot
+
+    path = _snapshot(tmp_path)
+    snap = read_snapshot(path)
+    snap.servers[0].fingerprint = fingerprint_from(
+        server_args={"model_path": "Qwen/Qwen3-8B", "tp_size": 2}).to_json()
+    write_snapshot(snap, path)
+    assert main(["report", str(path), "--format", "json"]) == 0
+    base = next(s for s in json.loads((tmp_path / "s.report.json").read_text())["servers"]
+                if s["name"] == "base")
+    assert any("tp 1" in x for x in base["fingerprint"])  # its run's own launch line
+    assert any("tp 2" in x for x in base["recorded_fingerprint"])
+    assert main(["report", str(path), "--format", "md"]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert "| base run 1 fingerprint (its own lines) |" in md
+    assert "| base recorded baseline's fingerprint |" in md
