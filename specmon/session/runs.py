@@ -162,7 +162,7 @@ def run_by_rr(run: Run) -> list[dict[str, Any]]:
             continue
         out.append({"running_req": rr, "n": st.n, "median_tok_s": _r(st.median),
                     **_spread(st),
-                    "robust_cv": _r(st.robust_cv) if st.robust_cv is not None else None,
+                    "robust_cv": _r(st.shown_cv) if st.shown_cv is not None else None,
                     "accept_len_median": _r(st.accept_len) if st.accept_len is not None
                     else None})
     return out

@@ -23,6 +23,7 @@ DEFAULT_WINDOW_S = 60.0
 MIN_N = MIN_SPREAD_N  # samples a side before a batch size is the headline speedup
 MIN_CI_N = 2  # samples a side before an interval is given (fewer: N/A with the reason)
 MAX_LOG_HALF_WIDTH = 20.0  # an interval wider than x/e^20..x*e^20 bounds nothing
+MIN_CV_N = 5  # samples before a robust CV is printed
 SMALL_N = 10  # below this a side's own spread is not trusted to be smaller than the other's
 
 
@@ -41,6 +42,12 @@ class WindowStats:
     def spread(self) -> tuple[float, float] | None:
         """(p10, p90), or None (N/A) from fewer than MIN_SPREAD_N samples."""
         return (self.p10, self.p90) if self.n >= MIN_SPREAD_N else None
+
+    @property
+    def shown_cv(self) -> float | None:
+        """The robust CV as front ends print it: from MIN_CV_N samples (of 3, the MAD is the
+        smaller of two gaps: 'p10-p90 79.5-106.0 · CV 0.2%')."""
+        return self.robust_cv if self.n >= MIN_CV_N else None
 
     @property
     def se_log(self) -> float | None:

@@ -176,3 +176,18 @@ def test_an_unboundable_spread_is_no_interval_not_an_overflow():
     sp = _pair([0.01, 0.01, 500.0], [1.0, 1.1, 1.2])
     assert sp.ci95 is None and sp.ci_reason == ("95% interval N/A: the spread is too wide to "
                                                 "bound the ratio")
+
+
+def test_a_robust_cv_is_printed_from_five_samples():
+    """Of 3 values the MAD is the smaller of two gaps: 'p10-p90 79.5-106.0 · CV 0.2%' on the
+    panel. The CV is printed (panel, parse --runs JSON, report) from MIN_CV_N samples."""
+    from specmon.session.runs import run_by_rr
+    from specmon.session.window import MIN_CV_N, stats_for
+
+    s = ServerState("b", role="baseline")
+    feed(s, [79.5, 106.0, 106.2], rr=4)
+    w = stats_for(s.runs[-1].decode, 4, 1e9)
+    assert w.robust_cv is not None and w.robust_cv < 0.01 and w.shown_cv is None
+    assert run_by_rr(s.runs[-1])[0]["robust_cv"] is None
+    feed(s, [90.0, 95.0], rr=4, t0=1003)
+    assert MIN_CV_N == 5 and stats_for(s.runs[-1].decode, 4, 1e9).shown_cv is not None

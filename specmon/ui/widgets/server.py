@@ -80,7 +80,7 @@ def summary_rows(state: ServerState, now: float, window_s: float
     if run is not None and run.ended and run.last_received is not None:
         ended = f"run {run.index} ended {run_age_text(max(0.0, now - run.last_received))} ago · "
     if w is not None and w.n >= MIN_N:
-        cv = f" · CV {w.robust_cv * 100:.1f}%" if w.robust_cv is not None else ""
+        cv = f" · CV {w.shown_cv * 100:.1f}%" if w.shown_cv is not None else ""
         rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · {run_txt} · "
                      f"p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}", "bold"))
     else:
