@@ -42,6 +42,9 @@ class SpeedupView:
     conditions_unknown: tuple[str, ...] = ()  # what cannot be compared (a side's server args)
     base_ended_age_s: float | None = None  # seconds since the baseline's run ended (None: running)
     spec_ended_age_s: float | None = None
+    # a side whose run goes on but printed no decode line for IDLE_SAY_S: its window ended then
+    base_idle_s: float | None = None
+    spec_idle_s: float | None = None
     reason: str | None = None  # why there is no value
     detail: Speedup | None = None  # medians, spreads, derived per-token times
 
@@ -81,6 +84,23 @@ def _age(run: Run, now: float | None) -> float | None:
     return max(0.0, now - run.last_received)
 
 
+IDLE_SAY_S = 30.0  # a running server's last decode line older than this is said beside a speedup
+
+
+def _last_decode(run: Run) -> float | None:
+    return run.decode[-1].received if run.decode else None
+
+
+def _idle(run: Run, other: Run, now: float | None) -> float | None:
+    """Seconds since a running run's last decode line arrived, when it is over IDLE_SAY_S
+    older than the other side's: its window ended that long before the other's (two windows
+    that do not overlap: an idle speculative server against a live baseline)."""
+    mine, theirs = _last_decode(run), _last_decode(other)
+    if run.ended or now is None or mine is None or theirs is None:
+        return None
+    return now - mine if theirs - mine > IDLE_SAY_S and now - mine > IDLE_SAY_S else None
+
+
 def speedup_view(base: ServerState | None, spec: ServerState | None, *,
                  window_s: float = DEFAULT_WINDOW_S, now: float | None = None,
                  recorded: BaselineStats | None = None, drift_active: bool = False,
@@ -95,7 +115,8 @@ def speedup_view(base: ServerState | None, spec: ServerState | None, *,
     sp = run_speedup(br, sr, window_s)
     view = SpeedupView(None, None, None, window_s, br.index, None, sr.index, None,
                        fingerprint_diffs=tuple(fingerprint_diffs), base_ended_age_s=_age(br, now),
-                       spec_ended_age_s=_age(sr, now), drift_active=drift_active)
+                       spec_ended_age_s=_age(sr, now), drift_active=drift_active,
+                       base_idle_s=_idle(br, sr, now), spec_idle_s=_idle(sr, br, now))
     if sp is None:
         return replace(view, reason=f"no batch size with >= {MIN_N} decode samples in both current "
                                     f"runs (baseline run {br.index}, speculative run {sr.index}) "
@@ -156,6 +177,10 @@ def format_speedup(v: SpeedupView) -> str:
         parts.append(conditions_text(v.fingerprint_diffs))
     if v.conditions_unknown:
         parts.append(unknown_text(v.conditions_unknown))
+    for side, idle in (("baseline", v.base_idle_s), ("speculative", v.spec_idle_s)):
+        if idle is not None:
+            parts.append(f"{side} idle: its last decode line {_age_text(idle)} ago (its window "
+                         "ends there)")
     return " · ".join(parts)
 
 

@@ -93,7 +93,9 @@ def drift_state(server: str, watches: Mapping[str, Any], state: ServerState) -> 
     if est is not None:
         what = {"t_cycle": " t_cycle", "accept_len": " accept len"}.get(est.metric, "")
         unit = " ms" if est.metric == "t_cycle" else ""
-        rel = f"{est.delta_pct:+.0f}%{what} vs recorded {est.base:.1f}{unit}"
+        # (its batch size: the headline's recorded value is the speedup's batch size's, which
+        # may be another stratum: "vs recorded 260.8" beside "vs recorded 346.4")
+        rel = f"{est.delta_pct:+.0f}%{what} vs recorded {est.base:.1f}{unit} (bs {est.running_req})"
     else:
         rel = f"vs recorded{rec_txt}"
     word = "IMPROVED" if alert.level == "info" else "DRIFT"

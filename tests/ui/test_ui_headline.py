@@ -134,7 +134,7 @@ def test_headline_model_of_the_demo_states():
     m = app.headline()
     base = m.drift[0]
     assert base.state == "drift" and base.level == "critical"
-    assert base.text == "DRIFT -29% vs recorded 89.0"
+    assert base.text == "DRIFT -29% vs recorded 89.0 (bs 1)"
     assert base.cause.startswith("TP workers lack NCCL_ALGO=Ring")
     spec = app.session.server("speculative")
     r, rec = m.vs_recorded

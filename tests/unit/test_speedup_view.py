@@ -106,3 +106,21 @@ def test_a_run_without_its_launch_line_is_said_beside_the_live_speedup():
     assert format_speedup(v).split(" · ")[1:] == [
         "conditions unknown: the baseline's server args (no launch line in its run): the "
         "speedup may measure more than speculation"]
+
+
+def test_a_side_idle_while_the_other_is_live_is_said():
+    """An idle speculative server (its last decode line 100 s before the baseline's) against a
+    live baseline: two windows that do not overlap, said beside the speedup; both idle alike
+    is no statement (their windows end together)."""
+    base = ServerState("baseline", role="baseline")
+    spec = ServerState("speculative", role="speculative")
+    run(spec, 0, [94.4, 94.6] * 20, spec=True)  # received at 1e9
+    run(base, 100, [88.8, 88.9] * 20)  # received at 1e9 + 100
+    v = speedup_view(base, spec, window_s=60, now=1e9 + 161)
+    assert v.spec_idle_s == 161 and v.base_idle_s is None
+    assert format_speedup(v).endswith(" · speculative idle: its last decode line 3 min ago "
+                                      "(its window ends there)")
+    both = ServerState("speculative", role="speculative")
+    run(both, 100, [94.4, 94.6] * 20, spec=True)
+    v = speedup_view(base, both, window_s=60, now=1e9 + 400)
+    assert v.spec_idle_s is None and v.base_idle_s is None and "idle" not in format_speedup(v)
