@@ -604,3 +604,31 @@ async def test_the_window_key_sets_the_one_window_metrics_report():
         assert app.window_s == fleet.window_s == 300.0
     m = families(generate_latest(registry_for(fleet)).decode())
     assert value(m, "specmon_window_seconds") == 300.0
+
+
+def test_the_drift_badge_says_how_many_more_causes_the_alert_has():
+    """The badge names an alert's first cause; with more, it says how many more and where they
+    are (a first cause alone read as the whole story: NCCL variables named for a gain that a
+    tp 2 -> 8 relaunch, the second cause, made)."""
+    from specmon.analysis.fingerprint import fingerprint_from
+    from specmon.session.baselines import Baseline
+    from specmon.ui.headline import drift_state
+
+    rec_fp = fingerprint_from(server_args={"model_path": "m", "tp_size": 2, "version": "0.5.1"})
+    fleet = FleetSession(["h"], clock=lambda: 2000.0)
+    fleet.declare_server("h", "base", "baseline", "/x.log")
+    fleet.watch("h", "base", Baseline("rec", BaselineStats.fixed_value(88.8, 1.0, 1),
+                                      fingerprint=rec_fp, host="h", server="base",
+                                      role="baseline"))
+    args = ("[2025-06-01 12:00:00] server_args=ServerArgs(model_path='m', tp_size=8, "
+            "version='0.5.2')")
+    fleet.lines("h", "base", [LineItem(args, parse_line(args), 899.0)])
+    t = feed_lines(fleet, "h", "base", [62.9] * 60, 900.0)
+    fleet.tick(t)
+    (_, _, alert), = fleet.active_alerts()
+    assert len(alert.causes) >= 2, alert.causes
+    st = fleet.host("h").session.server("base")
+    d = drift_state("base", {"base": fleet.watches[("h", "base")]}, st)
+    assert d.cause.startswith(alert.causes[0])
+    assert d.cause.endswith(f" (+{len(alert.causes) - 1} more: the alert notice and the "
+                            "report list every cause)")
