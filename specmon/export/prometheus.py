@@ -46,7 +46,7 @@ METRIC_NAMES = (
     "specmon_server_drift_ratio", "specmon_server_drift_alert_level",
     "specmon_server_drift_state", "specmon_server_drift_samples", "specmon_server_alert_level",
     "specmon_speedup_ratio", "specmon_speedup_ratio_ci95_low", "specmon_speedup_ratio_ci95_high",
-    "specmon_speedup_samples", "specmon_window_seconds",
+    "specmon_speedup_samples", "specmon_window_seconds", "specmon_speedup_vs_recorded_ratio",
     "specmon_speedup_conditions_differ", "specmon_speedup_conditions_unknown",
     "specmon_gpu_sm_clock_hertz", "specmon_gpu_sm_clock_max_hertz",
     "specmon_gpu_clock_event_reason", "specmon_gpu_temperature_celsius",
@@ -131,6 +131,10 @@ class FleetCollector(Collector):
         sp_n = fam("specmon_speedup_samples", "Decode log lines behind each side's median in "
                    "specmon_speedup_ratio (side: baseline | speculative)",
                    ["host", "server", "baseline", "running_req", "side"])
+        sp_rec = fam("specmon_speedup_vs_recorded_ratio", "While the baseline's drift alert is "
+                     "active: speculative / the recorded baseline at the speedup's #running-req "
+                     "(the headline's big figure then; bound: low | value | high, the 95% "
+                     "interval)", ["host", "server", "baseline", "running_req", "bound"])
         win = fam("specmon_window_seconds", "Log time the medians and the speedup cover (the "
                   "newest of it; a window never reaches behind a restart or a time step)", [])
         win.add_metric([], f.window_s)
@@ -204,7 +208,8 @@ class FleetCollector(Collector):
             s_ = hv.session.by_role("speculative")
             if b is not None and s_ is not None:
                 # the headline's view (the same speedup, and what it says beside it)
-                view = session_speedup_view(hv.session, b, s_, None, f.window_s, now)
+                view = session_speedup_view(hv.session, b, s_, f.watches.get((h, b.name)),
+                                            f.window_s, now)
                 if b.runs and s_.runs:
                     sp_diff.add_metric([h, s_.name, b.name], float(len(view.fingerprint_diffs)))
                     sp_unk.add_metric([h, s_.name, b.name], float(len(view.conditions_unknown)))
@@ -217,6 +222,11 @@ class FleetCollector(Collector):
                     if res.ci95 is not None:  # no interval from < 2 samples a side
                         sp_lo.add_metric(lab, res.ci95[0])
                         sp_hi.add_metric(lab, res.ci95[1])
+                    if view.drift_active and view.vs_recorded is not None \
+                            and view.vs_recorded_ci95 is not None:
+                        lo, hi = view.vs_recorded_ci95
+                        for bound, x in (("low", lo), ("value", view.vs_recorded), ("high", hi)):
+                            sp_rec.add_metric([*lab, bound], x)
             for gs in hv.session.gpus:
                 if gs.index is None:
                     continue

@@ -632,3 +632,33 @@ def test_the_drift_badge_says_how_many_more_causes_the_alert_has():
     assert d.cause.startswith(alert.causes[0])
     assert d.cause.endswith(f" (+{len(alert.causes) - 1} more: the alert notice and the "
                             "report list every cause)")
+
+
+def test_the_vs_recorded_speedup_the_headline_shows_is_exported():
+    """While the baseline drifts, the headline's big figure is speculative / recorded (the
+    live one would flatter speculation): /metrics carries that number too, the same value."""
+    from specmon.session.baselines import Baseline
+    from specmon.session.drift_watch import session_speedup_view
+
+    fleet = FleetSession(["h"], clock=lambda: 2000.0)
+    fleet.declare_server("h", "base", "baseline", "/x.log")
+    fleet.declare_server("h", "spec", "speculative", "/y.log")
+    fleet.watch("h", "base", Baseline("rec", BaselineStats.fixed_value(88.8, 1.0, 1), host="h",
+                                      server="base", role="baseline"))
+    t = feed_lines(fleet, "h", "base", [62.9, 63.1] * 30, 900.0)
+    items = []
+    for i in range(60):
+        text = decode(94.0 + i % 3 * 0.2, 1, accept=2.5)
+        items.append(LineItem(text, parse_line(text), 900.0 + i))
+    fleet.lines("h", "spec", items)
+    fleet.tick(t)
+    hs = fleet.host("h").session
+    view = session_speedup_view(hs, hs.server("base"), hs.server("spec"),
+                                fleet.watches[("h", "base")], fleet.window_s, 2000.0)
+    assert view.drift_active and view.vs_recorded is not None
+    m = families(generate_latest(registry_for(fleet)).decode())
+    lab = dict(host="h", server="spec", baseline="base", running_req="1")
+    got = value(m, "specmon_speedup_vs_recorded_ratio", bound="value", **lab)
+    assert got == pytest.approx(view.vs_recorded) and got == pytest.approx(94.2 / 88.8, rel=0.01)
+    assert value(m, "specmon_speedup_vs_recorded_ratio", bound="low", **lab) < got < value(
+        m, "specmon_speedup_vs_recorded_ratio", bound="high", **lab)
