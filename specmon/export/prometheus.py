@@ -28,7 +28,7 @@ from specmon.parse.vllm import throughput_label
 from specmon.redact import redact_text
 from specmon.session.drift_watch import session_speedup_view
 from specmon.session.fleet import ALERT_LEVELS, VERDICTS, FleetSession
-from specmon.session.window import stats_for, window_points
+from specmon.session.window import MIN_N, stats_for, window_points
 from specmon.textsafe import visible
 
 STATES = ("connecting", "connected", "reconnecting", "failed", "closed")
@@ -184,8 +184,10 @@ class FleetCollector(Collector):
                     ws = stats_for(pts, rr, f.window_s)
                     if ws is None:
                         continue
-                    toks.add_metric([*lab, str(rr)], ws.median)
                     nsamp.add_metric([*lab, str(rr)], float(ws.n))
+                    if ws.n < MIN_N:  # the panel's rule: no window median from fewer lines
+                        continue
+                    toks.add_metric([*lab, str(rr)], ws.median)
                     if ws.accept_len is not None:
                         accept.add_metric([*lab, str(rr)], ws.accept_len)
                 if f.monitor(h, name) is not None:

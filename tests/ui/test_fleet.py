@@ -662,3 +662,25 @@ def test_the_vs_recorded_speedup_the_headline_shows_is_exported():
     assert got == pytest.approx(view.vs_recorded) and got == pytest.approx(94.2 / 88.8, rel=0.01)
     assert value(m, "specmon_speedup_vs_recorded_ratio", bound="low", **lab) < got < value(
         m, "specmon_speedup_vs_recorded_ratio", bound="high", **lab)
+
+
+def test_a_window_of_two_lines_has_no_median_on_metrics_as_on_the_panel():
+    """The panel says 'median N/A … too few decode lines' under MIN_N lines; /metrics gave a
+    median of 2 then. It gives the count, and the median (and accept len) from MIN_N."""
+    from specmon.session.window import MIN_N
+
+    fleet = FleetSession(["h"], clock=lambda: 1000.0)
+    fleet.declare_server("h", "spec", "speculative", "/y.log")
+    items = [LineItem(decode(100.0 + i, 3, accept=2.4), parse_line(decode(100.0 + i, 3,
+                                                                          accept=2.4)), 990.0 + i)
+             for i in range(MIN_N - 1)]
+    fleet.lines("h", "spec", items)
+    lab = dict(host="h", server="spec", role="speculative", running_req="3")
+    m = families(generate_latest(registry_for(fleet)).decode())
+    assert value(m, "specmon_server_decode_samples", **lab) == MIN_N - 1
+    assert value(m, "specmon_server_decode_tokens_per_second", **lab) is None
+    assert value(m, "specmon_server_accept_length", **lab) is None
+    text = decode(110.0, 3, accept=2.4)
+    fleet.lines("h", "spec", [LineItem(text, parse_line(text), 999.0)])
+    m = families(generate_latest(registry_for(fleet)).decode())
+    assert value(m, "specmon_server_decode_tokens_per_second", **lab) == 101.0

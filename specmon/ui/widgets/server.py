@@ -99,14 +99,16 @@ def summary_rows(state: ServerState, now: float, window_s: float
         rows.extend(_vllm_spec_rows(state, w))
     elif state.is_speculative:
         al = last.accept_len if last else None
-        med_al = w.accept_len if w else None
+        # a median from MIN_N lines, as the tok/s median above (else the last interval's)
+        med_al = w.accept_len if w is not None and w.n >= MIN_N else None
         ndt = state.num_draft_tokens
         rate = recomputed_accept_rate(med_al if med_al is not None else al, ndt)
         if al is None and med_al is None:
             rows.append(("accept len", NA, "no decode line in this run yet", "$text-muted"))
         else:
+            what = "median" if med_al is not None else "last interval (too few for a median)"
             rows.append(("accept len", num(med_al if med_al is not None else al),
-                         f"median · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft "
+                         f"{what} · rate {num(rate)} (recomputed, {num(ndt, '{}')} draft "
                          f"tokens) · last {num(al)}", ""))
     if last is not None and bs and last.gen_throughput:
         rows.append(("ms/token", f"{1000.0 * bs / last.gen_throughput:.1f}",
@@ -122,7 +124,7 @@ def _vllm_spec_rows(state: ServerState, w: WindowStats | None) -> list[tuple[str
     """vLLM prints its acceptance counts: the rate and per-position rates are measured."""
     last = state.runs[-1].last if state.runs else None  # the current run's
     al = last.accept_len if last else None
-    med_al = w.accept_len if w else None
+    med_al = w.accept_len if w is not None and w.n >= MIN_N else None  # (as the tok/s median)
     if al is None and med_al is None:
         return [("accept len", NA, "no decode line in this run yet", "$text-muted")]
     spec = last.spec if isinstance(last, VllmDecodeRecord) else None
@@ -130,8 +132,9 @@ def _vllm_spec_rows(state: ServerState, w: WindowStats | None) -> list[tuple[str
     pos = " ".join(num(x) for x in pp) if isinstance(pp, list) else NA
     note = " · bonus added (0.8.5)" if last is not None and getattr(last, "accept_len_note", None) \
         and "0.8.5" in str(getattr(last, "accept_len_note", "")) else ""
+    what = "median" if med_al is not None else "last interval (too few for a median)"
     rows = [("accept len", num(med_al if med_al is not None else al),
-             f"median · last {num(al)} · bonus included{note}", "")]
+             f"{what} · last {num(al)} · bonus included{note}", "")]
     if isinstance(last, VllmDecodeRecord):
         rows.append(("accepted", num(last.accept_rate),
                      f"of drafted · per position {pos} · "
