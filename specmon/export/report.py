@@ -710,8 +710,8 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         b.append(("p", "None recorded in this snapshot, and none raised when its lines were "
                        "played through the session model."))
     else:
-        b.append(("table", ["time", "server", "alert", "likely cause"],
-                  [[_when(a["t"]), str(a["server"] or NA),
+        b.append(("table", ["time", "server", "level", "alert", "likely cause"],
+                  [[_when(a["t"]), str(a["server"] or NA), str(a["level"] or NA),
                     ("cleared: " if a["cleared"] else "") + a["text"], str(a["cause"] or NA)]
                    for a in doc["alerts"]]))
 

@@ -482,3 +482,18 @@ def test_the_recorded_baselines_fingerprint_is_labelled_and_the_runs_own_is_show
     md = (tmp_path / "s.report.md").read_text()
     assert "| base run 1 fingerprint (its own lines) |" in md
     assert "| base recorded baseline's fingerprint |" in md
+
+
+def test_the_alerts_table_gives_each_alerts_level(tmp_path):
+    """A critical drift and an info 'improved' read alike without it."""
+    from specmon.export.snapshot import read_snapshot
+
+    path = _snapshot(tmp_path)
+    snap = read_snapshot(path)
+    snap.alerts[0]["level"] = "critical"
+    write_snapshot(snap, path)
+    assert main(["report", str(path), "--format", "md"]) == 0
+    md = (tmp_path / "s.report.md").read_text()
+    assert "| time | server | level | alert | likely cause |" in md
+    row = next(x for x in md.splitlines() if "baseline decode throughput 11.2%" in x)
+    assert [c.strip() for c in row.strip().strip("|").split("|")][2] == "critical"
