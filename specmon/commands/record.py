@@ -100,8 +100,8 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
 
 def _fleet_line_json(host: str, ev: LogLine, rec: Record | None, whole: bool,
                      multi: bool) -> str:
-    if not multi:
-        return line_json(ev, rec, whole=whole)
+    if not multi:  # (the host too: export names the snapshot's host by it)
+        return line_json(ev, rec, host=host, whole=whole)
     return line_json(ev, rec, server=f"{host}/{ev.server}", host=host, whole=whole)
 
 

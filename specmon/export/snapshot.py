@@ -997,6 +997,7 @@ class RecordLine:
     line: str
     received_at: float
     skipped: int = 0
+    host: str | None = None  # the host `record` tailed it on
 
 
 @dataclass(frozen=True)
@@ -1070,7 +1071,10 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
         if off is not None and (isinstance(off, bool) or not isinstance(off, int)):
             raise SnapshotError(f"{where}: 'offset' is not an integer")
         skipped = _skipped(obj.get("skipped", 0), f"{where}: 'skipped'")
-        yield RecordLine(server, fpath, off, text, float(t), skipped)
+        host = obj.get("host")
+        if host is not None and (not isinstance(host, str) or not 0 < len(host) <= 255):
+            raise SnapshotError(f"{where}: 'host' is not a host name ({_short(host)})")
+        yield RecordLine(server, fpath, off, text, float(t), skipped, host)
 
 
 def _skipped(v: Any, where: str) -> int:
@@ -1197,8 +1201,11 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     read = 0  # rows read whole: log lines and GPU rows, duplicates too
     torn: list[int] = []
     damage: list[str] = []
+    hosts: set[str | None] = set()  # the hosts the lines were tailed on (`record` names them)
     for item in iter_record_file(p, on_torn=torn.append, on_damage=damage.append):
         read += 1
+        if isinstance(item, RecordLine) and len(hosts) < 2:
+            hosts.add(item.host)
         if isinstance(item, tuple):
             gpus.extend(item[1])
             if len(gpus) > MAX_GPU_SAMPLES * 4:
@@ -1236,6 +1243,8 @@ def snapshot_from_record(path: str | Path, *, host: str | None = None,
     if torn and warn is not None:
         warn(f"{p}: last row (line {torn[0]}) is torn, ignored; "
              f"{read:,} row{'' if read == 1 else 's'} read")
+    if host is None and len(hosts) == 1:  # one host, named in the rows (--host overrides)
+        host = next(iter(hosts))
     session = HostState(host=host or "unknown")
     servers = []
     for name, items in per_server.items():

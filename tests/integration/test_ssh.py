@@ -301,7 +301,7 @@ async def test_record_end_to_end_over_ssh(sshd_server, tmp_path):
     assert [r["line"] for r in rows] == ["first", DECODE.decode().rstrip("\n"),
                                          "\ufffdbroken", "last"]
     assert [r["offset"] for r in rows] == [0, 6, 6 + len(DECODE), 6 + len(DECODE) + 8]
-    assert all(set(r) == {"server", "path", "offset", "line", "received_at", "record"}
+    assert all(set(r) == {"server", "path", "offset", "line", "received_at", "record", "host"}
                for r in rows)
     assert rows[0]["server"] == "srv" and rows[0]["record"] is None
     rec = rows[1]["record"]

@@ -579,11 +579,13 @@ def test_record_writes_gpu_samples_and_export_keeps_them(tmp_path):
     polls = [r for r in rows if "gpus" in r]
     assert [(r["server"], r["record"]["gen_throughput"]) for r in lines] == [("base", 10.0)]
     assert polls and all(len(r["gpus"]) == 2 for r in polls)
-    assert all("host" not in r for r in rows)  # one host: the single-host format
+    # one host: servers by their own names; each line row names its host, for export
+    assert all(r["host"] == "box" for r in lines) and all("host" not in r for r in polls)
     snap_path = tmp_path / "s.json"
     res = run_cli("export", str(out), "-o", str(snap_path), "--gpu-max-samples", "1", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     snap = read_snapshot(snap_path)
+    assert snap.host == "box"  # (was "unknown" unless --host named it)
     assert {g.index for g in snap.gpu_samples} == {0, 1}
     if len(polls) > 1:  # more polls than --gpu-max-samples: export downsampled them
         assert snap.gpu_downsampling.get("input_samples") == 2 * len(polls)
