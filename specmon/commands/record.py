@@ -3,7 +3,8 @@
 The same HostFeeds and session model as `connect` (one host is a fleet of one): connects to
 each TARGET (`local`, `[USER@]HOST[:PORT]`, an ssh_config alias or a [hosts.NAME] of the
 config), finds the SGLang and vLLM servers (or takes --log NAME=PATH), tails their logs and writes one
-JSON object per received line: {"server", "path", "offset", "line", "received_at", "record"},
+JSON object per received line: {"server", "path", "offset", "line", "received_at", "record",
+"host"} ("skipped": bytes not read before it, on the first line after a run's unread middle),
 and one per GPU poll: {"gpus": [...], "received_at"}, flushed as it goes. Ends cleanly on
 SIGINT/SIGTERM or after --duration seconds.
 """
@@ -411,7 +412,7 @@ async def _main(args: argparse.Namespace, plans: list[HostPlan],
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Connect to TARGET, find its SGLang and vLLM servers (or use --log) and write one JSON "
-                     'object per received log line: {"server","path","offset","line","received_at",'
+                     'object per received log line: {"server","path","offset","line","received_at","host",'
                      '"record"}. Stops on Ctrl-C, SIGTERM or after --duration.')
     add_hosts(p)
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file")
