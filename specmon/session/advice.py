@@ -41,6 +41,8 @@ def run_segments(run: Run, label: str) -> list[Segment]:
     changes = list(run.spec_changes)
     ci = 0
     for i, pt in enumerate(run.decode, start=first):
+        if pt.epoch != run.epoch:  # log time went back since: as the run's figures, the
+            continue  # advice never reaches behind the last step back (two clocks)
         while ci < len(changes) and changes[ci].at <= i:
             ch = changes[ci]
             ci += 1
@@ -112,7 +114,17 @@ def speedup_text(sp: MeasuredSpeedup) -> str:
 
 
 def action_text(adv: Advice) -> str:
-    """What to do with the best setting, as `advise` and the `a` screen both say it."""
+    """What to do with the best setting, as `advise` and the `a` screen both say it. While the
+    measured speedup's interval lies below 1, speculation loses to the baseline: "keep" would
+    keep a losing setting (the candidates' clean-line means can rank it above 1)."""
+    sp = adv.speedup
+    if sp is not None and sp.ci95 is not None and sp.ci95[1] < 1.0:
+        loses = (f"speculation loses at #running-req {adv.running_req} (measured speedup "
+                 f"{sp.ratio:.3f}x, its 95 % interval below 1)")
+        if adv.keeps_current:
+            return (f"{loses}: no setting shown beats the baseline; run without speculation "
+                    "at this batch size, or measure other settings")
+        return f"try: {adv.flags} ({loses}: measure it against the baseline before keeping it)"
     if adv.keeps_current:
         return f"keep: {adv.flags} (no other setting is shown to be at least as good)"
     return f"try: {adv.flags}"

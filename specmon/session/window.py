@@ -198,9 +198,12 @@ class Speedup:
 
     @property
     def break_even_accept_len(self) -> float | None:
-        """Accept length at which the speculative server would only match the baseline."""
+        """Accept length at which the speculative server would only match the baseline; None
+        below 1 (no accept length is: a verify round faster than a baseline step means the
+        two servers differ in more than speculation, or the windows do)."""
         cycle = self.verify_cycle_ms
-        return None if cycle is None else cycle / self.base_ms_per_token
+        be = None if cycle is None else cycle / self.base_ms_per_token
+        return be if be is not None and be >= 1.0 else None
 
 
 def speedup(base: ServerState, spec: ServerState, now: float,

@@ -263,3 +263,37 @@ def test_no_recommendation_while_conditions_differ(costly_decaying):
     assert all(x in d["no_recommendation"] for x in differ)
     assert advise(spec, base, conditions=lambda a, b, rr: []).best is not None  # it decides
     json.dumps(d, allow_nan=False)
+
+
+def test_no_keep_while_speculation_measurably_loses(costly_decaying):
+    """The candidates' clean-line means can rank the running setting above 1 while the
+    measured speedup (compare's medians) lies below 1: 'keep' then kept a losing setting."""
+    from dataclasses import replace
+
+    from specmon.analysis.advisor import MeasuredSpeedup
+    from specmon.session.advice import action_text
+
+    _, spec, base, _ = costly_decaying
+    adv = advise(spec, base)
+    assert adv.keeps_current and action_text(adv).startswith("keep: ")
+    loses = replace(adv, speedup=MeasuredSpeedup(0.938, (0.917, 0.960), None, adv.running_req,
+                                                 898, 898, 3.02, "medians, whole runs"))
+    text = action_text(loses)
+    assert text.startswith(f"speculation loses at #running-req {adv.running_req} (measured "
+                           "speedup 0.938x, its 95 % interval below 1): no setting shown beats "
+                           "the baseline") and "keep" not in text
+    holds = replace(adv, speedup=MeasuredSpeedup(0.98, (0.95, 1.01), None, adv.running_req,
+                                                 898, 898, 3.02, "medians, whole runs"))
+    assert action_text(holds).startswith("keep: ")  # the interval holds 1: not shown to lose
+
+
+def test_the_advice_never_reaches_behind_a_step_back_in_log_time():
+    """A log whose clock went back an hour mid-run: the run's figures count only the lines
+    after it (compare: n 100); the advisor's segments mixed both clocks (its t_b from n 391)."""
+    lines = [DEC.format(s=i, al=2.5, gt=336.0) for i in range(60)]
+    assert len(segments(read_runs(lines, "s.log"))[0].lines) == 60
+    back = [ln.replace("2026-10-30 10:00", "2026-10-30 09:00") for ln in lines[:20]]
+    state = read_runs(lines + back, "s.log")
+    assert state.runs[-1].epoch == 1 and len(state.runs) == 1
+    (seg,) = segments(state)
+    assert len(seg.lines) == 20  # the lines after the step back only

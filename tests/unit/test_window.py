@@ -191,3 +191,17 @@ def test_a_robust_cv_is_printed_from_five_samples():
     assert run_by_rr(s.runs[-1])[0]["robust_cv"] is None
     feed(s, [90.0, 95.0], rr=4, t0=1003)
     assert MIN_CV_N == 5 and stats_for(s.runs[-1].decode, 4, 1e9).shown_cv is not None
+
+
+def test_no_break_even_accept_len_below_one():
+    """A verify round faster than a baseline step (spec 200 tok/s at accept len 1.5 against a
+    100 tok/s baseline: 0.75) is no accept length at all: N/A (the servers differ in more)."""
+    sp = _pair([100.0, 101.0, 99.0] * 3, [200.0, 201.0, 199.0] * 3)  # accept 2.9 in _pair
+    assert sp.break_even_accept_len == pytest.approx(2.9 * 100.0 / 200.0)
+    from specmon.session.window import speedup_of, stats_for
+
+    b, s = ServerState("b", role="baseline"), ServerState("s", role="speculative")
+    feed(b, [100.0, 101.0, 99.0] * 3, rr=8)
+    feed(s, [200.0, 201.0, 199.0] * 3, rr=8, accept=1.5)
+    low = speedup_of(stats_for(b.runs[-1].decode, 8, 1e9), stats_for(s.runs[-1].decode, 8, 1e9))
+    assert low.verify_cycle_ms is not None and low.break_even_accept_len is None
