@@ -29,6 +29,7 @@ from specmon.redact import redact_obj, redact_text
 from specmon.session.benchmarks import accept as bench_accept
 from specmon.session.benchmarks import from_json as bench_from_json
 from specmon.session.benchmarks import line as bench_line
+from specmon.session.drift_watch import session_speedup_view
 from specmon.session.fleet import FleetSession
 from specmon.session.offline import play
 from specmon.session.ownership import owned_gpus
@@ -469,6 +470,18 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
                running_req=sp["running_req"], n_base=sp["n_base"], n_spec=sp["n_spec"],
                base_median=res["baseline"]["median_tok_s"],
                spec_median=res["speculative"]["median_tok_s"])
+    # the headline's first figure while the baseline drifts: speculative / the recorded
+    # baseline (a snapshot's recorded baseline is watched again as the lines play)
+    watch = model.fleet.watches.get((model.host, base.name))
+    if watch is not None and base.runs and spec.runs:
+        view = session_speedup_view(model.fleet.host(model.host).session, base, spec, watch,
+                                    math.inf, model.fleet.clock())
+        if view.drift_active and view.vs_recorded is not None and view.recorded_base is not None:
+            ci = view.vs_recorded_ci95
+            out["vs_recorded"] = {
+                "value": round(view.vs_recorded, 3), "recorded_tok_s": round(view.recorded_base, 2),
+                "baseline": watch.baseline.name, "running_req": view.running_req,
+                "ci95": [round(ci[0], 3), round(ci[1], 3)] if ci is not None else None}
     return out
 
 
@@ -643,6 +656,16 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                            f"{sp['n_spec']}/{sp['n_base']}). The interval assumes independent "
                            "samples; consecutive log intervals are correlated, so read it as a "
                            "lower bound on the uncertainty."))
+        vr = sp.get("vs_recorded")
+        if vr is not None:
+            ci = vr["ci95"]
+            b.append(("p", f"**The baseline drifts** (its alert is active at the end): against "
+                           f"the recorded baseline {vr['baseline']} ({vr['recorded_tok_s']:.2f} "
+                           f"tok/s at bs {vr['running_req']}) the speculative server's speedup is "
+                           f"**{vr['value']:.3f}×**"
+                           + (f" (95% {ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
+                           + ", the figure the live headline put first; the speedup above is "
+                           "against the drifted live baseline."))
         if sp["conditions_differ"]:
             b.append(("p", "**conditions differ**: " + "; ".join(sp["conditions_differ"])
                            + " (the speedup measures these as well as speculation)."))

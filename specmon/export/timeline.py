@@ -5,6 +5,7 @@ ownership and alerts: one order, one way to declare the servers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,15 +14,15 @@ from specmon.hosts.base import ConnectionState
 from specmon.session.events import FeedSink, LineItem
 
 NOT_KEPT = "[line text not kept in snapshot]"
-# at one recorded time: a server's lines, then a host probe of it, then its exit, then a GPU
-# poll, then an alert
-ORDER = {"lines": 0, "probe": 1, "exit": 2, "gpus": 3, "alert": 4}
+# at one recorded time: a baseline recorded then (watched from that time), a server's lines,
+# then a host probe of it, then its exit, then a GPU poll, then an alert
+ORDER = {"baseline": -1, "lines": 0, "probe": 1, "exit": 2, "gpus": 3, "alert": 4}
 
 
 @dataclass(slots=True)
 class Event:
     t: float
-    kind: str  # "lines" | "probe" | "exit" | "gpus" | "alert"
+    kind: str  # "baseline" | "lines" | "probe" | "exit" | "gpus" | "alert"
     server: str
     payload: Any  # LineItem | (running, probe) | exit code | GPU samples (one poll) | notice text
 
@@ -51,6 +52,13 @@ def timeline(snap: Snapshot) -> list[Event]:
     if batch:
         events.append(Event(batch[0].ts, "gpus", "", batch))
     names = [s.name for s in snap.servers]
+    for b in snap.baselines:  # recorded during the session (b): watched again from that time
+        if isinstance(b, dict) and b.get("server") in names and isinstance(b.get("stats"), dict):
+            t = b.get("created_at")
+            srv = next(s for s in snap.servers if s.name == b["server"])
+            first = srv.entries[0].t if srv.entries else 0.0
+            events.append(Event(float(t) if isinstance(t, int | float) and math.isfinite(t)
+                                else first, "baseline", srv.name, (b, srv.fingerprint)))
     for a in snap.alerts:
         t = a.get("t")
         if not isinstance(t, int | float):

@@ -128,6 +128,7 @@ class _CountingSink:
         self.server_pids = sink.server_pids
         self.request_baseline = sink.request_baseline
         self.server_probe = sink.server_probe
+        self.watch_recorded = sink.watch_recorded
         self.tick = sink.tick
 
     def lines(self, host: str, server: str, items: Sequence[LineItem]) -> None:

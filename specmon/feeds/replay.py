@@ -154,6 +154,8 @@ class ReplayFeed:
                 sink.server_exited(self.host, ev.server, ev.payload)
             elif ev.kind == "probe":
                 sink.server_probe(self.host, ev.server, ev.payload[1], running=ev.payload[0])
+            elif ev.kind == "baseline":
+                sink.watch_recorded(self.host, ev.server, ev.payload[0], ev.payload[1])
             elif ev.kind == "alert":
                 sink.notice(self.host, ev.server, ev.payload)
         flush()

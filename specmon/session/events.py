@@ -120,6 +120,12 @@ class FeedSink(Protocol):
     def request_baseline(self, host: str, server: str) -> None:
         """Record the server's current run as its baseline (a scenario, like pressing `b`)."""
 
+    def watch_recorded(self, host: str, server: str, baseline: dict[str, Any],
+                       fingerprint: dict[str, Any] | None) -> None:
+        """A baseline recorded earlier, as a snapshot kept it (name, role, created_at, stats)
+        with its fingerprint: watched from here on, so a replay or a report compares the
+        server against it as the screen did (drift, the speedup vs the recorded baseline)."""
+
 
 class Feed(Protocol):
     async def run(self, sink: FeedSink) -> None:

@@ -423,10 +423,37 @@ class FleetSession:
         best = baseline.stats.best()
         session.baselines.append({
             "name": baseline.name, "server": server, "host": baseline.host,
-            "created_at": baseline.created_at,
+            "role": baseline.role, "created_at": baseline.created_at,
             "median_tok_s": best.median_thr if best else None, "n": best.n if best else None,
             "stratum": best.stratum.describe() if best else None,
+            "stats": baseline.stats.to_json(),  # a snapshot's replay watches it again
         })
+
+    def watch_recorded(self, host: str, server: str, baseline: dict[str, Any],
+                       fingerprint: dict[str, Any] | None) -> None:
+        """A snapshot's recorded baseline (its `baselines` entry): watched as when it was
+        recorded. Its stats are file input: an entry without them, or with bad ones, is left
+        (an older snapshot kept only the median)."""
+        from specmon.analysis.drift import BaselineStats
+        from specmon.analysis.fingerprint import Fingerprint
+        from specmon.session.baselines import Baseline
+
+        try:
+            stats = BaselineStats.from_json(baseline.get("stats"), self.params)
+        except ValueError:
+            return
+        if not stats.strata:
+            return
+        try:
+            fp = Fingerprint.from_json(fingerprint) if isinstance(fingerprint, dict) else None
+        except (TypeError, ValueError, KeyError):
+            fp = None
+        role = baseline.get("role")
+        created = baseline.get("created_at")
+        self.watch(host, server, Baseline(
+            str(baseline.get("name") or "recorded")[:200], stats, fp, host=host, server=server,
+            role=role if role in ("baseline", "speculative") else None,
+            created_at=float(created) if isinstance(created, int | float) else 0.0))
 
     def record_baseline(self, host: str, server: str, name: str | None = None,
                         prepare: Callable[[Baseline], None] | None = None) -> Baseline:

@@ -280,3 +280,21 @@ def test_a_damaged_gap_list_is_one_line_naming_it(tmp_path, gaps, msg):
     with pytest.raises(SnapshotError) as exc:
         read_snapshot(path)
     assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("stats", [{"strata": "x"}, {"strata": [{"y": ["nan"]}]}, {"strata": [1]},
+                                   {"strata": []}])
+def test_a_damaged_recorded_baseline_is_left_and_the_report_still_made(tmp_path, stats):
+    """A snapshot's recorded baseline is watched again as its lines play; damaged stats are file
+    input: that baseline is left (no watch), the report is made, no traceback."""
+    from specmon.export.report import report_doc, report_model
+
+    path = _snapshot(tmp_path, 2)
+    doc = json.loads(path.read_text())
+    doc["baselines"] = [{"name": "b1", "server": doc["servers"][0]["name"], "created_at": T0,
+                         "stats": stats}]
+    path.write_text(json.dumps(doc))
+    snap = read_snapshot(path)
+    model = report_model(snap)
+    assert model.fleet.watches == {}
+    assert "vs_recorded" not in report_doc(snap, model)["speedup"]

@@ -205,3 +205,54 @@ def test_the_uis_own_snapshot_keeps_a_partial_run_partial(tmp_path):
     assert run["partial"].startswith("partial: 150,000 bytes of its log after the start-up lines")
     text = generate_latest(registry_for(FleetSession.of(s, clock=lambda: T0 + 60))).decode()
     assert _metric(text, "specmon_server_run_skipped_bytes", host="h", server="base") == 150_000
+
+
+def test_a_snapshot_replays_its_recorded_baseline_and_the_report_gives_the_vs_recorded_speedup(
+        tmp_path):
+    """The phantom baseline in a snapshot: `b` recorded the tuned run (88.8), the baseline was
+    relaunched untuned (62.9). Live, the headline put '1.06x vs recorded baseline 88.8' first;
+    the replay had no recorded baseline ('1.50x vs live baseline') and the report no such
+    figure. The snapshot keeps the baseline's stats; replay and report watch it again."""
+    import random
+
+    from specmon.export.report import report_doc, report_model
+    from specmon.export.snapshot import read_snapshot, snapshot_from_session, write_snapshot
+    from specmon.parse.sglang import parse_line
+    from specmon.session.drift_watch import session_speedup_view
+    from specmon.session.events import LineItem
+
+    rnd = random.Random(4)
+    now = [T0]
+    fleet = FleetSession(["h"], clock=lambda: now[0])
+    fleet.declare_server("h", "base", "baseline", "/b.log")
+    fleet.declare_server("h", "spec", "speculative", "/s.log")
+
+    def feed(server: str, values: list[float], t0: float, acc: float | None,
+             args: str | None = None) -> float:
+        """Lines received from T0 + t0 (each run's log from its own 10:00:00: the same
+        context sizes, so the same drift stratum)."""
+        items = [LineItem(args, parse_line(args), T0 + t0)] if args else []
+        for i, v in enumerate(values):
+            text = decode_line(i, v, acc)
+            items.append(LineItem(text, parse_line(text), T0 + t0 + 1 + i))
+        fleet.lines("h", server, items)
+        return t0 + 1 + len(values)
+
+    feed("base", [88.8 * (1 + rnd.gauss(0, 0.005)) for _ in range(60)], 0, None, ARGS_BASE)
+    now[0] = T0 + 61
+    fleet.record_baseline("h", "base", "tuned")
+    t = feed("base", [62.9 * (1 + rnd.gauss(0, 0.005)) for _ in range(60)], 100, None, ARGS_BASE)
+    feed("spec", [94.4 * (1 + rnd.gauss(0, 0.005)) for _ in range(160)], 0, 2.4, ARGS_SPEC)
+    now[0] = T0 + t
+    fleet.tick(now[0])
+    hs = fleet.host("h").session
+    live = session_speedup_view(hs, hs.server("base"), hs.server("spec"),
+                                fleet.watches[("h", "base")], 1e9, now[0])
+    assert live.drift_active and live.vs_recorded == __import__("pytest").approx(94.4 / 88.8,
+                                                                               rel=0.01)
+    snap = read_snapshot(write_snapshot(snapshot_from_session(hs), tmp_path / "s.json"))
+    assert "stats" in snap.baselines[0]
+    model = report_model(snap)
+    assert ("h", "base") in model.fleet.watches  # the replay watches the recorded baseline
+    vr = report_doc(snap, model)["speedup"]["vs_recorded"]
+    assert vr["baseline"] == "tuned" and vr["value"] == round(live.vs_recorded, 3)
