@@ -48,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # the same [keys] remaps as every other path
     servers = default_servers(args.format_version, load_concurrency=args.concurrency,
                               engine=engine)
-    feed = DemoFeed(servers, scenario=args.scenario)
+    # at concurrency c the lines spread over batch sizes 1..c: the scenario waits c times as
+    # many before it records (a baseline needs 30 clean lines at one batch size) and per phase
+    c = max(1, args.concurrency)
+    feed = DemoFeed(servers, scenario=args.scenario, record_after=40 * c, phase_lines=60 * c)
     from specmon.ui.app import SpecmonApp
 
     kind = "vLLM " if engine == "vllm" else ""

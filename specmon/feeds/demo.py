@@ -271,7 +271,7 @@ class DemoFeed:
         self.phase = "recording"
         await self._wait_decode(sink, base.name, self.record_after)
         sink.request_baseline(self.host, base.name)
-        sink.notice(self.host, base.name, "scenario: baseline recorded with NCCL tuning "
+        sink.notice(self.host, base.name, "scenario: recording the baseline with NCCL tuning "
                                "(NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL in the workers)")
         await self._wait_decode(sink, base.name, self.settle_lines)
         # incident 1: restarted from a shell that lacks the tuning variables
