@@ -485,6 +485,27 @@ def _speedup_doc(model: ReportModel) -> dict[str, Any]:
     return out
 
 
+def _merge_updates(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per alert: the session logs an alert again when its estimate or causes move
+    (a drift alert's numbers refresh while it lasts); the row keeps when it was raised, its
+    latest text and cause, and how many updates followed ("the same warning 5 times")."""
+    out: list[dict[str, Any]] = []
+    open_: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for a in alerts:
+        key = (a["server"], a["kind"], a["level"])
+        cur = open_.get(key)
+        if cur is not None and not a["cleared"]:
+            cur.update(text=a["text"], cause=a["cause"], updates=cur["updates"] + 1)
+            continue
+        row = {**a, "updates": 0}
+        out.append(row)
+        if a["cleared"]:
+            open_.pop(key, None)
+        else:
+            open_[key] = row
+    return out
+
+
 def _alert_doc(a: dict[str, Any]) -> dict[str, Any]:
     t = a.get("t")
     return {"t": t if isinstance(t, int | float) else None, "server": a.get("server"),
@@ -735,8 +756,10 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     else:
         b.append(("table", ["time", "server", "level", "alert", "likely cause"],
                   [[_when(a["t"]), str(a["server"] or NA), str(a["level"] or NA),
-                    ("cleared: " if a["cleared"] else "") + a["text"], str(a["cause"] or NA)]
-                   for a in doc["alerts"]]))
+                    ("cleared: " if a["cleared"] else "") + a["text"]
+                    + (f" (updated {a['updates']} times while it lasted; the latest figures)"
+                       if a.get("updates") else ""), str(a["cause"] or NA)]
+                   for a in _merge_updates(doc["alerts"])]))  # (JSON: every event, as heard)
 
     # benchmarks the session ran (the UI's benchmark key)
     b.append(("h", 2, "Benchmarks (end-to-end)"))

@@ -497,3 +497,18 @@ def test_the_alerts_table_gives_each_alerts_level(tmp_path):
     assert "| time | server | level | alert | likely cause |" in md
     row = next(x for x in md.splitlines() if "baseline decode throughput 11.2%" in x)
     assert [c.strip() for c in row.strip().strip("|").split("|")][2] == "critical"
+
+
+def test_an_alert_updated_while_it_lasts_is_one_row():
+    """The session logs an alert again when its numbers or causes move: the report listed
+    'the same warning 5 times'. One row: raised when, its latest text, how many updates."""
+    from specmon.export.report import _merge_updates
+
+    def a(t, text, level="warning", cleared=False, server="base"):
+        return {"t": t, "server": server, "level": level, "kind": "throughput", "text": text,
+                "cause": f"c{t}", "cleared": cleared}
+    rows = _merge_updates([a(1, "-6%"), a(2, "-7%"), a(3, "-8%"), a(4, "-8%", cleared=True),
+                           a(5, "-9%"), a(6, "-30%", level="critical"), a(7, "-2%", server="x")])
+    assert [(r["t"], r["text"], r["cause"], r["updates"], r["cleared"]) for r in rows] == [
+        (1, "-8%", "c3", 2, False), (4, "-8%", "c4", 0, True), (5, "-9%", "c5", 0, False),
+        (6, "-30%", "c6", 0, False), (7, "-2%", "c7", 0, False)]
