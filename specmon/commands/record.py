@@ -246,8 +246,8 @@ class _LoggingSink:
         self.row = row  # (host, server, event row): the events a report must replay too
 
     def server_probe(self, host: str, server: str, probe: dict[str, Any],
-                     running: bool = False) -> None:
-        self.fleet.server_probe(host, server, probe, running)
+                     running: bool = False, t: float | None = None) -> None:
+        self.fleet.server_probe(host, server, probe, running, t)
         if self.row is not None:
             self.row(host, server, {"probe": redact_obj(probe), "running": running})
 

@@ -153,7 +153,9 @@ class ReplayFeed:
             elif ev.kind == "exit":
                 sink.server_exited(self.host, ev.server, ev.payload)
             elif ev.kind == "probe":
-                sink.server_probe(self.host, ev.server, ev.payload[1], running=ev.payload[0])
+                # (its recorded time: a seek pushes many events at once)
+                sink.server_probe(self.host, ev.server, ev.payload[1], running=ev.payload[0],
+                                  t=ev.t)
             elif ev.kind == "baseline":
                 sink.watch_recorded(self.host, ev.server, ev.payload[0], ev.payload[1])
             elif ev.kind == "alert":

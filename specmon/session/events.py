@@ -113,9 +113,10 @@ class FeedSink(Protocol):
         """The server's log cannot be read (yet): the tail keeps waiting for it."""
 
     def server_probe(self, host: str, server: str, probe: dict[str, Any],
-                     running: bool = False) -> None:
+                     running: bool = False, t: float | None = None) -> None:
         """The fingerprint probe of a launch about to start (the next run takes it), or, with
-        `running`, of the server process running now (its current run takes it)."""
+        `running`, of the server process running now (its current run takes it). `t`: when it
+        was taken, for a recorded one (a replay pushes many at once); live: now."""
 
     def request_baseline(self, host: str, server: str) -> None:
         """Record the server's current run as its baseline (a scenario, like pressing `b`)."""

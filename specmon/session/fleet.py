@@ -306,8 +306,8 @@ class FleetSession:
         self.server(host, server).tail_status = f"{reason}: {path} ({then})"
 
     def server_probe(self, host: str, server: str, probe: dict[str, Any],
-                     running: bool = False) -> None:
-        self.server(host, server).set_probe(probe, running, self.clock())
+                     running: bool = False, t: float | None = None) -> None:
+        self.server(host, server).set_probe(probe, running, self.clock() if t is None else t)
 
     def server_pids(self, host: str, server: str, pids: Sequence[int]) -> None:
         self.server(host, server).pids = set(pids)

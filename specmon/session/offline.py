@@ -43,7 +43,7 @@ def play(fleet: FleetSession, host: str, events: Iterable[tuple[float, str, str,
         elif kind == "exit":
             fleet.server_exited(host, server, payload)
         elif kind == "probe":
-            fleet.server_probe(host, server, payload[1], running=payload[0])
+            fleet.server_probe(host, server, payload[1], running=payload[0], t=t)
         elif kind == "baseline":  # (a baseline recorded during the session: watched again)
             fleet.watch_recorded(host, server, payload[0], payload[1])
     if sec is not None:

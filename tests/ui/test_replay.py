@@ -341,3 +341,22 @@ async def test_real_record_then_export_then_replay_end_to_end(data_dir, tmp_path
                      and app.session.servers["base"].lines_total == len(base_lines), "end")
         await pilot.pause()
         assert _numbers(app.session, end) == _numbers(live, end)
+
+
+def test_a_seek_keeps_each_probe_at_its_recorded_time(tmp_path):
+    """A seek to the end pushes every event at once: a host probe took the replay's clock (the
+    end), so a snapshot exported from the replay moved the probe that found a patched file to
+    after the run it belongs to ('modified files: none')."""
+    from specmon.export.timeline import declare
+    from specmon.session.fleet import FleetSession
+
+    snap = _feed_snapshot(tmp_path)
+    s0 = snap.servers[0]
+    t1 = s0.entries[1].t
+    s0.probes = [(t1, True, {"version": "0.5.23", "modified_files": ["sglang/srt/x.py"]})]
+    feed = ReplayFeed(snap, playing=False)
+    fleet = FleetSession([snap.host], clock=lambda: feed.end)
+    declare(fleet, snap)
+    feed._push_due(fleet, feed.end)
+    (t, running, _), = fleet.host(snap.host).session.server(s0.name).probe_events
+    assert t == t1 != feed.end and running
