@@ -572,6 +572,7 @@ class ServerState:
         probe = {k: v for k, v in self.probe.items() if k != "env"} if self.probe else self.probe
         run = Run(self.runs_total, reason, start_t=t, start_received=received, probe=probe)
         self.runs.append(run)
+        self._gap_pending = 0  # (a gap of a run that printed no decode line after it: its own)
         return run
 
     def _run_boundary(self, reason: str, t: float | None, received: float,

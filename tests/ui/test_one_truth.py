@@ -256,3 +256,20 @@ def test_a_snapshot_replays_its_recorded_baseline_and_the_report_gives_the_vs_re
     assert ("h", "base") in model.fleet.watches  # the replay watches the recorded baseline
     vr = report_doc(snap, model)["speedup"]["vs_recorded"]
     assert vr["baseline"] == "tuned" and vr["value"] == round(live.vs_recorded, 3)
+
+
+def test_a_gap_of_a_run_without_a_decode_line_after_it_stays_with_that_run(tmp_path):
+    """The gap is kept on the next decode line for the snapshot; a run that printed none after
+    its gap must not hand it to the next run (replayed, that run would read partial)."""
+    from specmon.parse.sglang import parse_line
+
+    s = HostState(host="h")
+    base = s.server("base")
+    base.apply(ARGS_BASE, parse_line(ARGS_BASE), T0)
+    ready = "[2026-11-29 10:00:01] The server is fired up and ready to roll!"
+    base.apply(ready, parse_line(ready), T0 + 1, 50_000)  # the gap, then no decode line
+    base.apply(ARGS_BASE, parse_line(ARGS_BASE), T0 + 2)  # the next launch
+    text = decode_line(0, 88.0, None)
+    base.apply(text, parse_line(text), T0 + 3)
+    assert [r.skipped_bytes for r in base.runs] == [50_000, 0]
+    assert base.gap_points == {}
