@@ -135,13 +135,14 @@ def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[G
     return rows
 
 
-def run_stats_text(state: ServerState, w: WindowStats | None) -> str:
-    """`run 3 since 14:02:11, n 4` (what the panel says next to the window median)."""
+def run_stats_text(state: ServerState, w: WindowStats | None, with_n: bool = True) -> str:
+    """`run 3 since 14:02:11, n 4` (what the panel says next to the window median; without
+    `with_n` the panel puts n first itself)."""
     if not state.runs:
         return "no run yet"
     run = state.runs[-1]
     n = w.n if w is not None else 0
-    text = f"{run.since_text()}, n {n}"
+    text = f"{run.since_text()}, n {n}" if with_n else run.since_text()
     if run.ended:
         text += ", ended"
     if run.skipped_bytes and run.read_from_t is not None:  # history after the start-up lines

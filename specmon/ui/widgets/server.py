@@ -80,9 +80,11 @@ def summary_rows(state: ServerState, now: float, window_s: float
     if run is not None and run.ended and run.last_received is not None:
         ended = f"run {run.index} ended {run_age_text(max(0.0, now - run.last_received))} ago · "
     if w is not None and w.n >= MIN_N:
+        # n and the spread first: a narrow panel cuts the end of the line, never them
         cv = f" · CV {w.shown_cv * 100:.1f}%" if w.shown_cv is not None else ""
-        rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · {run_txt} · "
-                     f"p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv}", "bold"))
+        rows.append((label, num(w.median), f"tok/s · bs {w.running_req} · n {w.n} · "
+                     f"p10–p90 {w.p10:.1f}–{w.p90:.1f}{cv} · "
+                     f"{plain(run_stats_text(state, w, with_n=False))}", "bold"))
     else:
         rows.append((label, NA, f"{run_txt} · too few decode lines" if w is not None else
                      f"{run_txt} · no decode lines in the window", "$text-muted"))
