@@ -22,13 +22,14 @@ from typing import Any, Protocol
 
 from specmon.analysis.drift import (
     Alert,
+    BaselineStats,
     DriftMonitor,
     DriftParams,
     Estimate,
     StratumDetector,
     stratum_of,
 )
-from specmon.analysis.fingerprint import make_explainer
+from specmon.analysis.fingerprint import fingerprint_of, make_explainer
 from specmon.hosts.base import ConnectionState
 from specmon.parse.gpu_sample import GpuSample, decode_reasons
 from specmon.session.baselines import Baseline
@@ -434,10 +435,6 @@ class FleetSession:
         """A snapshot's recorded baseline (its `baselines` entry): watched as when it was
         recorded. Its stats are file input: an entry without them, or with bad ones, is left
         (an older snapshot kept only the median)."""
-        from specmon.analysis.drift import BaselineStats
-        from specmon.analysis.fingerprint import Fingerprint
-        from specmon.session.baselines import Baseline
-
         try:
             stats = BaselineStats.from_json(baseline.get("stats"), self.params)
         except ValueError:
@@ -445,8 +442,8 @@ class FleetSession:
         if not stats.strata:
             return
         try:
-            fp = Fingerprint.from_json(fingerprint) if isinstance(fingerprint, dict) else None
-        except (TypeError, ValueError, KeyError):
+            fp = fingerprint_of(fingerprint)
+        except ValueError:
             fp = None
         role = baseline.get("role")
         created = baseline.get("created_at")

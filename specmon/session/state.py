@@ -66,16 +66,13 @@ def log_time(rec: Record, received: float) -> float | None:
     """
     if rec.timestamp:
         return _stamp_seconds(rec.timestamp)
-    if rec.time_of_day and received == 0.0:  # offline: no day to take; seconds of day 0, its
-        try:  # later days counted by the line order (ServerState, `CLOCK_ONLY_SPAN`)
-            clock = dt_time.fromisoformat(rec.time_of_day)
-        except ValueError:
-            return None
-        return (clock.hour * 3600 + clock.minute * 60 + clock.second
-                + clock.microsecond / 1e6)
     if rec.time_of_day:
         try:
             clock = dt_time.fromisoformat(rec.time_of_day)
+            if received == 0.0:  # offline: no day to take; seconds of day 0, its later days
+                # counted by the line order (ServerState._offline_clock)
+                return (clock.hour * 3600 + clock.minute * 60 + clock.second
+                        + clock.microsecond / 1e6)
             day = datetime.fromtimestamp(received).date()
             t = datetime.combine(day, clock).timestamp()
         except (ValueError, OverflowError, OSError):
@@ -603,18 +600,8 @@ class ServerState:
         fed (`DriftMonitor.observe(point.rec, point.t)`), together with the prefill and
         event records as they come; a DP group's own decode line is never fed on its own.
         """
-        if skipped > 0:
-            before = self.runs_total
-            out = self._apply_line(text, rec, t)
-            if self.runs and self.runs_total == before:  # (a line that starts a run: whole)
-                run = self.runs[-1]
-                run.skipped_bytes += skipped
-                run.read_from_t = (log_time(rec, t) if rec is not None else None) or t
-                self._gap_pending += skipped  # kept on the next decode line (snapshots)
-            return out
-        return self._apply_line(text, rec, t)
-
-    def _apply_line(self, text: str, rec: Record | None, t: float) -> list[DecodePoint]:
+        if skipped > 0:  # (rare: the body below stays one call a line)
+            return self._apply_after_gap(text, rec, t, skipped)
         self.lines_total += 1
         self.last_line_t = t
         self.log.append(text)
@@ -700,6 +687,18 @@ class ServerState:
             self.last_released.append((r, self._held_received))
             done.extend(self._apply_record(r, self._held_received))
         return done
+
+    def _apply_after_gap(self, text: str, rec: Record | None, t: float,
+                         skipped: int) -> list[DecodePoint]:
+        """`apply` of the first line after bytes not read: the run it belongs to is partial."""
+        before = self.runs_total
+        out = self.apply(text, rec, t)
+        if self.runs and self.runs_total == before:  # (a line that starts a run: whole)
+            run = self.runs[-1]
+            run.skipped_bytes += skipped
+            run.read_from_t = (log_time(rec, t) if rec is not None else None) or t
+            self._gap_pending += skipped  # kept on the next decode line (snapshots)
+        return out
 
     def _offline_clock(self, secs: float) -> float:
         """An offline clock-only stamp (seconds of its day) as seconds since day 0: a clock
