@@ -17,7 +17,13 @@ from specmon.analysis.drift import BaselineStats, StratumBaseline, neff, rr_buck
 from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import t975, welch_df
 from specmon.session.state import Run, ServerState
-from specmon.session.window import DEFAULT_WINDOW_S, MIN_N, Speedup, run_speedup
+from specmon.session.window import (
+    DEFAULT_WINDOW_S,
+    MAX_LOG_HALF_WIDTH,
+    MIN_N,
+    Speedup,
+    run_speedup,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ def _vs_recorded_ci(ratio: float, spec_se_log: float | None, spec_n: int,
     se_spec = spec_se_log or 0.0
     se = math.sqrt(se_spec ** 2 + se_rec ** 2)
     t = t975(welch_df(se_spec, spec_n, se_rec, max(2, round(n_rec))))
-    e = min(t * se, 20.0)  # (a wild spread from a file: finite, and plainly unbounded)
+    e = min(t * se, MAX_LOG_HALF_WIDTH)  # (a wild spread from a file: finite, plainly unbounded)
     return ratio * math.exp(-e), ratio * math.exp(e)
 
 
