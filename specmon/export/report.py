@@ -507,11 +507,17 @@ def _merge_updates(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _alert_doc(a: dict[str, Any]) -> dict[str, Any]:
+    """An alert as the report shows it; a snapshot's are file input: its name-like fields are
+    text or null (a list there made the table's grouping fail on an unhashable key)."""
     t = a.get("t")
-    return {"t": t if isinstance(t, int | float) else None, "server": a.get("server"),
-            "level": a.get("level"), "kind": a.get("kind"),
+
+    def text(k: str) -> str | None:
+        v = a.get(k)
+        return v if isinstance(v, str) else None
+    return {"t": t if isinstance(t, int | float) else None, "server": text("server"),
+            "level": text("level"), "kind": text("kind"),
             "text": str(a.get("message") or a.get("text") or a.get("kind") or NA),
-            "cause": a.get("cause"), "cleared": bool(a.get("cleared", False))}
+            "cause": text("cause"), "cleared": bool(a.get("cleared", False))}
 
 
 def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, Any]:
@@ -541,7 +547,7 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
     # baseline), then every alert the session model raised while playing the snapshot
     replayed = model.fleet.host(model.host).session.alerts
     kinds = {a.get("kind") for a in replayed}
-    alerts = [_alert_doc(a) for a in snap.alerts if a.get("kind") not in kinds | {PAYS_KIND}]
+    alerts = [d for d in map(_alert_doc, snap.alerts) if d["kind"] not in kinds | {PAYS_KIND}]
     alerts += [_alert_doc(a) for a in replayed]
     alerts.sort(key=lambda a: a["t"] if a["t"] is not None else -math.inf)
     # the servers' own clock (what every run's figures are timed by), beside the receive times

@@ -512,3 +512,16 @@ def test_an_alert_updated_while_it_lasts_is_one_row():
     assert [(r["t"], r["text"], r["cause"], r["updates"], r["cleared"]) for r in rows] == [
         (1, "-8%", "c3", 2, False), (4, "-8%", "c4", 0, True), (5, "-9%", "c5", 0, False),
         (6, "-30%", "c6", 0, False), (7, "-2%", "c7", 0, False)]
+
+
+def test_an_alert_with_list_fields_in_a_snapshot_is_data_not_a_crash(tmp_path):
+    """(The snapshot fuzz test's case: server, level, kind and cause as lists.)"""
+    from specmon.export.snapshot import read_snapshot
+
+    path = _snapshot(tmp_path)
+    snap = read_snapshot(path)
+    snap.alerts = [{"t": T0 + 12, "server": ["x"], "level": ["warning"], "kind": [1],
+                    "cause": ["c"], "text": "odd"}] * 2
+    write_snapshot(snap, path)
+    assert main(["report", str(path), "--format", "md"]) == 0
+    assert "| N/A | N/A | odd (updated 1 times" in (tmp_path / "s.report.md").read_text()
