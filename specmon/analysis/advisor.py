@@ -161,8 +161,7 @@ def _se_log(xs: Sequence[float]) -> tuple[float, float]:
 
 def measure(seg: Segment, running_req: int) -> Measured | None:
     """Mean accept len, cycle time and tok/s of a segment's clean lines at one batch size."""
-    lines = [r for r in clean_lines(seg.lines) if r.running_req == running_req
-             and r.gen_throughput is not None and r.gen_throughput > 0]
+    lines = [r for r in clean_lines(seg.lines) if r.sample_rr == running_req]
     if len(lines) < MIN_LINES:
         return None
     thr = [r.gen_throughput for r in lines if r.gen_throughput]
@@ -905,7 +904,7 @@ def speculation_no_longer_pays(now: PaysState, ref: PaysState | None = None) -> 
     moved = None
     if ref is not None:
         changes: list[tuple[float, str]] = []
-        if ref.base_ms_per_token > 0:  # ms/token down = baseline faster
+        if ref.base_ms_per_token > 0 and now.base_ms_per_token > 0:  # ms/token down = faster
             changes.append((math.log(ref.base_ms_per_token / now.base_ms_per_token),
                             "baseline faster"))
         if ref.accept_len and now.accept_len:

@@ -263,10 +263,10 @@ class SampleFilter:
         interval = ts - self.prev_ts if ts is not None and self.prev_ts is not None else None
         if ts is not None:
             self.prev_ts = ts
-        if thr is None or rr is None or thr <= 0 or rr <= 0 or (
-                rec.accept_len is not None and rec.accept_len <= 0):
+        if rec.sample_rr is None or (rec.accept_len is not None and rec.accept_len <= 0):
             self.excluded["unusable"] += 1
             return None
+        assert thr is not None and rr is not None  # (a sample has both: `sample_batch`)
         recent_med_int = median(self.intervals) if len(self.intervals) >= 5 else None
         recent_med_thr = median(self.recent_thr) if len(self.recent_thr) >= 5 else None
         if interval is not None and interval >= 0:

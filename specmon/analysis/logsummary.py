@@ -14,7 +14,7 @@ from typing import TypeVar
 from specmon.analysis.stats import MIN_SPREAD_N, weighted_quantiles
 from specmon.numfmt import NA, num
 from specmon.parse.fastscan import FastCounts, add_counts
-from specmon.parse.sglang import BatchRecord, EventRecord
+from specmon.parse.sglang import BatchRecord, EventRecord, sample_batch
 
 # The decode fields the summary shows; an invalid value among them is counted as a warning.
 _T = TypeVar("_T")
@@ -130,6 +130,7 @@ class LogSummary:
         buckets: dict[tuple[bool, int | None], Counter[float]] = {}
         unreadable: Counter[tuple[bool, int | None]] = Counter()
         idle: Counter[tuple[bool, int | None]] = Counter()
+        drained: Counter[tuple[bool, int | None]] = Counter()
         for (spec, rr, gt), c in self.throughput.items():
             if gt is None:
                 unreadable[(spec, rr)] += c
@@ -137,18 +138,22 @@ class LogSummary:
             if gt <= 0:
                 idle[(spec, rr)] += c
                 continue
+            if rr is not None and sample_batch(rr, gt) is None:  # no request running at print
+                drained[(spec, rr)] += c
+                continue
             bucket = buckets.get((spec, rr))
             if bucket is None:  # (setdefault would build a Counter per key: 0.17 s on 1M lines)
                 bucket = buckets[(spec, rr)] = Counter()
             bucket[gt] += c
         out: dict[bool, dict[int | None, dict[str, float | int | None]]] = {}
-        for key in set(buckets) | set(unreadable) | set(idle):
+        for key in set(buckets) | set(unreadable) | set(idle) | set(drained):
             spec, rr = key
             vals = buckets.get(key, Counter())
             p10, med, p90 = _quantiles(vals)
             out.setdefault(spec, {})[rr] = {
                 "n": sum(vals.values()), "median": med, "p10": p10, "p90": p90,
                 "unreadable": unreadable.get(key, 0), "idle": idle.get(key, 0),
+                "drained": drained.get(key, 0),
             }
         return out
 
@@ -206,6 +211,9 @@ class LogSummary:
                     f"  {_num(g['p90']):>10}"
                     + (f"  ({g['unreadable']} unreadable)" if g["unreadable"] else "")
                     + (f"  (+{g['idle']:,} at 0 tok/s: idle, not counted)" if g["idle"] else "")
+                    + (f"  (+{g['drained']:,} printed with no request running: their requests "
+                       "ended within the interval, no batch size; not counted)"
+                       if g["drained"] else "")
                 )
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})

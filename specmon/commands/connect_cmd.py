@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from specmon.ui.signals import exit_on_signals
+    from specmon.ui.signals import exit_code, exit_on_signals
 
     app, actions = await open_app(args)
     try:
@@ -60,7 +60,7 @@ async def _main(args: argparse.Namespace) -> int:
             await app.run_async()
     finally:
         await close_app(app, actions)
-    return 128 + got[0] if got else 0
+    return exit_code(app, got)
 
 
 async def close_app(app: SpecmonApp, actions: dict[Key, ServerController]) -> None:

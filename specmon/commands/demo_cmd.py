@@ -70,13 +70,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.keep:
             shutil.rmtree(feed.workdir, ignore_errors=True)
 
-    from specmon.ui.signals import exit_on_signals
+    from specmon.ui.signals import exit_code, exit_on_signals
 
     try:
-        with exit_on_signals(app, grace=QUIT_GRACE_S, cleanup=_cleanup):
+        with exit_on_signals(app, grace=QUIT_GRACE_S, cleanup=_cleanup) as got:
             app.run()
     finally:
         _cleanup()
         if args.keep:
             print(f"demo logs kept in {feed.workdir}")
-    return 0
+    return exit_code(app, got)

@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     app = ReplayApp(snap, speed=args.speed, playing=not args.paused, export_dir=args.export_dir,
                     source_name=Path(args.snapshot).name,
                     keymap=dict(cfg.keys) if cfg is not None else None)
-    from specmon.ui.signals import exit_on_signals
+    from specmon.ui.signals import exit_code, exit_on_signals
 
     with exit_on_signals(app) as got:
         app.run()
-    return 128 + got[0] if got else 0
+    return exit_code(app, got)

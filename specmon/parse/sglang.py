@@ -173,6 +173,17 @@ def small_int(digits: str) -> int | None:
     return int(digits) if len(digits) <= MAX_INT_DIGITS else None
 
 
+def sample_batch(running_req: int | None, gen_throughput: float | None) -> int | None:
+    """The batch size whose throughput a decode line measures, or None: the one rule of what
+    counts as a throughput sample in every front end. A line at 0 tok/s (vLLM's idle
+    interval) measures none, and neither does one with no request running when it was
+    printed: vLLM prints an interval whose requests all finished within it as `Running: 0
+    reqs` with the tokens they emitted (batch size 0 made a "speedup at bs 0")."""
+    if running_req is None or running_req < 1 or gen_throughput is None or not gen_throughput > 0:
+        return None
+    return running_req
+
+
 _R = TypeVar("_R", bound="BatchRecord")
 
 
@@ -243,6 +254,11 @@ class BatchRecord:
     @property
     def is_speculative(self) -> bool:
         return self.accept_len is not None
+
+    @property
+    def sample_rr(self) -> int | None:
+        """The batch size this line's throughput is a sample of (`sample_batch`), or None."""
+        return sample_batch(self.running_req, self.gen_throughput)
 
     @property
     def rank_key(self) -> tuple[int | None, ...]:

@@ -342,8 +342,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:
-            c = Counter(p.rec.running_req for p in pts if p.rec.running_req is not None
-                        and p.rec.gen_throughput is not None and p.rec.gen_throughput > 0)
+            c = Counter(rr for p in pts if (rr := p.rec.sample_rr) is not None)
             if running_req is not None:
                 c = Counter({running_req: c.get(running_req, 0)})
             if not c and pts:

@@ -193,6 +193,7 @@ class GroupSeries:
     stream: tuple[int | None, ...]  # the rank tags of the lines kept (other TP ranks ignored)
     points: deque[DecodePoint] = field(default_factory=lambda: deque(maxlen=RECENT_POINTS))
     total: int = 0
+    bs: int | None = None  # the batch size of its newest throughput sample (`sample_batch`)
     missed_rounds: int = 0  # consecutive server-level intervals without a line from this group
 
     @property
@@ -226,7 +227,10 @@ def combine(points: list[DecodePoint]) -> DecodePoint:
     rec = BatchRecord(
         kind="decode", timestamp=max((r.timestamp for r in recs if r.timestamp), default=None),
         time_of_day=first.time_of_day, tp_rank=None, dp_rank=None,
-        running_req=sum(x for x in rr if x is not None) if None not in rr else None,
+        # an engine that drained within the interval (vLLM's `Running: 0` with tokens) leaves
+        # the server's batch size over it unknown: no sample (`sample_batch`)
+        running_req=sum(x for x in rr if x is not None) if None not in rr and not any(
+            r.running_req == 0 and (r.gen_throughput or 0) > 0 for r in recs) else None,
         tokens=sum(x for x in tokens if x is not None) if None not in tokens else None,
         token_usage=max(usage) if usage else None,
         accept_len=acc,
@@ -308,6 +312,9 @@ class Run:
     last_received: float | None = None
     last_prefill_t: float | None = None
     last: BatchRecord | None = None  # newest server-level decode record
+    # the batch size of the newest throughput sample (`sample_batch`): the run's current batch
+    # size (vLLM's last interval may have drained to `Running: 0`, which is none)
+    bs: int | None = None
     gpu_samples: deque[Any] = field(default_factory=lambda: deque(maxlen=RUN_GPU_SAMPLES))
     has_server_args: bool = False
     # history read after the start-up lines: bytes of the run's log not read, and the log time
@@ -363,6 +370,8 @@ class Run:
         closed = self._check_segment(pt)
         g.points.append(pt)
         g.total += 1
+        if (bs := rec.sample_rr) is not None:
+            g.bs = bs
         # One interval holds one line per group: DP attention runs the groups' forwards in
         # lockstep, so a group's k-th line covers the same forwards as the others' k-th line.
         # A round closes when every group that still logs is in it, or when one repeats.
@@ -422,9 +431,11 @@ class Run:
         self.decode.append(sp)
         self.decode_total += 1
         r = self.last = sp.rec
-        rr, gt = r.running_req, r.gen_throughput
-        if rr is not None and gt is not None and gt > 0:
-            t, acc = sp.t, r.accept_len
+        rr = r.sample_rr
+        if rr is not None:
+            self.bs = rr
+            t, gt, acc = sp.t, r.gen_throughput, r.accept_len
+            assert gt is not None  # (a sample has a throughput)
             for tier in self.tiers:
                 tier.add(t, rr, gt, acc)
         return sp

@@ -72,13 +72,11 @@ def window_points(state: ServerState, now: float | None, window_s: float) -> lis
 
 
 def stats_for(points: Iterable[DecodePoint], running_req: int, window_s: float) -> WindowStats | None:
-    vals = [p.rec.gen_throughput for p in points
-            if p.rec.running_req == running_req and p.rec.gen_throughput is not None
-            and p.rec.gen_throughput > 0]
+    samples = [p.rec for p in points if p.rec.sample_rr == running_req]
+    vals = [r.gen_throughput for r in samples if r.gen_throughput is not None]
     if not vals:
         return None
-    accepts = [p.rec.accept_len for p in points
-               if p.rec.running_req == running_req and p.rec.accept_len is not None]
+    accepts = [r.accept_len for r in samples if r.accept_len is not None]
     s = sorted(vals)
     med = quantile_sorted(s, 0.5)
     assert med is not None
@@ -101,9 +99,9 @@ def current_stats(state: ServerState, now: float | None = None,
     if not state.runs:
         return None
     run = state.runs[-1]
-    if run.last is None or run.last.running_req is None:
+    if run.bs is None:
         return None
-    return stats_for(run_window(run, window_s), run.last.running_req, window_s)
+    return stats_for(run_window(run, window_s), run.bs, window_s)
 
 
 @dataclass(frozen=True)
@@ -128,9 +126,9 @@ def group_rows(state: ServerState, window_s: float = DEFAULT_WINDOW_S) -> list[G
         g = run.groups[k]
         last = g.last
         st = None
-        if last is not None and last.rec.running_req is not None and end is not None:
+        if g.bs is not None and end is not None:
             pts = [p for p in g.points if p.t >= end - window_s and p.seg == run.segment]
-            st = stats_for(pts, last.rec.running_req, window_s)
+            st = stats_for(pts, g.bs, window_s)
         rows.append(GroupRow(k, g.total, st, last.t if last else None, g.silent))
     return rows
 
@@ -202,8 +200,8 @@ class Speedup:
         """Accept length at which the speculative server would only match the baseline; None
         below 1 (no accept length is: a verify round faster than a baseline step means the
         two servers differ in more than speculation, or the windows do)."""
-        cycle = self.verify_cycle_ms
-        be = None if cycle is None else cycle / self.base_ms_per_token
+        cycle, base = self.verify_cycle_ms, self.base_ms_per_token
+        be = None if cycle is None or not base > 0 else cycle / base
         return be if be is not None and be >= 1.0 else None
 
 
@@ -220,7 +218,7 @@ def run_speedup(base: Run, spec: Run, window_s: float = DEFAULT_WINDOW_S,
     """spec run ÷ baseline run at the same #running-req, each over its own last `window_s`
     seconds of log time (math.inf: the whole run)."""
     return best_speedup(run_window(base, window_s), run_window(spec, window_s), window_s,
-                        spec.last.running_req if spec.last else None, running_req)
+                        spec.bs, running_req)
 
 
 def speedups_by_rr(bp: list[DecodePoint], sp: list[DecodePoint], window_s: float,

@@ -56,3 +56,9 @@ def exit_on_signals(app: Any, *, grace: float = QUIT_GRACE_S,
             timer.cancel()  # the app ended: the command's own cleanup is the way out
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+def exit_code(app: Any, got: list[int]) -> int:
+    """The command's exit status: 128 + the signal that ended the app, else the app's own (1
+    when it ended on an unhandled error: a crash printed its traceback and exited 0)."""
+    return 128 + got[0] if got else app.return_code or 0

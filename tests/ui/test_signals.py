@@ -43,3 +43,26 @@ async def test_a_second_signal_in_the_middle_of_the_first_handler_is_no_tracebac
     for t in made:  # the app ended: no watchdog is left to kill the process
         t.join(5)
         assert not t.is_alive()
+
+
+async def test_an_app_that_ended_on_an_error_exits_non_zero():
+    """A crash in the UI printed Textual's traceback and the command exited 0 (connect, demo,
+    replay): a script or a supervisor read that as a clean quit."""
+    from textual.app import App
+
+    class Crashes(App[None]):
+        def on_mount(self) -> None:
+            raise ZeroDivisionError("float division by zero")
+
+    app = Crashes()
+    await app.run_async(headless=True, size=(80, 24))  # as the commands run it: no re-raise
+    assert signals.exit_code(app, []) == 1
+    assert signals.exit_code(app, [signal.SIGTERM]) == 128 + signal.SIGTERM
+
+    class Quits(App[None]):
+        def on_mount(self) -> None:
+            self.exit()
+
+    ok = Quits()
+    await ok.run_async(headless=True, size=(80, 24))
+    assert signals.exit_code(ok, []) == 0

@@ -261,12 +261,11 @@ def _throughputspark(state: ServerState, now: float, window_s: float, recorded: 
                       width: int) -> list[Piece]:
     """Decode tok/s at the current bs on a fixed 0..top scale (top: a round number above the
     recorded baseline and the data)."""
-    last = state.runs[-1].last if state.runs else None
-    bs = last.running_req if last else None
+    bs = state.runs[-1].bs if state.runs else None
     span = max(window_s, 1.0) * 5
     pts = window_points(state, now, span)
     data = [p.rec.gen_throughput for p in pts
-            if p.rec.gen_throughput is not None and p.rec.running_req == bs]
+            if p.rec.gen_throughput is not None and p.rec.sample_rr == bs]
     finite = [v for v in data if math.isfinite(v)]
     top = nice_ceiling(max(finite + ([recorded] if recorded else []))) if finite else None
     label = f"tok/s 0–{top:.0f} " if top else "tok/s "
