@@ -169,13 +169,13 @@ def throughput_series(model: ReportModel, max_series_per_server: int = 3
     out: list[tuple[str, list[tuple[float, float]]]] = []
     for name, role, run in sorted(runs, key=lambda x: -x[2].decode[-1].t):  # newest first
         pts = list(run.decode)
-        counts = Counter(p.rec.running_req for p in pts if p.rec.gen_throughput is not None)
-        for rr, _ in counts.most_common(per_server):
+        counts = Counter(rr for p in pts if (rr := p.rec.sample_rr) is not None)
+        for rr, _ in counts.most_common(per_server):  # (samples only, as every median)
             if len(out) >= MAX_LEGEND:
                 return out
             out.append((f"{name} ({role or 'role?'}) run {run.index} bs {rr}",
                         [((p.t - t0) / 60.0, p.rec.gen_throughput) for p in pts
-                         if p.rec.running_req == rr and p.rec.gen_throughput is not None]))
+                         if p.rec.sample_rr == rr and p.rec.gen_throughput is not None]))
     return out
 
 
@@ -185,13 +185,21 @@ def throughput_chart(snap: Snapshot, model: ReportModel | None = None) -> str | 
         import pygal
     except ImportError:
         return None
-    series_all = throughput_series(model or report_model(snap))
+    model = model or report_model(snap)
+    series_all = throughput_series(model)
     if not series_all:
         return None
+    engines = {st.engine or "sglang" for st in model.states.values()
+               if any(r.decode for r in st.runs)}
+    y_title, title = "decode tok/s (SGLang gen throughput)", "Decode throughput"
+    if engines == {"vllm"}:  # (vLLM's counts every token of its interval: not decode-only)
+        y_title, title = "tok/s (vLLM Avg generation throughput)", "Generation throughput"
+    elif "vllm" in engines:
+        y_title, title = "tok/s (SGLang gen / vLLM Avg generation throughput)", "Throughput"
     chart = pygal.XY(width=960, height=420, js=[], show_dots=False, stroke_style={"width": 1.5},
                      x_title="minutes since the first decode line (log time)",
-                     y_title="decode tok/s (SGLang gen throughput)",
-                     title="Decode throughput over log time, per run", legend_at_bottom=True,
+                     y_title=y_title,
+                     title=f"{title} over log time, per run", legend_at_bottom=True,
                      truncate_legend=-1, dynamic_print_values=False)
     notes = []
     for label, series in series_all:

@@ -537,9 +537,10 @@ def _config(head: _Head, msg: str) -> VllmEventRecord | None:
     data["speculative_algorithm"] = method
     data["speculative_num_tokens"] = k
     data["speculative_draft_model_path"] = draft
-    for key, rx in _RE_SIZES.items():
-        s = rx.search(cfg)
-        data[key] = small_int(s.group(1)) if s else None
+    for key, rx in _RE_SIZES.items():  # only what the line prints: a size one vLLM release
+        s = rx.search(cfg)  # leaves out (0.8.x prints no data_parallel_size) is not known,
+        if s:  # and an unknown is no difference ("dp_size: 1 vs None", compare and advise)
+            data[key] = small_int(s.group(1))
     return VllmEventRecord("server_args", head.timestamp, head.time_of_day, data=data,
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)
 

@@ -302,3 +302,20 @@ def test_vllm_non_default_args_are_compared_key_by_key(tmp_path, capsys):
                  speculative_config={**spec_cfg, **rule})
         code, out, _ = run_cli(capsys, "compare", base, on, "--json")
         assert json.loads(out)["conditions_differ"] == []
+
+
+def test_a_size_one_vllm_release_does_not_print_is_unknown_not_a_difference(tmp_path, capsys):
+    """vLLM 0.8.3's config line has no data_parallel_size: compare and advise said
+    "conditions differ: dp_size: 1 vs None" against a 0.11 baseline that prints 1."""
+    lines = (VLLM / "gen-eagle3-0.11.log").read_text().splitlines()
+    cfg = ("(EngineCore_DP0 pid=101) INFO 11-20 10:00:00 [core.py:61] Initializing a V1 LLM "
+           "engine (v0.8.3) with config: model='Qwen/Qwen3-8B', speculative_config="
+           "SpeculativeConfig(method='eagle3', model='org/Qwen3-8B-eagle3', num_spec_tokens=3), "
+           "tokenizer='Qwen/Qwen3-8B', skip_tokenizer_init=False, tensor_parallel_size=1, "
+           "pipeline_parallel_size=1, enable_prefix_caching=True")
+    assert "Initializing a V1 LLM engine" in lines[0]
+    spec = write(tmp_path / "s083.log", [cfg, *lines[1:]])
+    code, out, _ = run_cli(capsys, "compare", str(VLLM / "gen-baseline-0.11.log"), spec,
+                           "--json")
+    assert code == 0
+    assert json.loads(out)["conditions_differ"] == ["vLLM version 0.11.0 vs 0.8.3"]

@@ -525,3 +525,30 @@ def test_an_alert_with_list_fields_in_a_snapshot_is_data_not_a_crash(tmp_path):
     write_snapshot(snap, path)
     assert main(["report", str(path), "--format", "md"]) == 0
     assert "| N/A | N/A | odd (updated 1 times" in (tmp_path / "s.report.md").read_text()
+
+
+def test_a_vllm_snapshots_chart_says_what_vllm_counts_and_charts_samples_only(tmp_path):
+    """The chart's axis said "decode tok/s (SGLang gen throughput)" for a vLLM-only snapshot
+    whose text says vLLM's throughput is not decode-only; and a drained interval (`Running: 0
+    reqs` with tokens) was a series "bs 0" beside the real batch size."""
+    import json
+
+    from kit.paths import TESTS
+    from kit.snapshots import write_record
+
+    from specmon.export.report import report_model, throughput_chart, throughput_series
+
+    vl = TESTS / "data" / "vllm-logs"
+    lines = (vl / "gen-eagle3-0.11.log").read_text().splitlines()
+    real = json.loads((vl / "real-lines.jsonl").read_text().splitlines()[0])["line"]
+    last = max(i for i, x in enumerate(lines) if "Engine 000:" in x)
+    spec = lines[last + 1].replace("10:12:00", "10:11:55")
+    lines[last:last] = ["(APIServer pid=100) INFO 11-20 10:11:55 [loggers.py:127] "
+                        + real[real.index("Engine 000:"):], spec]  # Running: 0 reqs, 28.4 tok/s
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl",
+                                             [("spec", x, T0) for x in lines]))
+    model = report_model(snap)
+    assert [k for k, _ in throughput_series(model)] == ["spec (speculative) run 1 bs 16"]
+    svg = throughput_chart(snap, model)
+    assert svg is not None and "vLLM Avg generation throughput" in svg
+    assert "SGLang gen throughput" not in svg and "Generation throughput over log time" in svg
