@@ -30,6 +30,7 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
+from specmon.hostside.protocol import SAFE_PATH
 from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
@@ -439,15 +440,19 @@ async def run_builtin(base_url: str, server: str, cfg: BenchConfig) -> BenchResu
 
 
 async def has_bench_serving(host: Host, python: str) -> bool:
-    res = await host.run([python, "-c", "import importlib.util,sys; sys.exit(0 if "
+    res = await host.run([python, "-c", SAFE_PATH + "import importlib.util\nsys.exit(0 if "
                           "importlib.util.find_spec('sglang.bench_serving') else 1)"], timeout=60)
     return res.rc == 0
 
 
 async def run_bench_serving(host: Host, python: str, server: str, port: int, cfg: BenchConfig,
                             listen_host: str = "127.0.0.1") -> BenchResult:
-    """`python -m sglang.bench_serving` on the host, its result block parsed."""
-    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", listen_host,
+    """sglang.bench_serving on the host, its result block parsed. Run as `-m` does, but with
+    only absolute sys.path entries (`SAFE_PATH`): `-m` puts the folder it starts in first, and
+    another user's sglang/ there would run as us."""
+    argv = [python, "-c", SAFE_PATH + "import runpy\nrunpy.run_module('sglang.bench_serving', "
+            "run_name='__main__', alter_sys=True)",
+            "--backend", "sglang", "--host", listen_host,
             "--port", str(port), "--dataset-name", "random", "--num-prompts",
             str(cfg.num_prompts), "--random-input-len", str(cfg.input_len),
             "--random-output-len", str(cfg.output_len), "--random-range-ratio", "1",

@@ -67,7 +67,8 @@ def bootstrap_command(python: str, source: bytes) -> str:
     package keeps the bundle (to run the probe in another interpreter).
     """
     code = (
-        "import os,sys\n"
+        f"{hostside_protocol.SAFE_PATH}"
+        "import os\n"
         f"n={len(source)};B=b''\n"
         "while len(B)<n:\n"
         " c=os.read(0,n-len(B))\n"

@@ -11,7 +11,7 @@ import stat
 import subprocess
 import sys
 
-from .protocol import _one_line, bundle, one_shot_code, open_regular
+from .protocol import SAFE_PATH, _one_line, bundle, one_shot_code, open_regular
 
 # the largest file the probe hashes (an installed .py file is far smaller; /dev/zero planted
 # as one would otherwise be read forever)
@@ -236,7 +236,7 @@ def _python_path(python, why=None):
     if not python or python == sys.executable:
         return None  # (a venv's python is a link to the same binary: ask it all the same)
     try:
-        out = subprocess.run([python, "-c", "import sys,json;print(json.dumps(sys.path))"],
+        out = subprocess.run([python, "-c", SAFE_PATH + "import json;print(json.dumps(sys.path))"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, timeout=20)
         path = json.loads(out.stdout.decode("utf-8", "replace"))
@@ -248,7 +248,7 @@ def _python_path(python, why=None):
         if why is not None:
             why.append("%s: %s" % (python, _one_line(e)))
         return None
-    return [p for p in path if isinstance(p, str) and p] or None
+    return [p for p in path if isinstance(p, str) and os.path.isabs(p)] or None
 
 
 def modified_files(dist_name="sglang", path=None):
@@ -363,9 +363,15 @@ def _site_dirs(pid):
         raw = _read_bytes("/proc/%d/environ" % pid, 1 << 20)
     except OSError:
         raw = b""
+    try:  # a relative entry is relative to the server's folder, not to ours
+        cwd = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        cwd = None
     for item in raw.split(b"\0"):
         if item.startswith(b"PYTHONPATH="):
-            dirs.extend(d for d in item[11:].decode("utf-8", "replace").split(":") if d)
+            for d in item[11:].decode("utf-8", "replace").split(":"):
+                if d and (os.path.isabs(d) or cwd is not None):
+                    dirs.append(os.path.join(cwd or "/", d))
     argv = proc_cmdline(pid) or []
     if argv and os.path.isabs(argv[0]) and os.path.basename(argv[0]).startswith("python"):
         prefix = os.path.dirname(os.path.dirname(argv[0]))

@@ -74,6 +74,12 @@ AGENT_NAME = "specmon-agent"
 PACKAGE = "specmon_hostside"
 MODULES = ("protocol", "tail", "procs", "control", "nvml", "main")
 #: Python code that loads a bundle (bytes `B`: JSON [[name, source], ...]) as PACKAGE.
+# The first statement of every `python -c` the agent side runs: `-c` puts the folder the
+# process started in first on sys.path (''), and a relative PYTHONPATH entry resolves there
+# too, so another user's json.py in a shared folder specmon was started in ran as root at the
+# next import. Only absolute entries are kept (-I would drop the user's own site-packages and
+# PYTHONPATH, where pynvml may live; -P is 3.11+).
+SAFE_PATH = "import sys\nsys.path[:]=[p for p in sys.path if str(p).startswith('/')]\n"
 LOADER = (
     "import sys,types,json\n"
     "P=types.ModuleType('%s');P.__path__=[];P.BUNDLE=B;sys.modules[P.__name__]=P\n"
@@ -98,7 +104,7 @@ def one_shot_code(data, argv):
     """`python -c` code that loads bundle `data` (embedded, compressed: an argument stays far
     below the kernel's 128 KiB limit) and runs main.main() with `argv` as sys.argv[1:]."""
     packed = base64.b64encode(zlib.compress(data, 9)).decode("ascii")
-    return ("import sys,zlib,base64\nB=zlib.decompress(base64.b64decode('%s'))\n%s"
+    return (SAFE_PATH + "import zlib,base64\nB=zlib.decompress(base64.b64decode('%s'))\n%s"
             "sys.argv[1:1]=%r\nsys.modules['%s.main'].main()\n"
             % (packed, LOADER, list(argv), PACKAGE))
 
