@@ -137,10 +137,19 @@ _RE_SLACK_HOOK = re.compile(r"(?P<lead>hooks\.slack(?:-gov)?\.com/(?:services|wo
 # it, or the line; one pattern for each quote. Each has two groups (lead, value) and nothing
 # outside them: `split` cuts the text into [before, lead, value, ...] in C and every third
 # piece becomes the mask, no Python call per match
-_CURL_LEAD = r"-(?<![A-Za-z0-9_\-]-)(?:u\s*+|-user(?:=|\s++))"
-_RE_CURL_USER = re.compile(r"(" + _CURL_LEAD + r"""[^\s:'"]++:)([^\s'"]++)""")
-_RE_CURL_USER_Q = {q: re.compile(f"({_CURL_LEAD}(?:{q}[^{q}:\\n]*+:|[^\\s:'\"]++:{q}))"
+# The flag may close a group of curl's switches (-sSu, -fsSLu). The user name never runs over
+# a '-' where a flag could start (after a character that is no name's): a scan from each
+# `-u` to the end of a colon-less line cost quadratic time (a 1 MiB line of `-u}` ran for
+# minutes and wedged `record`); now each scan ends where the next flag could begin.
+_CURL_LEAD = r"-(?<![A-Za-z0-9_\-]-)(?:[sSLfkvinq]{0,8}+u\s*+|-user(?:=|\s++))"
+_CURL_NAME = r"""(?:[^\s:'"\-]|(?<=[A-Za-z0-9_\-])-)++"""
+_RE_CURL_USER = re.compile(r"(" + _CURL_LEAD + _CURL_NAME + r""":)([^\s'"]++)""")
+_RE_CURL_USER_Q = {q: re.compile(f"({_CURL_LEAD}(?:{q}[^{q}:\\n]*+:|{_CURL_NAME}:{q}))"
                                  f"([^{q}\\n]++)") for q in "'\""}
+# sshpass -p PASSWORD (only on lines that name sshpass); a value never starts with '-'
+_RE_SSHPASS = re.compile(r"(-p(?<![A-Za-z0-9_\-]-p)\s*+)([^\s'\"\-][^\s'\"]*+)")
+# a curl flag word that takes user:password as the next argv word (-u, --user, -sSu)
+_RE_CURL_FLAG = re.compile(r"-[sSLfkvinq]{0,8}u|--user")
 # NCCL's "NCCL_IB_PASSWORD set by environment to X" (and the CUDA/TORCH ones it prints alike)
 _RE_SET_BY_ENV = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*+)"
                             r"(?P<sep> set by environment to )(?P<val>[^\s'\"]++)")
@@ -328,12 +337,14 @@ def _redact_plain(text: str) -> str:
         out = _sub("url_cred", _RE_URL_CRED, lambda m: f"{m.group('scheme')}{MASK}@", out)
     if "hooks.slack" in out:
         out = _sub("slack", _RE_SLACK_HOOK, lambda m: f"{m.group('lead')}{MASK}", out)
-    if "-u" in out or "--user" in out:
+    if "-u" in out or "--user" in out or "curl" in out:  # (curl -sSu: a grouped flag)
         out = _mask_second(_RE_CURL_USER, out, "curl_user")
         for q, pat in _RE_CURL_USER_Q.items():
             if q in out:
                 out = _mask_second(pat, out, f"curl_user{q}")
     if "-p" in out:
+        if "sshpass" in out:
+            out = _mask_second(_RE_SSHPASS, out, "sshpass")
         low = out.lower()
         if any(w in low for w in _MYSQL_WORDS):
             out = _sub("mysql_p", _RE_MYSQL_P, "-p" + MASK, out)
@@ -498,15 +509,24 @@ def _redact_key(key: str) -> str:
 def redact_argv(argv: list[str]) -> list[str]:
     """A command line given as a list: the word after a secret flag is masked too."""
     out: list[str] = []
-    mask_next = False
+    mask_next = user_next = False
+    sshpass = any(w.rsplit("/", 1)[-1] == "sshpass" for w in argv[:1])
     for word in argv:
         if mask_next:
             out.append(MASK)
             mask_next = False
             continue
-        if word.startswith("-") and "=" not in word and is_secret_name(word):
+        if user_next and ":" in word:  # curl -u user:password: the user is kept
+            out.append(word.split(":", 1)[0] + ":" + MASK)
+            user_next = False
+            continue
+        user_next = False
+        if word.startswith("-") and "=" not in word and (
+                is_secret_name(word) or (sshpass and word == "-p")):
             out.append(word)
             mask_next = True
             continue
+        if _RE_CURL_FLAG.fullmatch(word):
+            user_next = True
         out.append(redact_text(word))
     return out

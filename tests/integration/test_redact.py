@@ -59,6 +59,13 @@ def test_text_redaction_keeps_counts_and_masks_secrets():
     assert redact_text("Authorization: Bearer abcdefghijklmnop123") .count("abcdefghijklmnop") == 0
     assert redact_argv(["sglang", "--api-key", PLAIN_KEY, "--port", "30000"]) == \
         ["sglang", "--api-key", MASK, "--port", "30000"]
+    # a discovered process's argv: curl's user:password and sshpass's -p are the next word
+    assert redact_argv(["curl", "-u", "admin:pw123x", "https://x"]) == \
+        ["curl", "-u", "admin:" + MASK, "https://x"]
+    assert redact_argv(["/usr/bin/curl", "-sSu", "admin:pw123x"])[2] == "admin:" + MASK
+    assert redact_argv(["sshpass", "-p", "S3cretPWq", "ssh", "h"]) == \
+        ["sshpass", "-p", MASK, "ssh", "h"]
+    assert redact_argv(["ls", "-p", "dir"]) == ["ls", "-p", "dir"]
     tree = redact_obj({"env": {"HF_TOKEN": HF, "PATH": "/usr/bin"}, "n_tokens": 5,
                        "argv": ["x", "--api-key", PLAIN_KEY]})
     assert tree == {"env": {"HF_TOKEN": MASK, "PATH": "/usr/bin"}, "n_tokens": 5,
@@ -160,7 +167,10 @@ def test_redaction_is_linear_in_the_line_length():
     import sys
 
     units = ["a", "a.", "-a", "eyJ-", "x_key", "token ", "a='\\'", "-u a:", "Aa0", "a=[key ",
-             "x_key=["]
+             "x_key=[",
+             # a flag start at every few bytes and no colon: each scan ran to the line's end
+             # (a 1 MiB line took minutes and wedged `record`)
+             "-u}", "--user=?", "-u/", "curl -sSu}", " -u'-u'", "sshpass -p"]
     res = subprocess.run([sys.executable, "-c", _COST_CHILD, json.dumps(units)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -185,6 +195,13 @@ PEM_LONG = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7PlantedKeyLine"
     ("curl -u admin:'pw 12345' https://x", "12345", "-u admin:'" + MASK + "' https://x"),
     ("curl --user 'admin:pw 12345' -H 'X: y'", "12345", "'admin:" + MASK + "' -H 'X: y'"),
     ("curl -u 'admin:pw 12345", "12345", "-u 'admin:" + MASK),  # a cut line: the rest
+    # curl's switches grouped before -u (issue 22's probe: -sSu left the password whole)
+    ("cmd: curl -sSu admin:curlPw_77x https://x", "curlPw_77x", "-sSu admin:" + MASK + " https"),
+    ("curl -Lu admin:pw123x", "pw123x", "-Lu admin:" + MASK),
+    ("curl -fsSLu admin:pw123x https://x", "pw123x", "-fsSLu admin:" + MASK),
+    ("curl -u deploy-user:pw123x x", "pw123x", "-u deploy-user:" + MASK + " x"),
+    ("sshpass -p S3cretPWq ssh host", "S3cretPWq", "sshpass -p " + MASK + " ssh host"),
+    ("sshpass -pS3cretPWq ssh host", "S3cretPWq", "sshpass -p" + MASK + " ssh host"),
     (PEM_TAIL, PEM_TAIL, MASK),  # a key body's short last line, logged on its own
     (f"  {PEM_TAIL}\r", PEM_TAIL, f"  {MASK}\r"),
     (f"[2026-02-26 19:16:42] {PEM_TAIL}", PEM_TAIL, f"[2026-02-26 19:16:42] {MASK}"),
@@ -251,6 +268,8 @@ def test_containers_of_other_names_are_kept(text):
     "pip install -p'x' mypkg",  # -p'...' off a MySQL line
     "curl -u 'admin:' https://x",
     "curl -u admin https://x",
+    "ls -lu /srv/a:b",  # no curl on the line: -lu is no curl flag
+    "sshpass -p -f file ssh host",  # a flag is no password
     "status==", "count=", "QUJDRA==", "1234====", "ab1=", "abc12=",  # one plain word, no key line
     f"x = {PEM_TAIL} y",  # inside a sentence: not a whole line
     "retries: 3 ok==", "[2026-02-26 19:16:42] done==",
