@@ -130,8 +130,6 @@ MAX_POSITIONS = 64  # k beyond this is no real config; a hostile line cannot gro
 # --- config lines -----------------------------------------------------------------------------
 _RE_INIT = re.compile(
     r"Initializing an? (?:V1 )?LLM engine \((?P<ver>[^)\s]{1,80})\) with config: ")
-_RE_SPEC_CFG = re.compile(
-    r"speculative_config=(?:None|SpeculativeConfig\((?P<body>[^)]*)\))")
 _RE_METHOD = re.compile(r"\bmethod='([^']*)'")
 _RE_DRAFT = re.compile(r"\b(?:model|draft_model)=(?:'([^']*)'|None)")
 _RE_K = re.compile(r"\bnum_spec_tokens=(\d+)")
@@ -141,7 +139,7 @@ _RE_SIZES = {
     "pp_size": re.compile(r"\bpipeline_parallel_size=(\d+)"),
     "dp_size": re.compile(r"\bdata_parallel_size=(\d+)"),
 }
-_RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_ND_MARK = "non-default args: {"
 _RE_URL = re.compile(r"\bon (https?://[^\s/:]+(?::(\d{1,5}))?)")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
 # The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
@@ -523,10 +521,9 @@ def _config(head: _Head, msg: str) -> VllmEventRecord | None:
     data: dict[str, Any] = {"engine_version": m.group("ver").lstrip("v")}
     mm = _RE_MODEL.search(cfg)
     data["model_path"] = mm.group(1) if mm else None
-    sc = _RE_SPEC_CFG.search(cfg)
+    b = _spec_config_body(cfg)
     method = draft = k = None
-    if sc is not None and sc.group("body") is not None:
-        b = sc.group("body")
+    if b is not None:
         me, dr, kk = _RE_METHOD.search(b), _RE_DRAFT.search(b), _RE_K.search(b)
         method = me.group(1) if me else None
         draft = dr.group(1) if dr else None
@@ -545,12 +542,35 @@ def _config(head: _Head, msg: str) -> VllmEventRecord | None:
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)
 
 
+_SPEC_CFG = "speculative_config="
+_SPEC_CLASS = "SpeculativeConfig("
+
+
+def _spec_config_body(cfg: str) -> str | None:
+    """The text inside the first `speculative_config=SpeculativeConfig(...)`, None for
+    `speculative_config=None` or none. With str.find, not a regex searched from every
+    `speculative_config=` to the line's end for a ')' (quadratic: a 0.5 MB line took 27 s)."""
+    pos = 0
+    while (i := cfg.find(_SPEC_CFG, pos)) >= 0:
+        j = i + len(_SPEC_CFG)
+        if cfg.startswith("None", j):
+            return None
+        if cfg.startswith(_SPEC_CLASS, j):
+            k = cfg.find(")", j + len(_SPEC_CLASS))
+            return cfg[j + len(_SPEC_CLASS):k] if k >= 0 else None
+        pos = j
+    return None
+
+
 def _non_default(head: _Head, msg: str) -> VllmEventRecord | None:
-    m = _RE_NON_DEFAULT.search(msg)
-    if m is None or len(m.group(1)) > MAX_ARGS_TEXT:
+    # the dict runs from the first marker to the line's end (str.find: a regex `\{.*\}\s*$`
+    # searched from every marker was quadratic, 33 s for a 1 MiB line in parse and record)
+    i = msg.find(_ND_MARK)
+    text = msg[i + len(_ND_MARK) - 1:].rstrip() if i >= 0 else ""
+    if not text.endswith("}") or len(text) > MAX_ARGS_TEXT:
         return None
     try:
-        args = ast.literal_eval(m.group(1))
+        args = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
     if not isinstance(args, dict):

@@ -199,3 +199,51 @@ def test_parse_usage_errors_and_garbage(tmp_path: Path) -> None:
         assert res.returncode == 3, res
         assert b"no SGLang lines found" in res.stderr
     assert cli("parse", "--kind", "prefill", "--json", str(log)).returncode == 0
+
+
+_PARSE_COST_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # quadratic would take hours: die instead
+from specmon.parse.sglang import parse_line
+out = {}
+for head, unit in json.loads(sys.argv[1]):
+    costs = {}
+    # the same number of bytes in all, enough for tens of ms (the CPU clock ticks in ms)
+    for n, times in ((1 << 16, 64), (1 << 20, 4)):
+        text = head + (unit * (n // len(unit) + 1))[:n]
+        best = float("inf")
+        for _ in range(3):
+            t = time.process_time()
+            for _ in range(times):
+                parse_line(text)
+            best = min(best, time.process_time() - t)
+        costs[n] = best
+    out[head + unit] = [costs[1 << 16], costs[1 << 20]]
+print(json.dumps(out))
+"""
+
+_VLLM_HEAD = "(APIServer pid=1) INFO 11-20 10:00:00 [utils.py:1] "
+_VLLM_CFG = _VLLM_HEAD + "Initializing a V1 LLM engine (v0.6.0) with config: "
+
+
+def test_parse_line_is_linear_in_the_line_length() -> None:
+    """Issue 22: a vLLM `non-default args: {` or `speculative_config=SpeculativeConfig(`
+    repeated over a 1 MiB line cost 33 s (a regex searched from each marker to the line's
+    end); `parse` and `record` spent that on one line. A 1 MiB line costs about what 16 lines
+    of 64 KiB cost, as a linear pass does (quadratic: 16x more); CPU time in one child."""
+    import subprocess
+    import sys
+
+    units = [[_VLLM_HEAD, "non-default args: {"],
+             [_VLLM_CFG, "speculative_config=SpeculativeConfig("],
+             [_VLLM_CFG, " model='\\'"],
+             [_VLLM_HEAD, "Engine 000: Avg prompt throughput: 1 tokens/s, "],
+             [_VLLM_HEAD, "SpecDecoding metrics: Per-position acceptance rate: 1"],
+             ["[2026-01-01 00:00:00] ", "server_args=ServerArgs("],
+             ["[2026-01-01 00:00:00 TP0] ", "Decode batch, #running-req: 1, "],
+             ["[2026-01-01 00:00:00 TP0] Decode batch, ", "accept len: "]]
+    res = subprocess.run([sys.executable, "-c", _PARSE_COST_CHILD, json.dumps(units)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for unit, (small, big) in json.loads(res.stdout).items():
+        assert big < 4 * small + 0.02, (unit[:80], small, big)  # (+ a few clock ticks)
