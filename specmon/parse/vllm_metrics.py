@@ -16,6 +16,7 @@ Parsed with prometheus_client's own text parser. Pure: text in, numbers out.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,14 @@ PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 MAX_POSITIONS = 64
 MAX_ENGINES = 1024
+# a label that is a number: ASCII digits only (str.isdigit and int() take "²", "٣", " 1", "1_0")
+# and at most 18 of them (int() refuses past 4300 digits; an index is never that long)
+_RE_INDEX = re.compile(r"[0-9]{1,18}")
+
+
+def _index(label: str) -> int | None:
+    """The number an engine or position label is (ASCII digits, at most 18), else None."""
+    return int(label) if _RE_INDEX.fullmatch(label) else None
 
 
 @dataclass
@@ -92,11 +101,8 @@ def parse_vllm_metrics(text: str) -> VllmScrape:
                 elif gauge is not None:
                     setattr(eng, gauge, (getattr(eng, gauge) or 0.0) + v)
                 else:
-                    try:
-                        pos = int(s.labels.get("position", ""))
-                    except ValueError:
-                        continue
-                    if 0 <= pos < MAX_POSITIONS:
+                    pos = _index(s.labels.get("position", ""))
+                    if pos is not None and pos < MAX_POSITIONS:
                         eng.per_pos[pos] = eng.per_pos.get(pos, 0.0) + v
     except (ValueError, TypeError, IndexError) as exc:
         raise MetricsError(f"not Prometheus text format: {exc}") from None
@@ -187,5 +193,7 @@ def server_window(before: VllmScrape, after: VllmScrape, dt_s: float) -> Counter
     return ws[-1] if ws else None
 
 
-def _order(k: str) -> tuple[int, str]:
-    return (int(k), "") if k.isdigit() else (1 << 30, k)
+def _order(k: str) -> tuple[int, int, str]:
+    """Engines in number order ("2" before "10"), then any other label in text order."""
+    n = _index(k)
+    return (0, n, "") if n is not None else (1, 0, k)
