@@ -11,6 +11,7 @@ Exit status: 0 done, 2 usage or the URL gave no vLLM counters.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import Any
@@ -18,8 +19,13 @@ from typing import Any
 from specmon.commands.options import add_json
 from specmon.errors import CliError
 from specmon.jsonout import dumps
+from specmon.redact import MASK, redact_text
+from specmon.textsafe import cut, visible
 
 MAX_COUNT = 1_000_000
+# what a URL's user:password@ is, where the text is no valid URL (`http://u:pa/ss@h`: an
+# unescaped / in the password): all up to the last @ before a ?query or #fragment
+_RE_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+://)[^?#]*@")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,27 +42,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p, "one JSON object per window and engine")
 
 
-def _scrape(client: Any, url: str) -> Any:
+def shown(text: object) -> str:
+    """`text` as one line of an error: secrets masked (a URL's user:password@, ?access_token=),
+    control characters escaped (a newline too), cut to a line's length."""
+    return cut(visible(redact_text(str(text))))
+
+
+def _why(exc: Exception) -> str:
+    return shown(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+def metrics_url(raw: str) -> Any:
+    """The `/metrics` URL (an httpx.URL) of `raw`: http(s)://HOST:PORT, any path, with
+    `/metrics` appended to the path (not after a ?query) unless the path ends with it.
+    CliError, one line, for text that is no http(s) URL."""
+    import httpx
+
+    try:
+        url = httpx.URL(raw)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise CliError(f"{shown(raw)}: not an http:// or https:// URL with a host")
+        if not url.path.rstrip("/").endswith("/metrics"):
+            url = url.copy_with(path=url.path.rstrip("/") + "/metrics")
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        masked = _RE_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", raw, count=1)
+        # (the parser's words may quote a piece of the password: "Invalid port: 'pa'")
+        why = f" ({_why(exc)})" if masked == raw else ""
+        raise CliError(f"{shown(masked)}: not a valid URL{why}") from None
+    return url
+
+
+def _scrape(client: Any, url: Any) -> Any:
     import httpx
 
     from specmon.parse.sglang_metrics import MetricsError
     from specmon.parse.vllm_metrics import parse_vllm_metrics
 
+    where = shown(url)
     try:
         r = client.get(url, timeout=10)
-    except httpx.HTTPError as exc:
-        raise CliError(f"{url}: cannot fetch ({type(exc).__name__}: {exc})") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise CliError(f"{where}: cannot fetch ({_why(exc)})") from None
     if r.status_code != 200:
-        raise CliError(f"{url}: HTTP {r.status_code}")
+        raise CliError(f"{where}: HTTP {r.status_code}")
     try:
         scrape = parse_vllm_metrics(r.text)
     except MetricsError as exc:
-        raise CliError(f"{url}: {exc}") from None
+        raise CliError(f"{where}: {shown(exc)}") from None
     if not scrape.engines and scrape.unreadable:
-        raise CliError(f"{url}: no readable vllm: counters ({scrape.unreadable} sample(s) NaN, "
+        raise CliError(f"{where}: no readable vllm: counters ({scrape.unreadable} sample(s) NaN, "
                        "infinite or negative)")
     if not scrape.engines:
-        raise CliError(f"{url}: no vllm: counters (not a vLLM server, or stats disabled)")
+        raise CliError(f"{where}: no vllm: counters (not a vLLM server, or stats disabled)")
     return scrape
 
 
@@ -73,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--interval must be in (0, 3600] seconds (got {args.interval})")
     if not (1 <= args.count <= MAX_COUNT):
         raise CliError(f"--count must be in 1..{MAX_COUNT} (got {args.count})")
-    url = args.url if args.url.rstrip("/").endswith("/metrics") else args.url.rstrip("/") + "/metrics"
+    url = metrics_url(args.url)
     with httpx.Client() as client:
         prev, t_prev = _scrape(client, url), time.monotonic()
         for i in range(args.count):

@@ -3,7 +3,17 @@ local HTTP servers (http.server in a thread, in this process)."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from specmon import cli
 from specmon.parse.vllm_metrics import parse_vllm_metrics, windows
+from specmon.redact import MASK
 
 
 def _counters(engine: str, drafts: float, accepted: float, position: str = "0") -> str:
@@ -34,3 +44,100 @@ def test_position_labels_are_ascii_numbers_only() -> None:
         assert s.engines["0"].per_pos == {}, pos
     assert parse_vllm_metrics(_counters("0", 100, 150, position="0")).engines["0"].per_pos == \
         {0: 150.0}
+
+
+# --- the command, in this process, against real local servers ---------------------------------
+
+@contextlib.contextmanager
+def _server(respond: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 whose every GET is `respond(handler)`: its base URL."""
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            with contextlib.suppress(OSError):  # (the client hung up: what some tests do)
+                respond(self)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+
+
+def _answer(h: http.server.BaseHTTPRequestHandler, body: bytes, status: int = 200) -> None:
+    h.send_response(status)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(["counters", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == "", (rc, out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "\x1b" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("http://[::1", "http://[::1: not a valid URL (InvalidURL: Invalid port"),
+    ("http://127.0.0.1:1/\x1b]52;c;aGk=\x07", "http://127.0.0.1:1/\\x1b]52;c;aGk=\\x07: not a valid"),
+    ("http://127.0.0.1:1/a\nb", "http://127.0.0.1:1/a\\x0ab: not a valid URL"),
+    ("127.0.0.1:8000", "127.0.0.1:8000: not an http:// or https:// URL"),
+    ("ftp://127.0.0.1/", "ftp://127.0.0.1/: not an http:// or https:// URL"),
+])
+def test_a_url_that_is_no_http_url_is_one_line(capsys: pytest.CaptureFixture[str], url: str,
+                                               said: str) -> None:
+    """`counters 'http://[::1'` or a URL holding ESC raised httpx.InvalidURL out of the
+    command (a traceback): `_scrape` caught only httpx.HTTPError."""
+    assert said in _one_line_error(capsys, url)
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("http://admin:s3cretpass@127.0.0.1:{port}/", "s3cretpass"),
+    ("http://127.0.0.1:{port}/?access_token=tok3n-value", "tok3n-value"),
+    ("http://127.0.0.1:{port}?api_key=sk-abcdefghijklmnop", "sk-abcdefghijklmnop"),
+    ("http://u:pa/ss@127.0.0.1:{port}/", "pa/ss"),  # no valid URL: the / ends the authority
+])
+def test_no_error_prints_a_secret_of_the_url(capsys: pytest.CaptureFixture[str], url: str,
+                                             secret: str) -> None:
+    """The password in user:password@ and a ?access_token= / ?api_key= were printed in the
+    "cannot fetch" line."""
+    err = _one_line_error(capsys, url.format(port=_closed_port()))
+    assert secret not in err and MASK in err, err
+
+
+def test_metrics_is_appended_to_the_path_not_after_the_query(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`http://h/?access_token=x` was fetched as `/?access_token=x/metrics`."""
+    seen: list[str] = []
+
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        seen.append(h.path)
+        _answer(h, b"up 1\n")
+
+    with _server(respond) as base:
+        err = _one_line_error(capsys, f"{base}/?access_token=abc123", "--interval", "0.01")
+        _one_line_error(capsys, f"{base}/prefix/metrics/?x=1", "--interval", "0.01")
+        _one_line_error(capsys, f"{base}/prefix", "--interval", "0.01")
+    assert seen == ["/metrics?access_token=abc123", "/prefix/metrics/?x=1", "/prefix/metrics"]
+    assert "no vllm: counters" in err and "abc123" not in err, err
