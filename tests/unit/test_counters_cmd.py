@@ -4,14 +4,19 @@ local HTTP servers (http.server in a thread, in this process)."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.server
+import json
 import socket
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from specmon import cli
+from specmon.commands import counters_cmd
+from specmon.parse.sglang_metrics import MAX_TEXT
 from specmon.parse.vllm_metrics import parse_vllm_metrics, windows
 from specmon.redact import MASK
 
@@ -141,3 +146,113 @@ def test_metrics_is_appended_to_the_path_not_after_the_query(
         _one_line_error(capsys, f"{base}/prefix", "--interval", "0.01")
     assert seen == ["/metrics?access_token=abc123", "/prefix/metrics/?x=1", "/prefix/metrics"]
     assert "no vllm: counters" in err and "abc123" not in err, err
+
+
+# --- a scrape is bounded: 8 MiB of body, decoded, and one deadline ------------------------------
+
+def _hold_open(h: http.server.BaseHTTPRequestHandler, head: dict[str, str], sent: bytes,
+               stop: threading.Event) -> None:
+    """Headers promising more than `sent`, then `sent`, then nothing until the test ends."""
+    h.send_response(200)
+    for k, v in head.items():
+        h.send_header(k, v)
+    h.end_headers()
+    h.wfile.write(sent)
+    h.wfile.flush()
+    stop.wait(60)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "identity"])
+def test_a_body_past_8_mib_is_left_unread(capsys: pytest.CaptureFixture[str],
+                                          encoding: str) -> None:
+    """The whole body was read (and inflated: a 1 MB gzip bomb reached 3.2 GB) before the
+    8 MiB check. A body that inflates past the limit and whose server then sends nothing more
+    now ends at the limit; before, it waited for the rest (here: a read timeout)."""
+    inflated = b"# " + b"0" * MAX_TEXT + b"\n"
+    sent = {"gzip": gzip.compress(inflated), "deflate": zlib.compress(inflated),
+            "identity": inflated}[encoding]
+    assert len(sent) < 64 * 1024 or encoding == "identity"
+    stop = threading.Event()
+    head = {"Content-Length": str(len(sent) + 1000)}
+    if encoding != "identity":
+        head["Content-Encoding"] = encoding
+    try:
+        with _server(lambda h: _hold_open(h, head, sent, stop)) as base:
+            err = _one_line_error(capsys, base)
+    finally:
+        stop.set()
+    plain = "plain" if encoding == "identity" else encoding
+    assert f"/metrics: /metrics body over {MAX_TEXT} bytes ({plain}): not read further" in err
+
+
+def _trickle(h: http.server.BaseHTTPRequestHandler, where: str, stop: threading.Event) -> None:
+    """A whole answer, one byte every 0.1 s: in the headers or in the body."""
+    body = b"# counters come " + b"." * 24 + b"\n"
+    head = (b"HTTP/1.0 200 OK\r\nX-Slow: " + b"s" * (40 if where == "headers" else 1) +
+            f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+    h.wfile.write(head if where == "body" else b"")
+    for b in (head if where == "headers" else b"") + body:
+        if stop.wait(0.1):
+            return
+        h.wfile.write(bytes([b]))
+        h.wfile.flush()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_server_ends_at_the_scrape_deadline(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        where: str) -> None:
+    """httpx's timeout is per read: a server sending a byte every 5 s held the command
+    forever. One scrape now has one deadline (15 s; 0.5 s here), headers and body included;
+    each byte here comes well within the per-read timeout."""
+    monkeypatch.setattr(counters_cmd, "SCRAPE_DEADLINE_S", 0.5, raising=False)
+    stop = threading.Event()
+    try:
+        with _server(lambda h: _trickle(h, where, stop)) as base:
+            err = _one_line_error(capsys, base, "--interval", "0.01")
+    finally:
+        stop.set()
+    assert "/metrics: no whole answer within 0.5 s (the limit of one scrape)" in err, err
+
+
+def test_a_gzip_answer_gives_its_windows(capsys: pytest.CaptureFixture[str]) -> None:
+    """The body is inflated here (zlib, bounded), no longer by httpx: a gzip answer, as
+    prometheus_client writes for Accept-Encoding: gzip, still reads."""
+    texts = [_counters("0", 100, 150), _counters("0", 200, 350)]
+    seen: list[str | None] = []
+
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        seen.append(h.headers.get("Accept-Encoding"))
+        body = gzip.compress(texts.pop(0).encode() if len(texts) > 1 else texts[0].encode())
+        h.send_response(200)
+        h.send_header("Content-Encoding", "gzip")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    with _server(respond) as base:
+        rc, out, err = _run(capsys, base, "--interval", "0.01", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["accept_len"] == 3.0 and seen == ["gzip", "gzip"]
+
+
+@pytest.mark.parametrize(("head", "body", "said"), [
+    ({"Content-Encoding": "gzip"}, b"not gzip at all", "cannot decompress the body (error: "),
+    ({"Content-Encoding": "gzip"}, gzip.compress(bytes(range(256)) * 64)[:-100],
+     "the gzip body ends before its compressed data"),
+    ({"Content-Encoding": "br"}, b"\x1b\x1b", "Content-Encoding br not supported"),
+    ({"Content-Encoding": "\x1b[2Jx"}, b"", "Content-Encoding \\x1b[2Jx not supported"),
+], ids=["corrupt-gzip", "cut-gzip", "brotli", "escape-in-encoding"])
+def test_a_body_that_does_not_decode_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                 head: dict[str, str], body: bytes,
+                                                 said: str) -> None:
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        for k, v in head.items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    with _server(respond) as base:
+        assert said in _one_line_error(capsys, base)
