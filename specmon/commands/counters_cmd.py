@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import re
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from specmon.commands.options import add_json
 from specmon.errors import CliError
 from specmon.jsonout import dumps
+from specmon.numfmt import NA, num
 from specmon.redact import MASK, redact_text
 from specmon.textsafe import cut, visible
 
@@ -173,8 +175,14 @@ async def _scrape(client: Any, url: Any) -> Any:
     return scrape
 
 
+HUGE = 1e15  # past this a value is shown in e-notation (1.000e+300, not 301 digits)
+
+
 def _fmt(v: float | None, f: str = "{:.3f}") -> str:
-    return "N/A" if v is None else f.format(v)
+    """`num`'s text (N/A for None, NaN and infinities, as JSON's null), in e-notation past HUGE."""
+    if v is not None and math.isfinite(v) and abs(v) >= HUGE:
+        return num(v, "{:.3e}")
+    return num(v, f)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,13 +206,16 @@ async def _watch(args: argparse.Namespace, url: Any) -> int:
             for w in windows(prev, cur, t_cur - t_prev):
                 if args.json:
                     print(dumps({"window": i + 1, **w.to_json()}), flush=True)
-                elif w.restart:
-                    print(f"window {i + 1} engine {w.engine}: a counter went down (restart): "
-                          "N/A", flush=True)
+                    continue
+                # (a label is the server's text: "0\nwindow 9 ..." would print a second line)
+                engine = cut(visible(w.engine), 40)
+                if w.restart:
+                    print(f"window {i + 1} engine {engine}: a counter went down (restart): "
+                          f"{NA}", flush=True)
                 else:
-                    pp = " ".join(_fmt(x, "{:.3f}") for x in w.per_position or []) or "N/A"
-                    print(f"window {i + 1} ({w.dt_s:.1f} s) engine {w.engine}: accept len "
-                          f"{_fmt(w.accept_len, '{:.2f}')} (bonus incl.), accept rate "
+                    pp = " ".join(_fmt(x, "{:.3f}") for x in w.per_position or []) or NA
+                    print(f"window {i + 1} ({_fmt(w.dt_s, '{:.1f}')} s) engine {engine}: accept "
+                          f"len {_fmt(w.accept_len, '{:.2f}')} (bonus incl.), accept rate "
                           f"{_fmt(w.accept_rate)}, per position {pp}, drafts "
                           f"{_fmt(w.drafts, '{:.0f}')}, gen {_fmt(w.gen_tok_s, '{:.1f}')} tok/s "
                           "(every emitted token, prefill steps incl.)", flush=True)

@@ -256,3 +256,51 @@ def test_a_body_that_does_not_decode_is_one_line(capsys: pytest.CaptureFixture[s
 
     with _server(respond) as base:
         assert said in _one_line_error(capsys, base)
+
+
+# --- the text line: what JSON writes as null is N/A -------------------------------------------
+
+def _exposition(engine: str, drafts: float, accepted: float, gen: float) -> str:
+    lab = 'engine="' + engine.replace("\n", "\\n") + '"'
+    return (f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts!r}\n"
+            f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {drafts!r}\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {accepted!r}\n"
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} '
+            f"{accepted!r}\n"
+            f"vllm:generation_tokens_total{{{lab}}} {gen!r}\n")
+
+
+def _two_scrapes(capsys: pytest.CaptureFixture[str], texts: list[str],
+                 *flags: str) -> str:
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        _answer(h, texts.pop(0).encode() if len(texts) > 1 else texts[0].encode())
+
+    with _server(respond) as base:
+        rc, out, err = _run(capsys, base, "--interval", "0.01", *flags)
+    assert rc == 0, err
+    return out
+
+
+def test_the_text_line_says_na_where_json_says_null(capsys: pytest.CaptureFixture[str]) -> None:
+    """1e300 accepted over 1e-300 drafts: the text printed `accept len inf`, `gen inf tok/s`
+    where --json writes null."""
+    inf = [_exposition("0", 0.0, 0.0, 0.0), _exposition("0", 1e-300, 1e300, 1.7e308)]
+    row = json.loads(_two_scrapes(capsys, list(inf), "--json"))
+    assert [row[k] for k in ("accept_len", "accept_rate", "per_position", "gen_tok_s")] == \
+        [None, None, [None], None]
+    line = _two_scrapes(capsys, list(inf))
+    assert "inf" not in line and "nan" not in line, line
+    assert ("engine 0: accept len N/A (bonus incl.), accept rate N/A, per position N/A, "
+            "drafts 0, gen N/A tok/s") in line
+
+
+def test_the_text_line_is_one_short_line_whatever_the_server_says(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A count of 1e300 printed as 301 digits; an engine label holding a newline printed a
+    second line of the server's choosing."""
+    label = "0\nwindow 9 (10.0 s) engine 0: accept len 9.99" + "x" * 500
+    out = _two_scrapes(capsys, [_exposition(label, 0.0, 0.0, 0.0),
+                                _exposition(label, 1e300, 2e300, 1e300)])
+    assert len(out.splitlines()) == 1 and len(out) < 400, out
+    assert "engine 0\\x0awindow 9 (10.0 s) engine 0: acce...: accept len 3.00 " in out, out
+    assert "drafts 1.000e+300, gen " in out and " tok/s" in out, out
