@@ -56,6 +56,14 @@ _SKIPPED = ("a file the log was rotated to was gone (rotated away and removed) b
             "be read: its lines were not read")
 
 
+def _opened_path(f, path):
+    """Where the open file really is (/proc/self/fd: links followed as the open did)."""
+    try:
+        return os.readlink("/proc/self/fd/%d" % f.fileno())
+    except OSError:
+        return os.path.realpath(path)
+
+
 def _digest(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -100,6 +108,9 @@ class Tail:
         # followed only when it has this owner or ours (in a shared folder another user may
         # put their own file, or a FIFO, where the log was)
         self.owner = None
+        # ... and its folder, as opened: a file after a rotation is followed only in it (a
+        # link another user made at the path led into the user's own private file)
+        self.real_dir = None
         self.read_at = time.monotonic()  # when bytes last came from the file
 
     def _owners(self):
@@ -107,10 +118,11 @@ class Tail:
 
     # -- opening -----------------------------------------------------------------------
     def _open(self, path, offset):
-        f = open_regular(path, self._owners())
+        f = self._open_checked(path)
         st = os.fstat(f.fileno())
         if self.owner is None:
             self.owner = st.st_uid
+            self.real_dir = os.path.dirname(_opened_path(f, path))
         f.seek(offset)
         self.f, self.ino, self.dev = f, st.st_ino, st.st_dev
         self.pos = self.line_start = offset
@@ -558,6 +570,33 @@ class Tail:
             return
         self._flush_partial(out)
 
+    def _open_checked(self, path):
+        """open_regular, and once a first file was followed: never through a link another
+        user made at the path (checked after the open, so no swap between check and open
+        gets one through), nor into another folder through a folder on the way."""
+        owners = self._owners()
+        f = open_regular(path, owners)
+        if owners is None:
+            return f
+        try:
+            lst = os.lstat(path)
+            fst = os.fstat(f.fileno())
+            if stat.S_ISLNK(lst.st_mode):
+                if lst.st_uid not in owners:
+                    raise OSError(errno.EPERM, "a link made by uid %d, not the log's owner: "
+                                  "not followed" % lst.st_uid, path)
+                return f  # the user's own link (a `current.log`): followed where it leads
+            if (lst.st_ino, lst.st_dev) != (fst.st_ino, fst.st_dev):
+                raise FileNotFoundError(errno.ENOENT, "replaced while opened", path)
+            where = os.path.dirname(_opened_path(f, path))
+            if self.real_dir is not None and where != self.real_dir:
+                raise OSError(errno.EPERM, "leads out of the log's folder (to %s): not followed"
+                              % where, path)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
     # -- rotation ----------------------------------------------------------------------
     def _sight(self, out):
         """stat the path; a file there that is neither the one followed nor one already
@@ -594,7 +633,7 @@ class Tail:
             if path is None:
                 return "gone"
         try:
-            f = open_regular(path, self._owners())
+            f = self._open_checked(path)
         except FileNotFoundError:
             return "gone"
         except OSError as e:

@@ -59,6 +59,48 @@ async def test_a_fifo_then_another_users_file_at_the_log_name_are_not_followed(h
         await col.close()
 
 
+async def test_a_link_another_user_puts_at_the_log_name_is_not_followed(host, tmp_path):
+    """Issue 22's probe: after a rotation, mallory put `s.log -> ~alice/private.txt` in the
+    shared folder; the tail followed the link (the owner check read the target: alice's own
+    file) and recorded alice's private lines. A link of hers, or a folder on the way that she
+    swapped for one, is not followed; the user's own link is (a `current.log`)."""
+    assert os.geteuid() == 0, "the tests run as root (they chown files to another user)"
+    shared = tmp_path / "shared"
+    (shared / "grp").mkdir(parents=True)
+    os.chmod(shared, 0o777)  # not sticky: anyone may rename what is in it
+    os.chmod(shared / "grp", 0o777)
+    private = tmp_path / "home"
+    private.mkdir()
+    (private / "private.txt").write_bytes(b"PRIVATE 1\n")
+    (private / "s.log").write_bytes(b"PRIVATE 2\n")
+    log = shared / "grp" / "s.log"
+    log.write_bytes(b"line 0\n")
+    col = Collector(LogTailer(host, [TailSpec("s", str(log))], history_lines=None))
+    try:
+        await col.wait_lines(1)
+        os.rename(log, shared / "grp" / "s.log.1")
+        os.symlink(private / "private.txt", log)
+        os.lchown(log, OTHER_UID, OTHER_UID)  # mallory's link
+        await until(lambda: any(f"a link made by uid {OTHER_UID}" in n.detail["error"]
+                                for n in col.notices("error")), what="the link refused")
+        os.unlink(log)
+        # a folder on the way swapped for a link into the user's private folder
+        os.rename(shared / "grp", shared / "grp.old")
+        os.symlink(private, shared / "grp")
+        os.lchown(shared / "grp", OTHER_UID, OTHER_UID)
+        await until(lambda: any("leads out of the log's folder" in n.detail["error"]
+                                for n in col.notices("error")), what="the folder refused")
+        os.unlink(shared / "grp")
+        os.rename(shared / "grp.old", shared / "grp")
+        (shared / "grp" / "run2.log").write_bytes(b"line 1\n")
+        os.symlink(shared / "grp" / "run2.log", log)  # the user's own link: followed
+        await until(lambda: "line 1" in col.texts() or col.error, timeout=20, what="line 1")
+        assert col.texts("s") == ["line 0", "line 1"]
+        assert not any("PRIVATE" in t for t in col.texts())
+    finally:
+        await col.close()
+
+
 def test_the_probe_hashes_only_regular_files(tmp_path):
     """A RECORD entry that is a FIFO or /dev/zero is named unreadable, at once (the probe's
     plain open() of a FIFO blocked the agent; /dev/zero was read until memory ran out)."""
