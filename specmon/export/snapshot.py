@@ -428,16 +428,22 @@ def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
     return t if isinstance(t, tuple) else (t,)
 
 
+_RE_VERSION = re.compile(r"[0-9]{1,9}")
+
+
 def check_schema(doc: Any, where: str) -> None:
     if not isinstance(doc, dict):
         raise SnapshotError(f"{where}: not a specmon snapshot (top level is not a JSON object)")
     schema = doc.get("schema")
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):
-        raise SnapshotError(f"{where}: not a specmon snapshot (schema is {schema!r}, "
-                            f"expected {SCHEMA!r})")
+        raise SnapshotError(f"{where}: not a specmon snapshot (schema is "
+                            f"{_short(redact_text(schema) if isinstance(schema, str) else schema)}"
+                            f", expected {SCHEMA!r})")
     ver = schema[len(SCHEMA_NAME) + 1:]
-    if not ver.isdigit():
-        raise SnapshotError(f"{where}: unreadable schema version {schema!r}")
+    # ASCII digits only, and few: str.isdigit() takes '²' (int() refuses it) and '١' (int()
+    # reads 1), and int() of 5000 digits passes Python's limit
+    if _RE_VERSION.fullmatch(ver) is None:
+        raise SnapshotError(f"{where}: unreadable schema version {_short(redact_text(schema))}")
     if int(ver) > SCHEMA_VERSION:
         raise SnapshotError(f"{where}: schema {schema} is newer than this specmon "
                             f"({__version__}) reads ({SCHEMA}); upgrade specmon to open it")

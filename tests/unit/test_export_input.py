@@ -207,6 +207,27 @@ def test_a_snapshot_field_of_the_wrong_type_or_value_is_one_clear_line(tmp_path,
     assert capsys.readouterr().err.splitlines() == [f"specmon replay: {bad}{what}"]
 
 
+@pytest.mark.parametrize("version", ["\u00b2", "\u0661", "9" * 5000, "1 ", "+1", "0x1", ""],
+                         ids=["superscript-two", "arabic-indic-one", "5000-digits", "space", "plus",
+                              "hex", "empty"])
+def test_a_schema_version_that_is_not_plain_digits_is_one_line(tmp_path, capsys, version):
+    """The version after "specmon.snapshot/" is ASCII digits, a few of them: '²' passed
+    str.isdigit() and int() raised ValueError (a traceback), 5000 nines raised Python's
+    int-digits limit, and an Arabic-Indic '١' was read as version 1."""
+    doc = _snapshot_doc(tmp_path, capsys)
+    doc["schema"] = "specmon.snapshot/" + version
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "r.md"
+    assert main(["report", str(bad), "-o", str(out)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"specmon report: {bad}: unreadable schema version 'specmon.snapshot/")
+    assert len(line) < len(str(bad)) + 120 and not out.exists()
+    doc["schema"] = "specmon.snapshot/0001"  # digits, leading zeros: version 1, read
+    bad.write_text(json.dumps(doc))
+    assert read_snapshot(bad).servers[0].name == "b"
+
+
 def test_good_snapshot_fields_still_load(tmp_path, capsys):
     doc = _snapshot_doc(tmp_path, capsys)
     assert doc["servers"][0]["line_times"] == "exact"
