@@ -10,6 +10,27 @@ from collections.abc import Mapping
 from typing import Any
 
 NA = "N/A"
+MAX_TIME = 1e11  # Unix seconds (year 5138): a larger time read from a file is damage, not a date
+
+
+def finite(v: Any) -> float | None:
+    """`v` as a float when it is a finite number (not a bool), else None: the one check of a
+    number read from a file or a server's response. An int too large for a float (JSON has
+    no size limit: 10**400) is None too, never an OverflowError."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def unix_time(v: Any) -> float | None:
+    """`v` as Unix seconds when it is a finite number within MAX_TIME of 1970, else None (a
+    time that no clock formats is not one to show or to sort on)."""
+    f = finite(v)
+    return f if f is not None and abs(f) <= MAX_TIME else None
 
 
 def num(v: float | int | None, fmt: str = "{:.2f}") -> str:

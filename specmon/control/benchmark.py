@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import time
 from collections.abc import AsyncIterator
@@ -31,10 +30,10 @@ import httpx
 
 from specmon.hosts.base import Host
 from specmon.hostside.protocol import SAFE_PATH
+from specmon.numfmt import finite
 from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
-from specmon.session.benchmarks import finite
 from specmon.session.benchmarks import line as bench_line
 
 PROMPTS = (
@@ -212,9 +211,9 @@ def info_numbers(info: dict[str, Any] | None) -> tuple[float | None, float | Non
     def num(k: str) -> float | None:
         # DP rank 0 first; under DP a rank that ran no verify round has null ([null, 2.90])
         for src in srcs:
-            v = src.get(k)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                return float(v)
+            v = finite(src.get(k))  # (a server's JSON may hold 10**400: no OverflowError)
+            if v is not None:
+                return v
         return None
 
     return num("avg_spec_accept_length"), num("last_gen_throughput")

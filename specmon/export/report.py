@@ -55,9 +55,14 @@ _num = num  # specmon.numfmt: the one N/A formatter
 
 
 def _when(t: float | None) -> str:
+    """A time as UTC text; N/A when there is none or no clock can show it (1e300 from a file
+    raised OverflowError in gmtime)."""
     if t is None:
         return NA
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+    except (OverflowError, ValueError, OSError):
+        return NA
 
 
 def _dur(s: float) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from specmon import __version__
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
 from specmon.jsonout import dumps
+from specmon.numfmt import MAX_TIME  # (Unix seconds: a larger time is damage, not a date)
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, checked_spec, same_line
@@ -67,7 +68,6 @@ MAX_SERVERS = 256  # servers per snapshot
 MAX_ROWS = 2_000_000  # line rows over all servers of a snapshot (and record lines exported)
 MAX_GPU_SAMPLES = 2_000_000
 MAX_ALERTS = 100_000
-MAX_TIME = 1e11  # Unix seconds (year 5138): a larger time is damage, not a date
 MAX_FLOAT = 1e15  # a record's float field past this is damage
 MAX_INT = 2 ** 63
 

@@ -5,12 +5,12 @@ ownership and alerts: one order, one way to declare the servers.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from specmon.export.snapshot import Snapshot
 from specmon.hosts.base import ConnectionState
+from specmon.numfmt import unix_time
 from specmon.session.events import FeedSink, LineItem
 
 NOT_KEPT = "[line text not kept in snapshot]"
@@ -54,11 +54,11 @@ def timeline(snap: Snapshot) -> list[Event]:
     names = [s.name for s in snap.servers]
     for b in snap.baselines:  # recorded during the session (b): watched again from that time
         if isinstance(b, dict) and b.get("server") in names and isinstance(b.get("stats"), dict):
-            t = b.get("created_at")
+            t = unix_time(b.get("created_at"))  # (file input: 10**400 is no time)
             srv = next(s for s in snap.servers if s.name == b["server"])
             first = srv.entries[0].t if srv.entries else 0.0
-            events.append(Event(float(t) if isinstance(t, int | float) and math.isfinite(t)
-                                else first, "baseline", srv.name, (b, srv.fingerprint)))
+            events.append(Event(t if t is not None else first, "baseline", srv.name,
+                                (b, srv.fingerprint)))
     for a in snap.alerts:
         t = a.get("t")
         if not isinstance(t, int | float):

@@ -8,22 +8,13 @@ and how its line reads; a snapshot's entries are checked here first (a file is h
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from specmon.numfmt import num
+from specmon.numfmt import finite, num, unix_time
 from specmon.textsafe import cut
 
 MAX_NOTES = 8  # notes kept per benchmark read from a file
-
-
-def finite(v: Any) -> float | None:
-    """`v` as a float when it is a finite number (not a bool), else None: a value read from a
-    server's response or a file."""
-    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
 
 
 def _f(d: Mapping[str, Any] | None, key: str) -> float | None:
@@ -74,7 +65,8 @@ def from_json(d: Any) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"server": cut(d["server"], 200),
                            "kind": cut(str(d.get("kind")), 20)}
-    for key in ("started_at", "duration_s", "output_tok_s", "mean_ttft_ms", "median_ttft_ms",
+    out["started_at"] = unix_time(d.get("started_at"))  # (1e300 is no time to print)
+    for key in ("duration_s", "output_tok_s", "mean_ttft_ms", "median_ttft_ms",
                 "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "accept_length",
                 "request_accept_length", "server_gen_throughput"):
         out[key] = _f(d, key)

@@ -31,6 +31,7 @@ from specmon.analysis.drift import (
 )
 from specmon.analysis.fingerprint import fingerprint_of, make_explainer
 from specmon.hosts.base import ConnectionState
+from specmon.numfmt import unix_time
 from specmon.parse.gpu_sample import GpuSample, decode_reasons
 from specmon.session.baselines import Baseline
 from specmon.session.drift_watch import live_fingerprint, record_baseline, server_gpus
@@ -446,11 +447,11 @@ class FleetSession:
         except ValueError:
             fp = None
         role = baseline.get("role")
-        created = baseline.get("created_at")
+        created = unix_time(baseline.get("created_at"))  # (10**400: no OverflowError)
         self.watch(host, server, Baseline(
             str(baseline.get("name") or "recorded")[:200], stats, fp, host=host, server=server,
             role=role if role in ("baseline", "speculative") else None,
-            created_at=float(created) if isinstance(created, int | float) else 0.0))
+            created_at=created if created is not None else 0.0))
 
     def record_baseline(self, host: str, server: str, name: str | None = None,
                         prepare: Callable[[Baseline], None] | None = None) -> Baseline:

@@ -21,3 +21,19 @@ def test_no_log_figure_is_na_not_a_number() -> None:
     text = line({**BASE, "server_gen_throughput": float("nan")})
     assert text.endswith("log decode-only tok/s N/A")
     assert "nan" not in text
+
+
+def test_a_number_no_float_holds_is_na_not_an_overflow() -> None:
+    """A server's JSON (or a snapshot's) may hold 10**400: math.isfinite() of it raised
+    OverflowError in the shared check (benchmarks.finite, now numfmt.finite) and in
+    control.benchmark.info_numbers; it is no measurement: N/A."""
+    from specmon.control.benchmark import info_numbers
+    from specmon.numfmt import finite, unix_time
+
+    assert finite(10 ** 400) is None and finite(-(10 ** 400)) is None
+    assert finite(10 ** 15) == 1e15 and finite(True) is None and finite("1") is None
+    assert unix_time(1e300) is None and unix_time(1.78e9) == 1.78e9
+    text = line({**BASE, "output_tok_s": 10 ** 400, "server_gen_throughput": 10 ** 400})
+    assert "end-to-end output N/A tok/s" in text and text.endswith("log decode-only tok/s N/A")
+    assert info_numbers({"internal_states": [{"avg_spec_accept_length": 10 ** 400,
+                                              "last_gen_throughput": 12.5}]}) == (None, 12.5)

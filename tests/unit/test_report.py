@@ -552,3 +552,43 @@ def test_a_vllm_snapshots_chart_says_what_vllm_counts_and_charts_samples_only(tm
     svg = throughput_chart(snap, model)
     assert svg is not None and "vLLM Avg generation throughput" in svg
     assert "SGLang gen throughput" not in svg and "Generation throughput over log time" in svg
+
+
+def test_numbers_no_float_or_clock_holds_are_na_not_a_traceback(tmp_path, capsys):
+    """JSON has no size limit: a snapshot's recorded baseline made at 10**400 (OverflowError
+    in the timeline's isfinite and in FleetSession.watch_recorded's float()), a benchmark of
+    10**400 tok/s (in benchmarks.finite) and one started at 1e300 (gmtime's 'timestamp out of
+    range' in the Markdown report) are values that cannot be trusted: N/A, the report made."""
+    import json
+
+    from specmon.analysis.drift import DriftParams, baseline_from_records
+    from specmon.export.report import report_model
+    from specmon.export.snapshot import read_snapshot
+    from specmon.parse.sglang import parse_line
+
+    path = _snapshot(tmp_path)
+    doc = json.loads(path.read_text())
+    stats = baseline_from_records([(parse_line(decode_line(88.0 + i % 3)), None)
+                                   for i in range(60)], DriftParams()).to_json()
+    doc["baselines"] = [{"name": "b1", "server": "base", "role": "baseline",
+                         "created_at": 10 ** 400, "stats": stats}]
+    doc["benchmarks"] = [{"server": "base", "kind": "builtin", "output_tok_s": 10 ** 400,
+                          "mean_ttft_ms": 20.0},
+                         {"server": "spec", "kind": "builtin", "started_at": 1e300,
+                          "output_tok_s": 80.0}]
+    path.write_text(json.dumps(doc))
+    model = report_model(read_snapshot(path))
+    [watch] = model.fleet.watches.values()  # watched again, from the server's first line
+    assert watch.baseline.created_at == 0.0 and watch.baseline.name == "b1"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    benches = json.loads((tmp_path / "s.report.json").read_text())["benchmarks"]
+    assert [(b["output_tok_s"], b["started_at"]) for b in benches] == [(None, None), (80.0, None)]
+    assert main(["report", str(path), "--format", "md"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    md = (tmp_path / "s.report.md").read_text()
+    rows = [r for r in md.splitlines() if r.startswith("| ") and "builtin" in r]
+    assert [r.split(" | ")[0] for r in rows] == ["| N/A", "| N/A"]
+    assert _row(md, "N/A")[6] == "N/A"  # base's tok/s
+    from specmon.export.report import _when
+
+    assert _when(1e300) == "N/A" == _when(-1e300)  # no clock shows it (was OverflowError)
