@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import orjson
 
 # an int this long is not a measurement (and str() of it may raise): written as null
 MAX_INT_DIGITS = 4000
+# How deep lists and objects in one value read from a file (a snapshot's field, a record row's
+# probe, a baseline store payload, --server-info) may nest. specmon's own values nest a few
+# levels; deeper is damage, and every walker of the value (redaction, `_jsonable`, the writers)
+# recurses: 600 levels was a RecursionError traceback. Python's parser reads ~1000.
+MAX_DEPTH = 64
+_PATH_STEPS = 4  # steps of a too-deep value's path shown
+_RE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,39}\Z")
 
 
 def finite(obj: Any) -> Any:
@@ -32,6 +40,37 @@ def finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [finite(v) for v in obj]
     return obj
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> str | None:
+    """None when `obj` nests lists and objects at most `limit` levels (a number is 0 levels,
+    `[]` and `{}` one); else where it goes deeper: the path from `obj` to the first list or
+    object past the limit, its first steps ('.env.a[0][0]…'; '' for `obj` itself). Iterative:
+    never a RecursionError, however deep."""
+    # a node is (parent node, key, key of a list?): the path is built only when it is shown
+    stack: list[tuple[Any, int, Any]] = [(obj, 1, None)]
+    while stack:
+        x, depth, node = stack.pop()
+        if not isinstance(x, dict | list | tuple):
+            continue
+        if depth > limit:
+            return _path(node)
+        in_list = not isinstance(x, dict)
+        items = x.items() if isinstance(x, dict) else enumerate(x)
+        stack.extend((v, depth + 1, (node, k, in_list)) for k, v in items
+                     if isinstance(v, dict | list | tuple))
+    return None
+
+
+def _path(node: Any) -> str:
+    steps: list[str] = []
+    while node is not None:
+        node, key, in_list = node
+        text = str(key)
+        steps.append(f"[{text}]" if in_list else f".{text}" if _RE_NAME.match(text)
+                     else f"[{ascii(text[:40])}]")  # (ascii: no control or bidi character)
+    steps.reverse()
+    return "".join(steps[:_PATH_STEPS]) + ("…" if len(steps) > _PATH_STEPS else "")
 
 
 def dumps(obj: Any, **kw: Any) -> str:

@@ -14,7 +14,7 @@ from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
-from specmon.jsonout import dumps
+from specmon.jsonout import MAX_DEPTH, dumps, too_deep
 from specmon.parse.sglang import EventRecord, Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
@@ -146,10 +146,16 @@ def _server_info(text: str | None) -> dict[str, Any]:
         raise CliError(f"--server-info {text}: cannot read ({exc.strerror})") from None
     try:
         d = json.loads(raw)
+    except RecursionError:  # (nested past the parser's depth)
+        raise CliError(f"--server-info: nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:
-        raise CliError(f"--server-info: not JSON ({exc})") from None
+        raise CliError(f"--server-info: not JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(d, dict):
         raise CliError("--server-info: expected a JSON object (/get_server_info output)")
+    path = too_deep(d)  # (redaction and the store's writer recurse into it)
+    if path is not None:
+        raise CliError(f"--server-info: {path.lstrip('.')}: nested more than {MAX_DEPTH} levels "
+                       "deep (specmon.jsonout.MAX_DEPTH)")
     return d
 
 

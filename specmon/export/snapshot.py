@@ -35,7 +35,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
-from specmon.jsonout import dumps
+from specmon.jsonout import MAX_DEPTH, dumps, too_deep
 from specmon.numfmt import MAX_TIME  # (Unix seconds: a larger time is damage, not a date)
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
@@ -219,6 +219,7 @@ def record_from_json(d: Any, where: str = "record") -> Record:
                     continue
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'spec' must be an object")
+                _shallow(v, f"{where}: spec")
                 try:
                     kw["spec"] = checked_spec(v)
                 except ValueError as exc:
@@ -227,7 +228,7 @@ def record_from_json(d: Any, where: str = "record") -> Record:
             if name == "extra":
                 if not isinstance(v, dict):
                     raise SnapshotError(f"{where}: 'extra' must be an object")
-                kw["extra"] = dict(v)
+                kw["extra"] = dict(_shallow(v, f"{where}: extra"))
                 continue
             if name == "invalid":
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -247,6 +248,7 @@ def record_from_json(d: Any, where: str = "record") -> Record:
     data = d.get("data", {})
     if not isinstance(data, dict):
         raise SnapshotError(f"{where}: event 'data' must be an object")
+    _shallow(data, f"{where}: data")
     stamps = {"timestamp": _opt_str(d, "timestamp", where),
               "time_of_day": _opt_str(d, "time_of_day", where)}
     if d.get("engine") != "vllm":
@@ -266,6 +268,16 @@ def record_from_json(d: Any, where: str = "record") -> Record:
                            invalid=list(invalid),
                            date_inferred=_typed("date_inferred", "bool", d.get("date_inferred",
                                                                               False), where))
+
+
+def _shallow(v: Any, where: str) -> Any:
+    """`v`, a value read from a file, when it nests lists and objects at most MAX_DEPTH levels;
+    else a SnapshotError naming where it goes deeper (every later walker of it recurses)."""
+    path = too_deep(v)
+    if path is not None:
+        raise SnapshotError(f"{where}{path}: nested more than {MAX_DEPTH} levels deep "
+                            "(specmon.jsonout.MAX_DEPTH)")
+    return v
 
 
 def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
@@ -454,7 +466,7 @@ def check_schema(doc: Any, where: str) -> None:
 def _fingerprint(sd: dict[str, Any], w: str) -> dict[str, Any] | None:
     """The server's fingerprint object; its known fields must have their types (a string
     where the NCCL config files' map is crashed `report`), other keys (a probe's) are text."""
-    d = _want(sd, "fingerprint", dict, w, None)
+    d = _shallow(_want(sd, "fingerprint", dict, w, None), f"{w}.fingerprint")
     if d:
         known = set(Fingerprint.__dataclass_fields__)
         try:
@@ -473,10 +485,11 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
         hosts=[str(h) for h in _want(doc, "hosts", list, where, [])],
         created_at=_time(_want(doc, "created_at", num, where, 0.0), f"{where}: created_at"),
         specmon_version=_want(doc, "specmon_version", str, where, "unknown"),
-        source=_want(doc, "source", dict, where, {}),
-        redaction=_want(doc, "redaction", dict, where, {}),
-        alerts=[], baselines=_want(doc, "baselines", list, where, []),
-        benchmarks=_want(doc, "benchmarks", list, where, []),
+        source=_shallow(_want(doc, "source", dict, where, {}), f"{where}: source"),
+        redaction=_shallow(_want(doc, "redaction", dict, where, {}), f"{where}: redaction"),
+        alerts=[],
+        baselines=_shallow(_want(doc, "baselines", list, where, []), f"{where}: baselines"),
+        benchmarks=_shallow(_want(doc, "benchmarks", list, where, []), f"{where}: benchmarks"),
     )
     tr = _want(doc, "time_range", dict, where, None)
     if tr is not None:
@@ -498,7 +511,8 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             name=_want(sd, "name", str, w), role=_want(sd, "role", str, w, None),
             role_source=_want(sd, "role_source", str, w, None),
             status=_want(sd, "status", str, w, "unknown"), path=_want(sd, "path", str, w, None),
-            args=_want(sd, "args", dict, w, {}), fingerprint=_fingerprint(sd, w),
+            args=_shallow(_want(sd, "args", dict, w, {}), f"{w}.args"),
+            fingerprint=_fingerprint(sd, w),
             exit_code=_small(_want(sd, "exit_code", int, w, None), f"{w}: exit_code"),
             traceback=[str(x) for x in _want(sd, "traceback", list, w, [])],
             notices=[str(x) for x in _want(sd, "notices", list, w, [])],
@@ -551,7 +565,8 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
         except (ValueError, TypeError, OverflowError, SnapshotError) as exc:
             raise SnapshotError(f"{where}: gpu.samples[{j}]: {exc}") from None
         snap.gpu_samples.append(sample)
-    snap.gpu_downsampling = _want(gpu, "downsampling", dict, f"{where}: gpu", {})
+    snap.gpu_downsampling = _shallow(_want(gpu, "downsampling", dict, f"{where}: gpu", {}),
+                                     f"{where}: gpu.downsampling")
     alerts = _want(doc, "alerts", list, where, [])
     if len(alerts) > MAX_ALERTS:
         raise SnapshotError(f"{where}: {len(alerts):,} alerts; at most {MAX_ALERTS:,} "
@@ -559,6 +574,7 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
     for j, a in enumerate(alerts):
         if not isinstance(a, dict):
             raise SnapshotError(f"{where}: alerts[{j}]: not an object")
+        _shallow(a, f"{where}: alerts[{j}]")
         if a.get("t") is not None:
             _time(a["t"], f"{where}: alerts[{j}].t")
         snap.alerts.append(a)
@@ -872,7 +888,7 @@ def _probes(rows: list[Any], where: str) -> list[tuple[float, bool, dict[str, An
     for j, row in enumerate(rows):
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[1], bool)):
             raise SnapshotError(f"{where}[{j}]: expected [time, running, probe]")
-        probe = clean_probe(row[2])
+        probe = clean_probe(_shallow(row[2], f"{where}[{j}]"))
         if probe is None:
             raise SnapshotError(f"{where}[{j}]: the probe is not an object")
         out.append((float(_time(row[0], f"{where}[{j}]: time")), row[1], probe))
@@ -1094,7 +1110,7 @@ def _record_event(kind: str, obj: dict[str, Any], where: str) -> Any:
     """An event row's payload, checked."""
     v = obj[kind]
     if kind == "probe":
-        probe = clean_probe(v)
+        probe = clean_probe(_shallow(v, f"{where}: probe"))
         if probe is None or not isinstance(obj.get("running"), bool):
             raise SnapshotError(f"{where}: a probe row needs a 'probe' object and 'running'")
         return obj["running"], probe

@@ -59,6 +59,7 @@ from datetime import datetime
 from typing import Any
 
 from specmon.errors import CliError
+from specmon.jsonout import too_deep
 from specmon.parse.sglang import (
     INVALID,
     MAX_ACCEPT_LEN,
@@ -142,6 +143,11 @@ _RE_SIZES = {
 _ND_MARK = "non-default args: {"
 _RE_URL = re.compile(r"\bon (https?://[^\s/:]+(?::(\d{1,5}))?)")
 MAX_ARGS_TEXT = 64 * 1024  # a longer dict is not parsed (literal_eval cost is bounded)
+# how deep one arg's value may nest (speculative_config, the deepest: an object of lists, 2);
+# a deeper one is no config and is left out like an ill-typed one: Python's parser reads ~200
+# levels, and a snapshot (servers[].lines[][2].data.args, jsonout.MAX_DEPTH per field) or a
+# baseline's fingerprint nests the value further
+MAX_ARG_DEPTH = 8
 # The `non-default args` kept: what tells runs apart for speculative decoding. Only these, so a
 # secret on the command line (`api_key`, `hf_token`, ...) never leaves the parser.
 NON_DEFAULT_KEYS = frozenset({
@@ -578,7 +584,8 @@ def _non_default(head: _Head, msg: str) -> VllmEventRecord | None:
     safe = {str(k): v for k, v in args.items()
             if str(k) in NON_DEFAULT_KEYS
             and isinstance(v, (str, int, float, bool, type(None), list, dict))
-            and not (isinstance(v, float) and not math.isfinite(v))}
+            and not (isinstance(v, float) and not math.isfinite(v))
+            and too_deep(v, MAX_ARG_DEPTH) is None}
     return VllmEventRecord("vllm_args", head.timestamp, head.time_of_day, data={"args": safe},
                            process=head.process, pid=head.pid, date_inferred=head.date_inferred)
 

@@ -31,12 +31,12 @@ from urllib.parse import quote
 
 from specmon.analysis.drift import BaselineStats, json_kind
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
+from specmon.jsonout import MAX_DEPTH, too_deep
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.textsafe import visible
 
 SCHEMA_VERSION = 1
 DB_NAME = "baselines.sqlite3"
-MAX_DEPTH = 64  # a stored payload nests 5 deep; deeper is damage (and would recurse on output)
 
 
 class BaselineExists(Exception):
@@ -147,21 +147,6 @@ def _finite_float(text: str) -> float:
     return f
 
 
-def _depth(obj: Any) -> int:
-    """How deep lists and objects nest (iteratively: no recursion on hostile data)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, (list, dict)):
-            deepest = max(deepest, d)
-            if d > MAX_DEPTH:
-                break
-            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x)
-                         if isinstance(v, (list, dict)))
-    return deepest
-
-
 def load_json(text: str) -> Any:
     """A stored payload: ValueError (saying what) for invalid JSON, NaN/Infinity or a number too
     large for a float, or nesting deeper than MAX_DEPTH (never RecursionError)."""
@@ -171,7 +156,7 @@ def load_json(text: str) -> Any:
         raise ValueError(f"JSON nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as exc:
         raise ValueError(f"not valid JSON ({exc})") from None
-    if _depth(d) > MAX_DEPTH:
+    if too_deep(d) is not None:
         raise ValueError(f"JSON nested too deeply (more than {MAX_DEPTH} levels)")
     return d
 

@@ -17,6 +17,7 @@ from typing import Any
 from specmon.analysis.conditions import conditions_differ, conditions_unknown
 from specmon.analysis.fingerprint import Fingerprint, env_snapshots, fingerprint_from, gpu_states
 from specmon.analysis.stats import median
+from specmon.jsonout import MAX_DEPTH, too_deep
 from specmon.numfmt import NA, num, spec_config_text, spread_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import parse_line
@@ -256,8 +257,11 @@ def clean_probe(d: Any) -> dict[str, Any] | None:
     files = d.get("modified_files")
     if isinstance(files, list):
         out["modified_files"] = [f for f in files if isinstance(f, str)][:MAX_PROBE_FILES]
-    if isinstance(d.get("env"), dict):
-        out["env"] = d["env"]  # each entry is checked where it is read (env_snapshots)
+    env = d.get("env")
+    if isinstance(env, dict) and too_deep(env, MAX_DEPTH - 1) is None:
+        # each entry is checked where it is read (env_snapshots); one nested past MAX_DEPTH
+        # is none (the record and snapshot readers refuse it first: every writer recurses)
+        out["env"] = env
     return out
 
 

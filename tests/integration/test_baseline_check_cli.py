@@ -176,6 +176,13 @@ def test_record_refuses_too_few_samples_and_bad_input(tmp_path, store_dir, capsy
     log = write(tmp_path, "ok.log", log_lines(60, 88.8, 3))
     assert main(["baseline", "record", "x", "--log", log, "--server-info", "{not json"]) == 2
     assert "--server-info" in capsys.readouterr().err
+    # nested past jsonout.MAX_DEPTH (redaction recursed: RecursionError), or past the parser
+    for levels, why in ((500, "--server-info: x[0][0][0]…: nested more than 64 levels deep"),
+                        (100_000, "--server-info: nested more than 64 levels deep")):
+        info = write(tmp_path, "info.json", ['{"x": ' + "[" * levels + "]" * levels + "}"])
+        assert main(["baseline", "record", "x", "--log", log, "--server-info", info]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
 # --- CLI: check ----------------------------------------------------------------------------------

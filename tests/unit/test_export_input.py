@@ -228,6 +228,97 @@ def test_a_schema_version_that_is_not_plain_digits_is_one_line(tmp_path, capsys,
     assert read_snapshot(bad).servers[0].name == "b"
 
 
+def _deep(levels: int) -> list:
+    return json.loads("[" * levels + "]" * levels)
+
+
+_DEEP = _deep(600)  # past any recursive walker (redaction, the writers), within json's parser
+
+
+@pytest.mark.parametrize("damage, what", [
+    (lambda d, x: d.update(source={"kind": "record", "x": x}), ": source.x[0][0][0]…"),
+    (lambda d, x: d["gpu"].update(downsampling={"rule": x}), ": gpu.downsampling.rule[0][0][0]…"),
+    (lambda d, x: d.update(redaction={"enabled": True, "x": x}), ": redaction.x[0][0][0]…"),
+    (lambda d, x: d.update(baselines=[{"server": "b", "stats": x}]), ": baselines[0].stats[0][0]…"),
+    (lambda d, x: d.update(benchmarks=[{"server": "b", "notes": x}]),
+     ": benchmarks[0].notes[0][0]…"),
+    (lambda d, x: d.update(alerts=[{"t": T0, "server": "b", "cause": x}]),
+     ": alerts[0].cause[0][0][0]…"),
+    (lambda d, x: d["servers"][0].update(args={"tp_size": x}), ": servers[0].args.tp_size[0][0][0]…"),
+    (lambda d, x: d["servers"][0].update(fingerprint={"x": x}), ": servers[0].fingerprint.x[0][0][0]…"),
+    (lambda d, x: d["servers"][0].update(probes=[[T0, True, {"env": {"launcher": x}}]]),
+     ": servers[0]: probes[0].env.launcher[0][0]…"),
+    (lambda d, x: d["servers"][0]["lines"][0][2]["data"].update(model_path=x),
+     ": servers[0].lines[0]: data.model_path[0][0][0]…"),
+    (lambda d, x: d["servers"][0]["lines"][1][2].update(extra={"x": x}),
+     ": servers[0].lines[1]: extra.x[0][0][0]…"),
+], ids=["source", "gpu-downsampling", "redaction", "baselines", "benchmarks", "alerts", "args",
+        "fingerprint", "probe", "event-data", "record-extra"])
+def test_a_snapshot_value_nested_too_deep_is_one_line_naming_it(tmp_path, capsys, damage, what):
+    """Every free-form field of a snapshot (kept as read: source, the downsampling rule, a
+    probe's env, a record's extra...) nests at most jsonout.MAX_DEPTH (64) levels, the baseline
+    store's bound: 600 levels was a RecursionError traceback in redaction (`report --format
+    json`) or the writers, or passed unchecked. Past it: one line naming the field's path."""
+    from specmon.jsonout import MAX_DEPTH
+
+    doc = _snapshot_doc(tmp_path, capsys)
+    damage(doc, _DEEP)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    why = f"{what}: nested more than {MAX_DEPTH} levels deep (specmon.jsonout.MAX_DEPTH)"
+    for fmt in ("json", "md"):
+        out = tmp_path / f"r.{fmt}"
+        assert main(["report", str(bad), "--format", fmt, "-o", str(out)]) == 2
+        assert capsys.readouterr().err.splitlines() == [f"specmon report: {bad}{why}"]
+        assert not out.exists()
+    assert main(["replay", str(bad), "--speed", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"specmon replay: {bad}{why}"]
+
+
+def test_a_snapshot_value_at_the_depth_bound_is_read_and_written_again(tmp_path, capsys):
+    """64 levels (a field's own object counted) is read, reported and written again; 65 is
+    refused, naming where it goes past."""
+    doc = _snapshot_doc(tmp_path, capsys)
+    path = tmp_path / "s.json"
+    doc["source"] = {"kind": "record", "x": {"y": _deep(62)}}  # source 1 + x 1 + 62
+    path.write_text(json.dumps(doc))
+    snap = read_snapshot(path)
+    assert main(["report", str(path), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    assert snapmod.decode(snapmod.encode(snap)).source == snap.source
+    doc["source"]["x"]["y"] = _deep(63)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(snapmod.SnapshotError, match=re.escape(": source.x.y[0][0]…: nested more "
+                                                              "than 64 levels deep")):
+        read_snapshot(path)
+
+
+def test_a_record_probe_nested_too_deep_is_one_line_at_its_row(tmp_path, capsys):
+    """A probe row's env is kept as read (session.runs.clean_probe passes it through): 600
+    levels was a RecursionError traceback in `export` (snapshot._jsonable). Past
+    jsonout.MAX_DEPTH it is one line naming the row and the field; within it, the probe is
+    exported and the report reads what export wrote."""
+    rows = _rows(tmp_path)
+
+    def probe(env: object) -> str:
+        return json.dumps({"probe": {"env": env}, "running": True, "server": "b",
+                           "received_at": T0 + 0.5})
+
+    rc, err, src, out = _export(tmp_path, capsys,
+                                ("\n".join([*rows, probe({"a": _DEEP})]) + "\n").encode())
+    assert rc == 2 and err == [f"specmon export: {src}:6: probe.env.a[0][0]…: nested more than "
+                               "64 levels deep (specmon.jsonout.MAX_DEPTH)"]
+    assert not out.exists()
+    env = {"a": _deep(62)}
+    rc, err, _, out = _export(tmp_path, capsys,
+                              ("\n".join([*rows, probe(env)]) + "\n").encode(), "ok.jsonl")
+    assert rc == 0, err
+    assert read_snapshot(out).servers[0].probes[0][2]["env"] == env  # probe 1 + env 1 + 62
+    assert main(["report", str(out), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    from specmon.session.runs import clean_probe  # (any other caller: the env is left out)
+
+    assert clean_probe({"version": "0.5.9", "env": {"a": _DEEP}}) == {"version": "0.5.9"}
+
+
 def test_good_snapshot_fields_still_load(tmp_path, capsys):
     doc = _snapshot_doc(tmp_path, capsys)
     assert doc["servers"][0]["line_times"] == "exact"

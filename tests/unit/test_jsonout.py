@@ -63,3 +63,15 @@ def test_what_orjson_refuses_goes_through_dumps() -> None:
     line = dumps_line({"t": "a\x9b2Jb\u202e"}, ascii_only=True)
     assert line == '{"t":"a\\u009b2Jb\\u202e"}'
     assert json.loads(line) == json.loads(dumps({"t": "a\x9b2Jb\u202e"}))
+
+
+def test_too_deep_names_where_a_value_goes_past_the_bound_without_recursing() -> None:
+    from specmon.jsonout import MAX_DEPTH, too_deep
+
+    deep: list = []
+    for _ in range(100_000):  # built without json (past any recursion limit)
+        deep = [deep]
+    assert too_deep(deep) == "[0][0][0][0]…"
+    assert too_deep({"a b\x1b": {"x": deep}}) == "['a b\\x1b'].x[0][0]…"
+    assert too_deep({"env": {"a": [[]]}}, 3) == ".env.a[0]" and too_deep({"env": {"a": [[]]}}, 4) is None
+    assert too_deep(5) is None and too_deep([], 0) == "" and MAX_DEPTH == 64

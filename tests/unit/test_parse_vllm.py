@@ -290,6 +290,24 @@ def test_non_default_args_keep_only_known_keys_no_secrets() -> None:
     assert "sk-live" not in json.dumps(rec.to_json())
 
 
+def test_a_non_default_arg_nested_too_deep_is_left_out() -> None:
+    """Python's parser reads ~200 levels: a speculative_config nested 150 deep was kept, and
+    its record, exported, nested past what the snapshot reader takes (jsonout.MAX_DEPTH per
+    field): export wrote a file report refused. Past MAX_ARG_DEPTH a value is no config."""
+    from specmon.jsonout import MAX_DEPTH, too_deep
+    from specmon.parse.vllm import MAX_ARG_DEPTH
+
+    head = "(APIServer pid=1) INFO 05-01 10:00:00 [utils.py:233] non-default args: "
+    deep = "{'a': " * 150 + "1" + "}" * 150
+    rec = parse_line(head + "{'model': 'm', 'speculative_config': " + deep + "}")
+    assert isinstance(rec, VllmEventRecord) and rec.data["args"] == {"model": "m"}
+    ok = "{'method': 'eagle3', 'k': [[1]]}"
+    rec = parse_line(head + "{'model': 'm', 'speculative_config': " + ok + "}")
+    assert isinstance(rec, VllmEventRecord)
+    assert rec.data["args"]["speculative_config"] == {"method": "eagle3", "k": [[1]]}
+    assert too_deep(rec.to_json(), MAX_DEPTH) is None and MAX_ARG_DEPTH + 3 < MAX_DEPTH
+
+
 def test_joiner_two_api_servers_interleaved() -> None:
     """External DP load balancing: `(APIServer_DP0 pid=A)` and `(APIServer_DP1 pid=B)` print
     into one file; each spec line joins its own process's engine line."""
