@@ -11,6 +11,7 @@ from typing import Any
 
 NA = "N/A"
 MAX_TIME = 1e11  # Unix seconds (year 5138): a larger time read from a file is damage, not a date
+MAX_INT = 2 ** 63  # a count, clock, id or size read from a file past this is damage
 
 
 def finite(v: Any) -> float | None:

@@ -36,7 +36,7 @@ from typing import Any
 from specmon import __version__
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_of
 from specmon.jsonout import MAX_DEPTH, dumps, too_deep
-from specmon.numfmt import MAX_TIME  # (Unix seconds: a larger time is damage, not a date)
+from specmon.numfmt import MAX_INT, MAX_TIME  # (what a file's numbers and times may be)
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import BatchRecord, EventRecord, Record, parse_line
 from specmon.parse.vllm import VllmDecodeRecord, VllmEventRecord, checked_spec, same_line
@@ -69,7 +69,6 @@ MAX_ROWS = 2_000_000  # line rows over all servers of a snapshot (and record lin
 MAX_GPU_SAMPLES = 2_000_000
 MAX_ALERTS = 100_000
 MAX_FLOAT = 1e15  # a record's float field past this is damage
-MAX_INT = 2 ** 63
 
 REDACTION_RULE = ("values of env vars, arguments and keys whose names contain a secret word "
                   "(token, secret, password, passwd, pwd, credential, auth, cookie, apikey) or end "
@@ -554,17 +553,9 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
         raise SnapshotError(f"{where}: {len(samples):,} GPU samples; at most {MAX_GPU_SAMPLES:,} "
                             "(specmon.export.snapshot.MAX_GPU_SAMPLES)")
     for j, g in enumerate(samples):
-        try:
-            sample = GpuSample.from_agent_json(g)
-            if sample.ts is not None:
-                _time(sample.ts, "ts")
-            for f in dataclasses.fields(sample):
-                v = getattr(sample, f.name)
-                if isinstance(v, int | float) and not isinstance(v, bool) and not abs(v) <= MAX_INT:
-                    raise ValueError(f"{f.name} out of range ({_short(v)})")
-        except (ValueError, TypeError, OverflowError, SnapshotError) as exc:
-            raise SnapshotError(f"{where}: gpu.samples[{j}]: {exc}") from None
-        snap.gpu_samples.append(sample)
+        # (a value out of range, MAX_TIME for ts and MAX_INT for the rest, is None: N/A, as
+        # when `export` read it from a record file)
+        snap.gpu_samples.append(_gpu_sample(g, None, f"{where}: gpu.samples[{j}]"))
     snap.gpu_downsampling = _shallow(_want(gpu, "downsampling", dict, f"{where}: gpu", {}),
                                      f"{where}: gpu.downsampling")
     alerts = _want(doc, "alerts", list, where, [])
@@ -579,6 +570,15 @@ def from_doc(doc: Any, where: str = "snapshot") -> Snapshot:
             _time(a["t"], f"{where}: alerts[{j}].t")
         snap.alerts.append(a)
     return snap
+
+
+def _gpu_sample(g: Any, ts: float | None, where: str) -> GpuSample:
+    """One GPU sample in agent JSON, from a snapshot or a record file: the one reader
+    (`GpuSample.from_agent_json`: a value ill-typed or out of range is None)."""
+    try:
+        return GpuSample.from_agent_json(g, ts=ts)
+    except (ValueError, TypeError) as exc:
+        raise SnapshotError(f"{where}: {exc}") from None
 
 
 def _pids(v: list[Any], where: str) -> list[int]:
@@ -1073,10 +1073,7 @@ def iter_record_file(path: str | Path, on_torn: Callable[[int], None] | None = N
             gs = obj["gpus"]
             if not isinstance(gs, list):
                 raise SnapshotError(f"{where}: 'gpus' must be a list")
-            try:
-                yield float(t), [GpuSample.from_agent_json(g, ts=t) for g in gs]
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise SnapshotError(f"{where}: {exc}") from None
+            yield float(t), [_gpu_sample(g, t, f"{where}: gpus[{k}]") for k, g in enumerate(gs)]
             continue
         server, text = obj.get("server"), obj.get("line")
         if not isinstance(server, str) or not server:

@@ -8,12 +8,13 @@ from. A field the source could not read is `None` ("N/A"); nothing here invents 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
+
+from specmon.numfmt import MAX_INT, unix_time
 
 #: Version of the agent's JSON-lines protocol that this parser understands.
 AGENT_SCHEMA = 1
@@ -164,7 +165,10 @@ class GpuSample:
         """Build from one per-GPU object of the agent (or a `to_json` dict, or a simulator dict).
 
         Lenient by design: unknown keys are ignored, a missing or ill-typed value becomes None,
-        so a newer agent or one unsupported field never loses the rest of the sample.
+        so a newer agent or one unsupported field never loses the rest of the sample. So does a
+        value out of range (`ts` past numfmt.MAX_TIME, any other number past numfmt.MAX_INT):
+        the bounds the snapshot reader holds every number to, so what `export` reads from a
+        record file, `report` reads back.
         """
         if not isinstance(d, Mapping):
             raise ValueError(f"GPU record must be a JSON object, got {type(d).__name__}")
@@ -172,41 +176,46 @@ class GpuSample:
         for name, conv in _CONVERTERS.items():
             kw[name] = conv(d.get(name))
         if kw["ts"] is None:
-            kw["ts"] = _to_float(ts)
+            kw["ts"] = unix_time(ts)
         return cls(**kw)
 
 
+_MAX_INT_TEXT = 24  # characters of an int given as text (2**63 is 19 digits; "0x" and a sign)
+
+
 def _to_int(v: Any) -> int | None:
+    """An int within MAX_INT, else None (a float is rounded; text is read as Python reads an
+    int literal, when short: int() of 5000 digits passes Python's limit)."""
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v):
-        return int(round(v))
-    if isinstance(v, str):
+    if isinstance(v, float):
+        v = round(v) if abs(v) <= MAX_INT else None  # (NaN fails the comparison)
+    elif isinstance(v, str):
         try:
-            return int(v, 0)
+            v = int(v, 0) if len(v) <= _MAX_INT_TEXT else None
         except ValueError:
             return None
-    return None
+    return v if isinstance(v, int) and abs(v) <= MAX_INT else None
 
 
 def _to_float(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
+    """A finite number within MAX_INT as a float, else None (an int of any size is compared,
+    never converted: float(10**400) raised OverflowError)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    if isinstance(v, (int, float)):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    return None
+    return float(v) if abs(v) <= MAX_INT else None  # (NaN and infinities fail the comparison)
 
 
 def _to_str(v: Any) -> str | None:
     return v if isinstance(v, str) and v != "" else None
 
 
+_RE_PSTATE = re.compile(r"\s*P?([0-9]{1,4})\s*")  # P0-P15 (P32: unknown); ASCII digits
+
+
 def _to_pstate(v: Any) -> int | None:
     if isinstance(v, str):
-        m = re.fullmatch(r"\s*P?(\d+)\s*", v)
+        m = _RE_PSTATE.fullmatch(v)
         return int(m.group(1)) if m else None
     return _to_int(v)
 
@@ -228,13 +237,14 @@ _INT_FIELDS = (
     "app_clock_sm app_clock_graphics app_clock_mem clocks_event_reasons"
 ).split()
 _FLOAT_FIELDS = (
-    "ts temp_gpu temp_mem temp_slowdown power_w power_limit_w util_gpu util_mem "
+    "temp_gpu temp_mem temp_slowdown power_w power_limit_w util_gpu util_mem "
     "mem_used_mib mem_total_mib fan_pct"
 ).split()
 _STR_FIELDS = "name uuid driver_version source error".split()
 _CONVERTERS: dict[str, Any] = {
     **{n: _to_int for n in _INT_FIELDS},
     **{n: _to_float for n in _FLOAT_FIELDS},
+    "ts": unix_time,  # (Unix seconds within MAX_TIME)
     **{n: _to_str for n in _STR_FIELDS},
     "pstate": _to_pstate,
     "processes": _to_processes,
@@ -315,7 +325,7 @@ def parse_agent_line(line: str) -> AgentRecord:
         gpus = obj.get("gpus")
         if not isinstance(gpus, list):
             raise ValueError(f"GPU agent: sample without a 'gpus' list: {text[:120]!r}")
-        ts = _to_float(obj.get("ts"))
+        ts = unix_time(obj.get("ts"))
         return tuple(GpuSample.from_agent_json(g, ts=ts) for g in gpus if isinstance(g, dict))
     raise ValueError(f"GPU agent: unknown record type {kind!r}: {text[:120]!r}")
 
@@ -341,7 +351,7 @@ def sample_from_probe(d: Mapping[str, Any], ts: float | None = None) -> GpuSampl
         return None if f is None else f / (1024 * 1024)
 
     return GpuSample(
-        ts=_to_float(ts if ts is not None else d.get("t")),
+        ts=unix_time(ts if ts is not None else d.get("t")),
         clock_sm=_to_int(d.get("clock_sm")),
         max_clock_sm=_to_int(d.get("max_clock_sm")),
         clock_graphics=_to_int(d.get("clock_graphics")),
@@ -538,10 +548,9 @@ def parse_smi_values(
         elif target == "pstate":
             kw[target] = None if _missing(v) else _to_pstate(v)
         elif target in _INT_FIELDS:
-            n = _smi_number(v)
-            kw[target] = None if n is None else int(round(n))
+            kw[target] = _to_int(_smi_number(v))  # (bounded: "9"*400 reads as inf)
         else:
-            kw[target] = _smi_number(v)
+            kw[target] = _to_float(_smi_number(v))
     if kw.get("clocks_event_reasons") is None and bool_seen:
         kw["clocks_event_reasons"] = bool_mask
     if ts is not None:

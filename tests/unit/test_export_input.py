@@ -16,6 +16,7 @@ from kit.snapshots import BASE_ARGS, T0, decode_line, write_record
 from specmon.cli import main
 from specmon.export import snapshot as snapmod
 from specmon.export.snapshot import read_snapshot
+from specmon.parse.gpu_sample import GpuProcess
 
 pytestmark = pytest.mark.unit
 
@@ -317,6 +318,40 @@ def test_a_record_probe_nested_too_deep_is_one_line_at_its_row(tmp_path, capsys)
     from specmon.session.runs import clean_probe  # (any other caller: the env is left out)
 
     assert clean_probe({"version": "0.5.9", "env": {"a": _DEEP}}) == {"version": "0.5.9"}
+
+
+def test_gpu_values_out_of_range_are_na_and_what_export_writes_report_reads(tmp_path, capsys):
+    """GPU samples are read by one converter (GpuSample.from_agent_json): a value out of range
+    is None (N/A) there, in a record file as in a snapshot. Export kept a clock of 10**30 and
+    a ts of 1e18 that report then refused ('gpu.samples[0]: clock_sm out of range'), and failed
+    on a 5000-digit pstate (Python's set_int_max_str_digits advice) and a power of 10**400
+    ('int too large to convert to float'), naming no field."""
+    rows = _rows(tmp_path)
+    wild = {"index": 0, "name": "NVIDIA H200", "clock_sm": 10 ** 30, "max_clock_sm": 1980,
+            "power_w": 1e300, "power_limit_w": 10 ** 400, "pstate": "P" + "9" * 5000,
+            "clock_mem": "9" * 5000, "temp_gpu": 61, "ts": 1e18,
+            "processes": [{"pid": 10 ** 30}, {"pid": 7, "used_mib": 10 ** 400}]}
+    gpu_row = json.dumps({"gpus": [wild], "received_at": T0 + 2})
+    rc, err, src, out = _export(tmp_path, capsys, ("\n".join([*rows, gpu_row]) + "\n").encode())
+    assert rc == 0, err
+    [g] = read_snapshot(out).gpu_samples
+    assert (g.clock_sm, g.power_w, g.power_limit_w, g.pstate, g.clock_mem) == (None,) * 5
+    assert (g.max_clock_sm, g.temp_gpu, g.ts) == (1980, 61.0, T0 + 2)  # ts: the row's time
+    assert g.processes == (GpuProcess(7, None),)
+    for fmt in ("json", "md"):
+        assert main(["report", str(out), "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    doc = json.loads(out.read_text())  # a snapshot's samples: the same reader, the same N/A
+    doc["gpu"]["samples"][0].update(clock_sm=10 ** 30, power_w=10 ** 80, ts=1e18)
+    out.write_text(json.dumps(doc))
+    [g] = read_snapshot(out).gpu_samples
+    assert (g.clock_sm, g.power_w, g.ts, g.max_clock_sm) == (None, None, None, 1980)
+    assert main(["report", str(out), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    rc, err, src, _ = _export(tmp_path, capsys, ("\n".join([*rows, json.dumps(
+        {"gpus": [wild, 5], "received_at": T0 + 2})]) + "\n").encode(), "bad.jsonl")
+    assert rc == 2 and err == [f"specmon export: {src}:6: gpus[1]: GPU record must be a JSON "
+                               "object, got int"]
 
 
 def test_good_snapshot_fields_still_load(tmp_path, capsys):

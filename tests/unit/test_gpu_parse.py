@@ -235,6 +235,30 @@ def test_from_agent_json_is_lenient():
         GpuSample.from_agent_json([1, 2])  # type: ignore[arg-type]
 
 
+def test_a_value_out_of_range_is_none_like_an_ill_typed_one():
+    """The snapshot reader's bounds (numfmt.MAX_INT, MAX_TIME for ts), applied where a sample
+    is read: float(10**400) raised OverflowError, int() of a 5000-digit pstate or clock text
+    raised ValueError with Python's set_int_max_str_digits advice, and 1e300 W was kept."""
+    from specmon.numfmt import MAX_INT
+
+    s = GpuSample.from_agent_json({"index": 10 ** 30, "clock_sm": 10 ** 400, "power_w": 1e300,
+                                   "temp_gpu": 10 ** 400, "util_gpu": -1e19,
+                                   "pstate": "P" + "9" * 5000, "clock_mem": "9" * 5000,
+                                   "max_clock_sm": 1e300, "app_clock_sm": float("inf"),
+                                   "ts": 1e18, "processes": [{"pid": 10 ** 30}]}, ts=1e300)
+    assert all(getattr(s, f) is None for f in ("index", "clock_sm", "power_w", "temp_gpu",
+                                               "util_gpu", "pstate", "clock_mem",
+                                               "max_clock_sm", "app_clock_sm", "ts"))
+    assert s.processes == ()
+    s = GpuSample.from_agent_json({"clock_sm": MAX_INT, "power_w": 1e18, "pstate": "P\u0663",
+                                   "clock_mem": "0x10", "ts": 1e18}, ts=12.5)
+    assert (s.clock_sm, s.power_w, s.pstate, s.clock_mem, s.ts) == (MAX_INT, 1e18, None, 16, 12.5)
+    assert GpuSample.from_agent_json({"pstate": " P8 "}).pstate == 8
+    row = parse_smi_line(", ".join(["0", "9" * 400, "9" * 400]),
+                         ["index", "clocks.current.sm", "power.draw"])
+    assert (row.index, row.clock_sm, row.power_w) == (0, None, None)  # ("9"*400 reads as inf)
+
+
 def test_parse_agent_line_kinds():
     hello = parse_agent_line('{"type":"hello","schema":1,"gpu_count":8,"driver":"580.1"}')
     assert isinstance(hello, AgentHello) and hello.gpu_count == 8 and hello.driver == "580.1"
