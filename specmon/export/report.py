@@ -22,7 +22,7 @@ from specmon.analysis.fingerprint import Fingerprint
 from specmon.analysis.stats import MIN_SPREAD_N, median, quantile_sorted
 from specmon.export.snapshot import ServerSnap, Snapshot
 from specmon.export.timeline import declare, timeline
-from specmon.numfmt import NA, num, spec_config_text
+from specmon.numfmt import NA, finite, num, spec_config_text
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.vllm import BONUS_NOTE, VllmDecodeRecord, throughput_label
 from specmon.redact import redact_obj, redact_text
@@ -604,8 +604,9 @@ def _bench_docs(snap: Snapshot, roles: dict[str, str | None]) -> list[dict[str, 
                      and (x["kind"], x["concurrency"], x["output_len"], x["completed"]) == shape
                      and x["output_tok_s"]), None)
         if b["role"] == "speculative" and base is not None and b["output_tok_s"] is not None:
+            # (1e300 over 1e-300 tok/s is inf: no ratio, null in JSON and N/A in the tables)
             b["vs_baseline"] = {"baseline": base["server"], "started_at": base["started_at"],
-                                "ratio": b["output_tok_s"] / base["output_tok_s"]}
+                                "ratio": finite(b["output_tok_s"] / base["output_tok_s"])}
         out.append(b)
     return out
 
@@ -798,7 +799,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                     num(x["mean_itl_ms"], "{:.2f}"),
                     f"{num(x['accept'])} ({x['accept_source']})" if x["accept"] is not None
                     else NA,
-                    f"{x['vs_baseline']['ratio']:.3f}× ({x['vs_baseline']['baseline']})"
+                    f"{num(x['vs_baseline']['ratio'], '{:.3f}×')} ({x['vs_baseline']['baseline']})"
                     if x["vs_baseline"] else NA] for x in doc["benchmarks"]]))
         for x in doc["benchmarks"]:
             for note in x["notes"]:

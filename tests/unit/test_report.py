@@ -592,3 +592,24 @@ def test_numbers_no_float_or_clock_holds_are_na_not_a_traceback(tmp_path, capsys
     from specmon.export.report import _when
 
     assert _when(1e300) == "N/A" == _when(-1e300)  # no clock shows it (was OverflowError)
+
+
+def test_a_benchmark_ratio_no_float_holds_is_na_in_every_format(tmp_path, capsys):
+    """1e300 over 1e-300 tok/s is inf: the JSON report wrote null (jsonout) while the Markdown
+    and HTML reports printed 'inf×'. No ratio: null, and N/A beside the baseline it was
+    against."""
+    import json
+
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl", _rows(), _gpus()), host="g")
+    shape = {"kind": "builtin", "concurrency": 1, "output_len": 128, "completed": 8}
+    snap.benchmarks = [{"server": "base", "output_tok_s": 1e-300, **shape},
+                       {"server": "spec", "output_tok_s": 1e300, **shape}]
+    path = write_snapshot(snap, tmp_path / "s.json")
+    for fmt in ("md", "html"):
+        assert main(["report", str(path), "--format", fmt]) == 0
+        text = (tmp_path / f"s.report.{fmt}").read_text()
+        assert "inf×" not in text and "N/A (base)" in text, fmt
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads((tmp_path / "s.report.json").read_text())
+    assert [b["vs_baseline"] for b in doc["benchmarks"]] == [
+        None, {"baseline": "base", "started_at": None, "ratio": None}]
