@@ -171,6 +171,9 @@ def open_out(path: str, *, append: bool, force: bool) -> int:
     """The --out file's descriptor: never through a symbolic link unless `force` (another user
     may have planted one where the file goes); with `append`, a torn last row (a writer killed
     mid-row) is cut off first and said, so new rows do not glue onto it."""
+    if path.endswith(".gz"):  # (it wrote plain text under a .gz name)
+        raise CliError(f"--out {path}: record writes plain JSON lines, not gzip; name a plain "
+                       "file (gzip it afterwards: export and report read .gz)")
     flags = (os.O_RDWR if append else os.O_WRONLY) | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if not force:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -188,6 +191,11 @@ def open_out(path: str, *, append: bool, force: bool) -> int:
         raise CliError(f"cannot write {path}: {exc.strerror}") from None
     if append:
         try:
+            if (head := os.pread(fd, 2, 0)) and head[:1] != b"{":
+                os.close(fd)  # (the torn-row repair cut a gzip record file to 0 bytes)
+                what = "gzip-compressed" if head == b"\x1f\x8b" else "no specmon record file"
+                raise CliError(f"--append: {path} is {what} (record files are JSON lines, each "
+                               "a {...} row): not appending to it; name a new file")
             _repair_torn_tail(fd, path)
         except OSError as exc:
             os.close(fd)

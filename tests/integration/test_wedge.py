@@ -97,6 +97,29 @@ def test_append_cuts_a_torn_last_row_first_and_says_so(tmp_path):
                                                for i in range(4)]
 
 
+def test_append_refuses_a_gzip_or_foreign_file_and_a_gz_name(tmp_path):
+    """`--append` onto a gzip record file took its compressed bytes for a torn row and cut
+    the file to 0 bytes (40 rows lost); `--out x.jsonl.gz` wrote plain text under a gz name."""
+    import gzip
+
+    log = _decode_log(tmp_path / "s.log", 2)
+    rows = "".join(json.dumps({"server": "srv", "path": "/l", "offset": i, "line": "x",
+                               "received_at": 1.0, "record": None}) + "\n" for i in range(40))
+    for name, data, said in (("rec.jsonl", gzip.compress(rows.encode()), "gzip-compressed"),
+                             ("notes.txt", b"my notes, no newline at the end", "no specmon")):
+        out = tmp_path / name
+        out.write_bytes(data)
+        res = subprocess.run(_record(tmp_path, log, out, "--append", "--duration", "1"),
+                             capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+        assert res.returncode != 0 and said in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+        assert out.read_bytes() == data  # untouched
+    gz = tmp_path / "new.jsonl.gz"
+    res = subprocess.run(_record(tmp_path, log, gz, "--duration", "1"),
+                         capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert res.returncode != 0 and "not gzip" in res.stderr and not gz.exists()
+
+
 @contextlib.contextmanager
 def small_fs(path: Path, size: str = "256k", *, fill: bool = False) -> Iterator[Path]:
     """A real, small file system (tmpfs) at `path`; `fill`: then filled up to the last byte.
