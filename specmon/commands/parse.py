@@ -211,7 +211,9 @@ def _may_hold_runs(name: str) -> bool:
     """Whether FILE may hold more than one run (stdin, a pipe and .gz: yes, they are read once,
     in order). A plain file is searched for `server_args=` (read, never mapped: see
     `find_all`): two, or one after a batch line, mean runs."""
-    if name == "-" or not is_regular(name):
+    if name == "-":
+        return True  # stdin is read once, in order: by runs (it blended a log's runs)
+    if not is_regular(name):
         return os.path.exists(name)  # (a FIFO: read in order; missing: summarise() says so)
     try:
         fh = open(name, "rb")  # noqa: SIM115 - closed below

@@ -102,6 +102,24 @@ def test_stdin_and_gzip(small_log, tmp_path):
     assert b"decode 9" in run(str(gz)).stdout
 
 
+def test_stdin_is_summarised_by_runs_as_the_file_is(tmp_path):
+    """`parse - < log` printed one table blending the log's three runs (88.6, 62.7 and
+    81.8 tok/s read as one median); the file by name gave three sections."""
+    args = "[2026-02-26 19:{m:02d}:00] server_args=ServerArgs(model_path='m', tp_size=1)"
+    lines = []
+    for m, gt in ((10, 88.6), (20, 62.7), (30, 81.8)):
+        lines.append(args.format(m=m))
+        lines += [BASE.format(s=i, rr=1, gt=gt).replace("19:16:", f"19:{m + 1:02d}:")
+                  for i in range(5)]
+    log = tmp_path / "three.log"
+    log.write_text("\n".join(lines) + "\n")
+    by_name = run(str(log)).stdout.decode()
+    by_stdin = run("-", stdin=log.read_bytes()).stdout.decode()
+    assert "3 server runs" in by_name
+    assert by_stdin.replace("-:", "NAME:") == by_name.replace(f"{log}:", "NAME:")
+    assert "62.70" in by_stdin and "88.60" in by_stdin
+
+
 def test_missing_file_one_line_error_exit_2(tmp_path):
     res = run(str(tmp_path / "nope.log"))
     assert res.returncode == 2
