@@ -250,7 +250,8 @@ def _went_back(first: str | None, last: str | None) -> str:
     if "-" not in first:  # clock-only stamps (0.3.x): no date, so most likely midnight passed
         return ("  (clock-only stamps, no date: past midnight, or the log's time went back: "
                 "`specmon parse --runs` lists any step back)")
-    return "  (the log's time went back: `specmon parse --runs` lists where)"
+    return ("  (the log's time went back: the rows below count the lines on both sides of the "
+            "step; `specmon parse --runs` lists where, and its figures are the run's after it)")
 
 
 def _na(v: object) -> str:

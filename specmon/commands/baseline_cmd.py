@@ -15,7 +15,7 @@ from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
 from specmon.commands.options import add_json, add_running_req
 from specmon.errors import CliError
 from specmon.jsonout import MAX_DEPTH, dumps, too_deep
-from specmon.parse.sglang import EventRecord, Record, parse_line
+from specmon.parse.sglang import Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
@@ -112,16 +112,19 @@ def _run(args: argparse.Namespace) -> int:
     raise CliError("expected one of: record, list, show, delete")
 
 
-def _read_log(name: str) -> tuple[list[Record], Run | None]:
-    """The log's records, and what its last run's lines say about its conditions, read by the
+def _read_log(name: str) -> tuple[list[Record], Run | None, int]:
+    """The log's records, what its last run's lines say about its conditions, read by the
     session's run model as live and `check` read them (vLLM's non-default args come before
-    the config line that starts the run)."""
+    the config line that starts the run), and the index of the first record of that run's
+    last stretch of log time (its figures never reach behind a step back: `Run.epoch`)."""
     from specmon.analysis.logfile import LogLines
     from specmon.session.state import ServerState
 
     out: list[Record] = []
     guard = EngineGuard(name)
     state = ServerState(name)
+    at: tuple[int, int] | None = None  # (run index, epoch) of the stretch the cut opens
+    cut = 0
     with LogLines(name) as log:
         for n, raw in enumerate(log, 1):
             rec = parse_line(raw)
@@ -129,11 +132,15 @@ def _read_log(name: str) -> tuple[list[Record], Run | None]:
             if rec is not None:
                 out.append(rec)
                 state.apply(raw.decode("utf-8", "replace").rstrip("\r\n"), rec, 0.0)
+                run = state.run if state.runs else None
+                now = (run.index, run.epoch) if run is not None else None
+                if now != at:
+                    at, cut = now, len(out) - 1
     if log.error is not None:  # a baseline is never recorded from part of a log
         raise log.error
     # vLLM: each spec line joins its engine's line (the records are the same objects)
     join_records(out)
-    return out, state.run if state.runs else None
+    return out, state.run if state.runs else None, cut
 
 
 def _server_info(text: str | None) -> dict[str, Any]:
@@ -165,10 +172,16 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
     if args.log is None:
         raise CliError("record needs --log FILE (recording from a live server is the TUI's key)")
     params = DriftParams()
-    lines, seen = _read_log(args.log)
-    # the last server run in the file (a restart starts a new configuration)
-    starts = [i for i, r in enumerate(lines) if isinstance(r, EventRecord) and r.kind == "server_args"]
-    recs: list[tuple[Record, float | None]] = [(r, None) for r in lines[starts[-1] if starts else 0:]]
+    lines, seen, cut = _read_log(args.log)
+    # the last server run in the file (a restart starts a new configuration), from its last
+    # step back of log time (both sides pooled read 88.0 where the run after it ran at 60.1,
+    # and `check` of the same log then said "drift -32 %")
+    recs: list[tuple[Record, float | None]] = [(r, None) for r in lines[cut:]]
+    if seen is not None and seen.epoch:
+        back = next((g for g in reversed(seen.segments) if g.step_s < 0), None)
+        _warn(f"{args.log}: the run's " + (back.describe() if back is not None else
+                                           "log time went back")
+              + ": the baseline is recorded from the lines after that step")
     decodes = [i for i, (r, _) in enumerate(recs) if getattr(r, "kind", None) == "decode"]
     if args.last is not None and len(decodes) > args.last:
         recs = recs[decodes[-args.last]:]

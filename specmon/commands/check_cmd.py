@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     state = ServerState(args.log)
     runs: deque[dict[str, Any]] = deque(maxlen=MAX_RUNS_LISTED)
     monitor = fresh()
-    run_no = 0
+    run_no = epoch = 0
 
     def close_run() -> None:
         if run_no:
@@ -118,12 +118,16 @@ def run(args: argparse.Namespace) -> int:
             if parsed is None:
                 continue
             state.apply(raw.decode("utf-8", "replace").rstrip("\r\n"), parsed, 0.0)
+            if state.runs_total == run_no and state.runs and state.run.epoch != epoch:
+                # log time went back: the verdict is on the lines after it, as the run's own
+                # figures (the two sides pooled read 88.0 where the run ran at 60.1)
+                epoch, monitor = state.run.epoch, fresh()
             if state.runs_total != run_no:  # this line began the next run
                 for ready in joiner.flush():  # the ended run's last joined interval
                     monitor.observe(ready, None, at.pop(id(ready), line_no))
                 close_run()
                 monitor = fresh()
-                run_no = state.runs_total
+                run_no, epoch = state.runs_total, state.run.epoch
             at[id(parsed)] = line_no
             for ready in joiner.push(parsed):
                 monitor.observe(ready, None, at.pop(id(ready), line_no))

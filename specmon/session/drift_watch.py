@@ -97,7 +97,7 @@ def session_speedup_view(session: HostState, base: ServerState | None, spec: Ser
     if base is not None and watch is not None:
         recorded = watch.baseline.stats
         active = watch.last is not None and not watch.last.cleared and watch.last.level != "info" \
-            and bool(base.runs) and watch.run == base.runs[-1].index  # this run's
+            and bool(base.runs) and watch.watches(base.runs[-1])  # this run's (and stretch)
     view = speedup_view(base, spec, window_s=window_s, now=now, recorded=recorded,
                         drift_active=active)
     if base is not None and spec is not None and base.runs and spec.runs:

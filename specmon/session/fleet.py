@@ -38,7 +38,7 @@ from specmon.session.drift_watch import live_fingerprint, record_baseline, serve
 from specmon.session.events import LineItem, ServerInfo
 from specmon.session.pays import KIND as PAYS_KIND
 from specmon.session.pays import PaysWatcher
-from specmon.session.state import HostState, ServerState
+from specmon.session.state import HostState, Run, ServerState
 from specmon.session.window import DEFAULT_WINDOW_S, current_stats
 
 __all__ = ["ALERT_LEVELS", "FleetSession", "HostView", "LogicalServer", "ServerInfo"]
@@ -72,6 +72,7 @@ class Watch:
     notified: int = 0  # of those, how many were notified
     cleared_notified: int = 0
     run: int | None = None  # the server's run whose records the monitor was fed last
+    epoch: int = 0  # ... and its stretch of log time (`Run.epoch`: a step back starts one)
 
     def verdict(self, state: ServerState) -> DriftVerdict:
         """The server against its recorded baseline on its *current* run's own evidence: the
@@ -82,7 +83,7 @@ class Watch:
         mon = self.monitor
         need = mon.p.min_live
         run = state.runs[-1] if state.runs else None
-        if run is None or run.last is None or self.run != run.index:
+        if run is None or run.last is None or not self.watches(run):
             return DriftVerdict("checking", 0, need)
         det = self._detector(run.last)
         n = len(det.live) if det is not None else 0
@@ -95,6 +96,11 @@ class Watch:
         if n < need or confirming:
             return DriftVerdict("checking", n, need, confirming=confirming and n >= need)
         return DriftVerdict("ok", n, need)
+
+    def watches(self, run: Run) -> bool:
+        """Whether the monitor was fed this run's current stretch of log time (a restart, or
+        log time stepping back, starts its own verdict: no detector window spans either)."""
+        return self.run == run.index and self.epoch == run.epoch
 
     def _detector(self, rec: Any) -> StratumDetector | None:
         """The monitor's detector for the stratum of record `rec` (the run's newest)."""
@@ -271,10 +277,11 @@ class FleetSession:
             s.apply(it.text, it.record, it.t, it.skipped)
             if it.record is not None:
                 if w is not None:
-                    run = s.runs[-1].index if s.runs else None
-                    if w.run is not None and run != w.run:
-                        w.monitor.restart()  # every run earns its own verdict (any boundary)
-                    w.run = run
+                    cur = s.runs[-1] if s.runs else None
+                    run, epoch = (cur.index, cur.epoch) if cur is not None else (None, 0)
+                    if w.run is not None and (run != w.run or epoch != w.epoch):
+                        w.monitor.restart()  # every run earns its own verdict (any boundary),
+                    w.run, w.epoch = run, epoch  # and so does a step back of log time
                     # vLLM: the engine line once joined with its spec line
                     for rec, t in s.last_released:
                         w.monitor.observe(rec, t)

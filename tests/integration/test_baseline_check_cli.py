@@ -381,3 +381,25 @@ def test_a_dp_log_says_the_verdict_reads_one_group(data_dir, capsys):
     assert "run median at #running-req 80: 1653.82 tok/s" in text
     assert "the verdict reads one group's lines (the first seen), so its tok/s and a " \
         "--baseline-value are one group's; the run medians above are the groups summed" in text
+
+
+def test_baseline_record_and_check_read_the_run_after_a_step_back_of_log_time(
+        tmp_path, store_dir, capsys):
+    """Issue 22's probe: 70 lines at 88 tok/s, the clock back 1 h, 50 at 60: `baseline record`
+    pooled both (recorded 88.0, n 115) and `check` of the same log read the two sides as one
+    (its verdict against its own baseline: "drift -32 %" on one day, "improved" on another).
+    Both now read the run from its last step back, as parse --runs and compare do."""
+    before = log_lines(70, 88.0, 1, start_s=1800)  # 10:30 ...
+    after = log_lines(50, 60.0, 2, start_s=0)[1:]  # ... then 10:00 again, the same run
+    log = write(tmp_path, "back.log", before + after)
+    assert main(["baseline", "record", "bk", "--log", log]) == 0
+    out, err = capsys.readouterr()
+    assert "log time went back" in err and "recorded from the lines after that step" in err
+    rec = BaselineStore.open_default().get("bk")
+    assert rec is not None
+    best = rec.stats.best()
+    assert best is not None and best.n <= 50 and abs(best.median_thr - 60.0) < 1.0, best.n
+    assert main(["check", log, "--baseline", "bk", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "ok" and doc["live"]["n"] <= 50, doc["live"]
+    assert abs(doc["live"]["median"] - 60.0) < 1.0

@@ -205,3 +205,23 @@ def test_record_says_an_alert_once_raised_and_never_a_clear_it_never_said_raised
         f"demo/baseline: cleared: {raised.text}" + "".join(f"; cause: {c}" for c in raised.causes)
     never = Alert("warning", "speculative: drift", (), None, True)
     assert alert_line(fleet, "demo", "speculative", never, multi=False) is None
+
+
+def test_a_step_back_of_log_time_starts_the_verdict_again_as_a_restart_does():
+    """Issue 22: a clock stepped back blended the two sides. The drift watch kept feeding one
+    detector across it (and kept the alert raised on the lines before it); now a step back
+    starts its own verdict, on the badge, the headline and /metrics alike, as `check` does."""
+    fleet = demo_fleet(drift=True)
+    s = fleet.host("demo").session
+    base = s.server("baseline")
+    watches = {n: w for (h, n), w in fleet.watches.items()}
+    assert drift_state("baseline", watches, base).state == "drift"
+    run = base.runs[-1].index
+    t = DEMO_NOW + 5
+    _feed(fleet, "baseline", demo_decode(t - 3600, 0, 88.8), t)  # the clock went back 1 h
+    fleet.tick(t + 1)
+    assert base.runs[-1].index == run and base.runs[-1].epoch == 1  # the same run
+    ds = drift_state("baseline", watches, base)
+    assert ds.state == "checking" and ds.n == 0, ds
+    m = headline_model(s, base, s.server("speculative"), watches, t + 1, 60.0)
+    assert m.view is not None and not m.view.drift_active

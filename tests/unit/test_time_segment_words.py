@@ -49,7 +49,11 @@ def test_a_step_back_cuts_the_run_figures_and_a_jump_ahead_does_not(tmp_path: Pa
     assert "no statistic spans it" not in out  # (what it said of both, true of neither fully)
     assert main(["parse", str(log)]) == 0
     span = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("time span"))
-    assert span.endswith("(the log's time went back: `specmon parse --runs` lists where)"), span
+    # the summary's rows count both sides: said (they read 74.1 where the run after the step
+    # ran at 60, with only "lists where" beside them)
+    assert span.endswith("(the log's time went back: the rows below count the lines on both "
+                         "sides of the step; `specmon parse --runs` lists where, and its "
+                         "figures are the run's after it)"), span
 
 
 def test_a_log_in_order_says_nothing_of_time(tmp_path: Path, capsys) -> None:
