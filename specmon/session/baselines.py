@@ -20,6 +20,7 @@ import math
 import os
 import shlex
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,6 +60,20 @@ def _disk_full(folder: Path) -> bool:
     except OSError:
         return False
     return st.f_bavail * st.f_frsize < (64 << 10)
+
+
+def _not_regular(path: Path) -> str | None:
+    """What is at `path` when it is there and is neither a file nor a folder (a folder is
+    said in the store's own words), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
 
 
 def _unwritable_folder(path: Path) -> Path | None:
@@ -289,6 +304,11 @@ class BaselineStore:
         self._ready = False  # the schema is there and the file takes writes
         if os.path.exists(self.path.parent) and not self.path.parent.is_dir():
             raise store_error(self.path, NotADirectoryError(errno.ENOTDIR, "not a folder"))
+        for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            kind = _not_regular(p)  # SQLite's open() of a FIFO waits for a writer, forever
+            if kind is not None:
+                raise StoreError(f"baseline store {self.path}: {p} is {kind}, not a file: "
+                                 f"remove it, or set SPECMON_DATA_DIR")
         exists = os.path.lexists(self.path)
         try:
             if exists:
@@ -354,9 +374,13 @@ class BaselineStore:
         try:
             db = self._open_ro(uri + "?mode=ro")
         except sqlite3.OperationalError as exc:
-            cantopen = getattr(exc, "sqlite_errorname", None) == "SQLITE_CANTOPEN" or (
-                "unable to open" in str(exc))  # Python 3.10 has no sqlite_errorname
-            if not cantopen or not self._may_be_immutable():
+            name = getattr(exc, "sqlite_errorname", None) or ""  # (Python 3.10 has none)
+            cantopen = name == "SQLITE_CANTOPEN" or "unable to open" in str(exc)
+            # on a full disk SQLite cannot size the WAL index (-shm) a reader needs: "disk
+            # full" stopped `baseline list` and `check`, which write nothing
+            full = (name.startswith(("SQLITE_IOERR", "SQLITE_FULL")) or "disk" in str(exc)) \
+                and _disk_full(self.path.parent)
+            if not (cantopen or full) or not self._may_be_immutable(full):
                 raise
             db = self._open_ro(uri + "?mode=ro&immutable=1")  # each time: the folder may change
         return db
@@ -374,20 +398,23 @@ class BaselineStore:
             raise
         return db
 
-    def _may_be_immutable(self) -> bool:
+    def _may_be_immutable(self, full: bool = False) -> bool:
         if not os.path.isfile(self.path) or not os.access(self.path, os.R_OK):
             return False
-        if _unwritable_folder(self.path) is None:
+        if not full and _unwritable_folder(self.path) is None:
             return False  # SQLite could make its files: the failure is something else
         try:
             pending = os.path.getsize(f"{self.path}-wal") > 0
         except OSError:
             pending = False
         if pending:
+            state = "is full" if full else "is not writable"
             raise StoreError(f"baseline store {self.path}: cannot be read: its folder "
-                             f"{self.path.parent} is not writable and {self.path}-wal holds writes "
-                             f"not yet in the file: make the folder writable (the next reader "
-                             f"merges them), or set SPECMON_DATA_DIR")
+                             f"{self.path.parent} {state} and {self.path}-wal holds writes "
+                             f"not yet in the file: "
+                             + (f"free space in {self.path.parent}" if full else
+                                "make the folder writable")
+                             + " (the next reader merges them), or set SPECMON_DATA_DIR")
         return True
 
     @staticmethod

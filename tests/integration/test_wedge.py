@@ -411,6 +411,33 @@ def test_a_broken_baseline_store_is_one_line_and_monitoring_goes_on(tmp_path, ki
     assert len(_rows(out)) == 5
 
 
+def test_a_fifo_as_the_baseline_store_is_one_line_not_a_wait(tmp_path):
+    """SQLite's open() of a FIFO at baselines.sqlite3 (or its -wal) waited for a writer for
+    ever: `baseline list` and `record` hung, deaf to SIGINT and SIGTERM."""
+    env = _env(tmp_path)
+    data = Path(env["SPECMON_DATA_DIR"])
+    data.mkdir(parents=True, exist_ok=True)
+    for name in ("baselines.sqlite3", "baselines.sqlite3-wal"):
+        for p in data.iterdir():
+            p.unlink()
+        if name.endswith("-wal"):
+            _good_store(data)
+            for p in data.glob("*-wal"):
+                p.unlink()
+        os.mkfifo(data / name)
+        res = subprocess.run([sys.executable, "-m", "specmon", "baseline", "list"],
+                             capture_output=True, text=True, timeout=60, env=env)
+        err = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(err) == 1 and "a FIFO" in err[0], res.stderr
+        assert str(data / name) in err[0] and "remove it" in err[0]
+        log = _decode_log(tmp_path / "s.log", 3)
+        out = tmp_path / "rec.jsonl"
+        res = subprocess.run(_record(tmp_path, log, out, "--duration", "1"),
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert res.returncode == 0 and "drift watching is off" in res.stderr, res.stderr
+        assert len(_rows(out)) == 3
+
+
 def test_baseline_store_on_a_full_or_read_only_disk_is_one_line(tmp_path):
     from kit.snapshots import decode_line
 
@@ -429,6 +456,14 @@ def test_baseline_store_on_a_full_or_read_only_disk_is_one_line(tmp_path):
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         err = res.stderr.strip().splitlines()
         assert len(err) == 1 and str(db) in err[0] and "free space" in err[0], res.stderr
+        for shm in (fs / "data").glob("*-shm"):  # (a reader sizes the WAL index afresh)
+            shm.unlink()
+        fill_up(fs)
+        # reading writes nothing: a full disk stopped `baseline list` and `check` ("disk
+        # full, nothing was saved")
+        listed = cli("baseline", "list")
+        assert listed.returncode == 0 and listed.stdout.strip() == "no baselines recorded", \
+            listed
         (fs / "filler").unlink()
         assert cli("baseline", "list").stdout.strip() == "no baselines recorded"
         assert cli("baseline", "record", "b", "--log", str(log)).returncode == 0
