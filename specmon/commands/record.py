@@ -351,11 +351,17 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
     failed = asyncio.create_task(out.failed.wait())
 
     async def tick() -> None:
-        n = 0
+        n, said = 0, False
         while True:
             out.flush()
             if n % 10 == 0:
-                fleet.tick()
+                try:
+                    fleet.tick()
+                except Exception as exc:  # a bug in the rules must not stop the flushes:
+                    if not said:  # the task died unseen and rows waited in memory till exit
+                        said = True
+                        _log(f"internal error in the alert rules ({type(exc).__name__}: "
+                             f"{exc}); alerts are off, every line is still recorded")
             n += 1
             await asyncio.sleep(0.1)
 

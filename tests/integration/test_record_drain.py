@@ -134,3 +134,39 @@ def test_a_line_still_being_written_at_the_stop_is_not_cut(tmp_path: Path) -> No
         done.set()
         th.join()
     assert len(rows) == 3 and not any(r["line"].startswith("[2025-06-01 12:00:01]") for r in rows)
+
+
+async def test_an_error_in_the_alert_rules_is_said_and_the_rows_still_flow(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """The 1 Hz tick also flushes the rows: a ZeroDivisionError in an alert rule (vLLM's
+    drained interval read as bs 0) ended it unseen, alerts stopped without a word and the
+    rows waited in memory until the end (lost to a kill)."""
+    from specmon.session.fleet import FleetSession
+
+    def broken(self: FleetSession, now: float | None = None) -> None:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(FleetSession, "tick", broken)
+    log = tmp_path / "s.log"
+    log.write_text("".join(LINE % i for i in range(50)))
+    stop = asyncio.Event()
+    out_path = tmp_path / "rec.jsonl"
+    flushed: list[int] = []
+
+    class Watching(RecordOut):
+        def flush(self) -> None:
+            super().flush()
+            flushed.append(self.rows)
+            if self.rows >= 50 and len(flushed) > 3:
+                stop.set()  # the rows reached the file while the recording ran
+
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        count = await record_fleet([HostPlan(LocalHost(), [TailSpec("s", str(log))])],
+                                   Watching(fd, str(out_path)), listen=None, history_lines=None,
+                                   stop=stop, duration=60)
+    finally:
+        os.close(fd)
+    assert count == 50 and stop.is_set()
+    said = capsys.readouterr().err
+    assert said.count("internal error in the alert rules (ZeroDivisionError") == 1, said
