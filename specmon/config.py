@@ -64,6 +64,18 @@ _ONE_LINE = {"target", "python", "run_dir", "ssh_config", "known_hosts", "sim_di
 Role = Literal["baseline", "speculative"]
 
 
+def seconds_ok(v: float, most: float = MAX_READY_TIMEOUT_S, zero: bool = False) -> bool:
+    """The one rule for a duration (a config's ready_timeout, `server --timeout/--grace`):
+    finite, more than 0 (0 too where `zero`), at most `most` seconds. NaN fails it."""
+    return (0 <= v if zero else 0 < v) and v <= most
+
+
+def seconds_expected(most: float = MAX_READY_TIMEOUT_S, zero: bool = False) -> str:
+    """What `seconds_ok` expects, in words (config check and usage errors say the same)."""
+    return (f"seconds, {'0 or more' if zero else 'more than 0'} and at most {most:g}"
+            + (", a day" if most == 86400 else ""))
+
+
 class ConfigError(Exception):
     """The config cannot be used; `issues` lists every problem found."""
 
@@ -471,11 +483,10 @@ class _Checker:
 
     def seconds(self, table: dict[str, Any], key: str, where: str,
                 most: float = MAX_READY_TIMEOUT_S) -> float | None:
-        """A duration: finite, more than 0, at most `most` seconds."""
-        expected = f"seconds, more than 0 and at most {most:g}" + (
-            ", a day" if most == 86400 else "")
+        """A duration: finite, more than 0, at most `most` seconds (`seconds_ok`)."""
+        expected = seconds_expected(most)
         v = self.get(table, key, float, where, finite=expected)
-        if v is not None and not 0 < v <= most:
+        if v is not None and not seconds_ok(v, most):
             self.value(where, key, table[key], "out of range", expected)  # as written: -5, not -5.0
             return None
         return v

@@ -6,6 +6,7 @@ A value specmon did not measure is shown as "N/A", never as 0, "nan", "inf" or a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,21 @@ def finite(v: Any) -> float | None:
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
+
+
+# ASCII digits and few: str.isdigit() holds for "²" (int() refuses it: ValueError) and int()
+# reads "١" as 1 and takes " 1", "+1" and "1_0"; 18 digits stay far below Python's 4300 limit
+_RE_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+def ascii_int(text: Any, lo: int = 0, hi: int = MAX_INT) -> int | None:
+    """The whole number `text` is when it is written in ASCII digits only (1 to 18 of them)
+    and lies in lo..hi, else None: the one reading of a count, port or index that a user
+    typed or a file or a host's command line holds."""
+    if not isinstance(text, str) or _RE_DIGITS.fullmatch(text) is None:
+        return None
+    v = int(text)
+    return v if lo <= v <= hi else None
 
 
 def unix_time(v: Any) -> float | None:

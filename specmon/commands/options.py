@@ -3,8 +3,48 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+
+from specmon.numfmt import ascii_int
 
 CONFIG_DEFAULT = "default: $SPECMON_CONFIG, ./specmon.toml, then the user config dir"
+
+# --- option values checked where they are parsed: a bad one is argparse's one-line usage error
+# (exit 2) naming the option, before anything is started. One rule per kind of value, shared.
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def count(most: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number 1..`most`, written in ASCII digits (a count of
+    requests, lines, tokens: 0 or a negative one is no count, and `--last -5` is no "last")."""
+    def parse(text: str) -> int:
+        v = ascii_int(text, 1, most)
+        if v is None:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive whole number (ASCII digits), at most {most}, "
+                f"got {_shown(text)}")
+        return v
+    return parse
+
+
+def seconds(zero: bool = False) -> Callable[[str], float]:
+    """An argparse `type`: a duration by the config's one rule (`config.seconds_ok`, as
+    ready_timeout is checked): finite, more than 0 (or 0 where `zero`), at most a day."""
+    def parse(text: str) -> float:
+        from specmon.config import seconds_expected, seconds_ok
+
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not seconds_ok(v, zero=zero):
+            raise argparse.ArgumentTypeError(f"must be {seconds_expected(zero=zero)}, "
+                                             f"got {_shown(text)}")
+        return v
+    return parse
 
 
 def add_config(p: argparse.ArgumentParser, purpose: str) -> None:

@@ -12,8 +12,12 @@ import asyncio
 import sys
 from typing import Any
 
-from specmon.commands.options import add_config, add_json, add_ssh
+from specmon.commands.options import add_config, add_json, add_ssh, count, seconds
 from specmon.errors import CliError
+
+# a benchmark is a short run (specmon.control.benchmark): beyond these it is no "short run"
+MAX_BENCH_PROMPTS = 100_000
+MAX_BENCH_OUTPUT_LEN = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,15 +32,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the profile's host: 'local', [USER@]HOST[:PORT] or an alias")
     add_config(p, "the server profiles and hosts")
     add_ssh(p)
-    p.add_argument("--timeout", type=float, metavar="S", help="readiness timeout (default: "
+    p.add_argument("--timeout", type=seconds(), metavar="S", help="readiness timeout (default: "
                    "the profile's ready_timeout)")
-    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+    p.add_argument("--grace", type=seconds(zero=True), default=30.0, metavar="S",
                    help="seconds between SIGTERM and SIGKILL (default 30)")
     p.add_argument("--quiet", action="store_true", help="no start-up progress lines")
     add_json(p, "status/bench as JSON")
-    p.add_argument("--num-prompts", type=int, default=8, help="bench: requests (default 8)")
-    p.add_argument("--concurrency", type=int, default=1, help="bench: in flight (default 1)")
-    p.add_argument("--output-len", type=int, default=128, help="bench: tokens per request")
+    p.add_argument("--num-prompts", type=count(MAX_BENCH_PROMPTS), default=8, metavar="N",
+                   help="bench: requests (default 8)")
+    p.add_argument("--concurrency", type=count(MAX_BENCH_PROMPTS), default=1, metavar="N",
+                   help="bench: in flight (default 1)")
+    p.add_argument("--output-len", type=count(MAX_BENCH_OUTPUT_LEN), default=128, metavar="N",
+                   help="bench: tokens per request (default 128)")
     p.add_argument("--builtin", action="store_true",
                    help="bench: the built-in client even when sglang.bench_serving exists")
 
