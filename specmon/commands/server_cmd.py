@@ -140,12 +140,16 @@ async def _run(args: argparse.Namespace, host: Any, profile: Any, hp: Any) -> in
                         num_prompts=args.num_prompts, concurrency=args.concurrency,
                         output_len=args.output_len,
                         use_bench_serving=False if args.builtin else None))
+                    failure = b.failure()
                     if args.json:
                         print(dumps(b.to_json()))
-                    else:  # the line, then why any number in it is N/A
+                    elif failure is None:  # the line, then why any number in it is N/A
                         print(b.describe())
                         for note in b.notes:
                             print(f"  note: {note}")
+                    if failure is not None:  # no request completed: the action failed
+                        _say(f"specmon server bench: {failure}", file=sys.stderr)
+                        return 1
                     return 0
                 if args.action == "restart":
                     _print_stop(await ctl.stop(grace=args.grace))

@@ -35,6 +35,7 @@ from specmon.parse.bench_output import parse_bench_serving
 from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
 from specmon.session.benchmarks import line as bench_line
+from specmon.textsafe import cut
 
 PROMPTS = (
     "Explain in detail how speculative decoding speeds up large language model inference.",
@@ -97,6 +98,18 @@ class BenchResult:
     def describe(self) -> str:
         """The one line every front end shows (`session.benchmarks.line`)."""
         return bench_line(self.to_json())
+
+    def failure(self) -> str | None:
+        """One line when no request of the run completed (a stopped server: every request a
+        ConnectError), else None: how many failed and the first error, on one line and cut
+        (the error may hold a server's response text; the caller redacts it)."""
+        if self.completed > 0:
+            return None
+        first = cut(" ".join(self.errors[0].split())) if self.errors else None
+        why = f"first error: {first}" if first else f"{self.kind}: no error reported"
+        what = (f"all {self.failed} requests failed" if self.failed > 0
+                else "no request completed")
+        return f"{self.server}: {what} ({why})"
 
 
 async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:

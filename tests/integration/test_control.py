@@ -381,6 +381,63 @@ def test_server_cli_start_status_stop(hp, tmp_path):
         cleanup_pidfiles(tmp_path / "run")
 
 
+def test_server_cli_bench_of_a_stopped_server_fails_in_one_line(hp, tmp_path):
+    """Every request failing (nothing listens on the port) is the action failing: one line
+    with how many failed and the first error, exit 1, not an N/A line and exit 0. An error
+    text from the server is one line, redacted, its escapes shown as text."""
+    import http.server
+    import threading
+
+    prof = sim_profile(tmp_path, "base", [0])  # never started: its port is free
+    cfg = tmp_path / "specmon.toml"
+    cfg.write_text(
+        f'[hosts.local]\npython = "{sys.executable}"\nrun_dir = "{hp.run_dir}"\n'
+        f'sim_dir = "{hp.sim_dir}"\nn_gpus = 4\n'
+        f'[servers.base]\nrole = "baseline"\nlauncher = "sim"\nmodel_path = "m"\ntp = 1\n'
+        f'port = {prof.port}\ngpus = [0]\n')
+
+    def bench(*extra):
+        return subprocess.run([sys.executable, "-m", "specmon", "server", "bench", "base",
+                               "--builtin", "--num-prompts", "3", "--config", str(cfg), *extra],
+                              capture_output=True, text=True, timeout=120)
+
+    r = bench()
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("specmon server bench: base: all 3 requests failed (first error: "
+                               "ConnectError"), r.stderr
+    r = bench("--json")
+    assert r.returncode == 1 and "all 3 requests failed" in r.stderr
+    out = json.loads(r.stdout)
+    assert (out["completed"], out["failed"]) == (0, 3)
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - /metrics, /server_info: not there
+            self.send_error(404)
+
+        def do_POST(self):  # noqa: N802 - /generate: an error whose text is hostile
+            body = b"boom\x1b]0;pwned\x07\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz012345"
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", prof.port), Refuse)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        r = bench()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert "all 3 requests failed (first error: HTTP 500: boom\\x1b]0;pwned\\x07 " in r.stderr
+    assert "\x1b" not in r.stderr and "hf_abcdef" not in r.stderr and "REDACTED" in r.stderr
+
+
 async def test_bench_serving_on_the_host_is_preferred_and_parsed(hp, tmp_path, data_dir):
     """When the host's Python has sglang.bench_serving, it runs there and its block is parsed."""
     block = next(json.loads(ln) for ln in

@@ -37,3 +37,22 @@ def test_a_number_no_float_holds_is_na_not_an_overflow() -> None:
     assert "end-to-end output N/A tok/s" in text and text.endswith("log decode-only tok/s N/A")
     assert info_numbers({"internal_states": [{"avg_spec_accept_length": 10 ** 400,
                                               "last_gen_throughput": 12.5}]}) == (None, 12.5)
+
+
+def test_a_run_where_no_request_completed_is_a_failure_in_one_line() -> None:
+    """`server bench` exits 1 with this line when nothing completed (BenchResult.failure)."""
+    from specmon.control.benchmark import BenchResult
+
+    def result(**kw: object) -> BenchResult:
+        base = dict(server="base", kind="builtin", started_at=0.0, completed=0, failed=4,
+                    concurrency=1, output_len=8, duration_s=0.1, total_output_tokens=0,
+                    output_tok_s=None, mean_ttft_ms=None, median_ttft_ms=None, mean_itl_ms=None,
+                    median_itl_ms=None, p99_itl_ms=None, accept_length=None)
+        return BenchResult(**{**base, **kw})
+
+    assert result(errors=["HTTP 503: down\n  " + "x" * 500]).failure() == (
+        "base: all 4 requests failed (first error: HTTP 503: down " + "x" * 142 + "...)")
+    assert result(kind="bench_serving").failure() == (
+        "base: all 4 requests failed (bench_serving: no error reported)")
+    assert result(failed=0).failure() == "base: no request completed (builtin: no error reported)"
+    assert result(completed=1, failed=3, errors=["e"]).failure() is None
