@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
-from specmon.commands.options import add_json, add_running_req
+from specmon.commands.options import add_json, add_running_req, count
 from specmon.errors import CliError
 from specmon.jsonout import MAX_DEPTH, dumps, too_deep
 from specmon.parse.sglang import Record, parse_line
@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="SGLang or vLLM log ('-' for stdin); the last server run is used")
     r.add_argument("--server-info", metavar="JSON", help="/get_server_info output (a file or inline JSON)")
     add_running_req(r, "keep only this #running-req")
-    r.add_argument("--last", metavar="LINES", type=int, help="only the last LINES decode lines")
+    r.add_argument("--last", metavar="LINES", type=count(10 ** 9),
+                   help="only the last LINES decode lines (a positive number)")
     r.add_argument("--host", help="host the server ran on (default: local)")
     r.add_argument("--server", help="server name (e.g. sglang-30000)")
     r.add_argument("--role", choices=["baseline", "speculative"], help="default: from the log")

@@ -403,3 +403,20 @@ def test_baseline_record_and_check_read_the_run_after_a_step_back_of_log_time(
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "ok" and doc["live"]["n"] <= 50, doc["live"]
     assert abs(doc["live"]["median"] - 60.0) < 1.0
+
+
+@pytest.mark.parametrize("last", ["0", "-5", "x", "²"])
+def test_record_last_must_be_a_positive_count(tmp_path, store_dir, capsys, last):
+    """`--last 0` kept every line and `--last -5` dropped the first five (recs[decodes[-last]:]):
+    a usage error now, before the log is read."""
+    log = write(tmp_path, "ok.log", log_lines(60, 88.8, 3))
+    with pytest.raises(SystemExit) as exc:
+        main(["baseline", "record", "x", "--log", log, "--last", last])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "specmon baseline record: error: argument --last: must be a positive whole number "
+        f"(ASCII digits), at most 1000000000, got {last!r}")
+    assert not (store_dir / "baselines.sqlite3").exists()
+    assert main(["baseline", "record", "x", "--log", log, "--last", "40"]) == 0
+    assert "n=35" in capsys.readouterr().out  # the last 40, less 5 warm-up lines
