@@ -14,7 +14,7 @@ from specmon.analysis.drift import DriftParams, baseline_from_records
 from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
 from specmon.commands.options import add_json, add_running_req, count
 from specmon.errors import CliError
-from specmon.jsonout import MAX_DEPTH, dumps, too_deep
+from specmon.jsonout import MAX_DEPTH, dumps, not_finite, too_deep
 from specmon.parse.sglang import Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
@@ -148,8 +148,9 @@ def _server_info(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     p = Path(text)
+    from_file = not text.lstrip().startswith("{") and p.is_file()
     try:
-        raw = p.read_text() if not text.lstrip().startswith("{") and p.is_file() else text
+        raw = p.read_text() if from_file else text
     except OSError as exc:
         raise CliError(f"--server-info {text}: cannot read ({exc.strerror})") from None
     try:
@@ -164,6 +165,11 @@ def _server_info(text: str | None) -> dict[str, Any]:
     if path is not None:
         raise CliError(f"--server-info: {path.lstrip('.')}: nested more than {MAX_DEPTH} levels "
                        "deep (specmon.jsonout.MAX_DEPTH)")
+    path = not_finite(d)  # (Python's json reads NaN, Infinity and 1e400; no baseline holds them)
+    if path is not None:
+        where = f"--server-info {text}" if from_file else "--server-info"
+        raise CliError(f"{where}: field {path.lstrip('.')} is not a finite "
+                       "number (NaN, Infinity or past a float's range)")
     return d
 
 

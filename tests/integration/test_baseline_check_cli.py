@@ -420,3 +420,20 @@ def test_record_last_must_be_a_positive_count(tmp_path, store_dir, capsys, last)
     assert not (store_dir / "baselines.sqlite3").exists()
     assert main(["baseline", "record", "x", "--log", log, "--last", "40"]) == 0
     assert "n=35" in capsys.readouterr().out  # the last 40, less 5 warm-up lines
+
+
+@pytest.mark.parametrize(("text", "field"), [('{"a": NaN, "version": "1"}', "a"),
+                                             ('{"x": [1, {"y": -Infinity}]}', "x[1].y"),
+                                             ('{"tp_size": 1e400}', "tp_size")])
+def test_record_says_which_server_info_field_is_not_a_finite_number(tmp_path, store_dir, capsys,
+                                                                    text, field):
+    """Python's json reads NaN, Infinity and 1e400: the store then refused the baseline with
+    "its statistics hold a number that is not finite". The --server-info file and the field
+    are named instead, in one line."""
+    log = write(tmp_path, "ok.log", log_lines(60, 88.8, 3))
+    info = write(tmp_path, "si.json", [text])
+    for arg, where in ((info, f"--server-info {info}"), (text, "--server-info")):
+        assert main(["baseline", "record", "x", "--log", log, "--server-info", arg]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"specmon baseline: {where}: field {field} is not a finite number (NaN, "
+                       "Infinity or past a float's range)\n"), err

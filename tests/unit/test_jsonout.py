@@ -75,3 +75,14 @@ def test_too_deep_names_where_a_value_goes_past_the_bound_without_recursing() ->
     assert too_deep({"a b\x1b": {"x": deep}}) == "['a b\\x1b'].x[0][0]…"
     assert too_deep({"env": {"a": [[]]}}, 3) == ".env.a[0]" and too_deep({"env": {"a": [[]]}}, 4) is None
     assert too_deep(5) is None and too_deep([], 0) == "" and MAX_DEPTH == 64
+
+
+def test_not_finite_names_the_first_number_no_float_holds() -> None:
+    from specmon.jsonout import not_finite
+
+    assert not_finite({"a": 1, "b": [1.5, {"c": "nan"}], "d": None}) is None
+    assert not_finite({"a": float("nan")}) == ".a"
+    assert not_finite({"ok": 1.0, "x": [0, {"y b": float("inf")}], "z": float("-inf")}) == \
+        ".x[1]['y b']"
+    assert not_finite([[float("inf")]]) == "[0][0]"
+    assert not_finite(float("nan")) == ""
