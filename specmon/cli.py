@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from specmon import __version__
 from specmon.errors import CliError
-from specmon.textsafe import SafeStream
+from specmon.textsafe import SafeStream, visible_lines
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -77,6 +77,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 OFFLINE_COMMANDS = {"parse", "export", "report", "check", "baseline", "compare", "advise"}
 # Textual apps own the terminal; every other command's output goes through the one text-safety
 # function (specmon/textsafe.py), so text from hosts and files never reaches it as escapes.
+# What the full-screen ones print themselves before or after the app (a CliError: `_run`; a
+# note) goes through the same function where it is printed.
 FULL_SCREEN = {"connect", "demo", "replay", "sim"}
 
 
@@ -126,7 +128,10 @@ def _run(func: Handler, args: argparse.Namespace) -> int:
     try:
         return func(args)
     except CliError as exc:
-        print(f"specmon {args.command}: {exc}", file=sys.stderr)
+        # made visible here, not only by the SafeStream: the full-screen commands run on the
+        # raw streams, and their errors before the app starts (a snapshot's file name, a host
+        # name) are text from elsewhere too
+        print(f"specmon {args.command}: {visible_lines(str(exc))}", file=sys.stderr)
         return 2
     except _Terminated:
         return 143

@@ -29,6 +29,7 @@ from specmon.commands.options import add_config, add_export_dir, add_hosts
 from specmon.errors import CliError
 from specmon.hosts import HostError
 from specmon.sources.tail import TailSpec
+from specmon.textsafe import visible
 
 if TYPE_CHECKING:
     from specmon.control.server import ServerController
@@ -134,7 +135,7 @@ async def open_app(args: argparse.Namespace) -> tuple[SpecmonApp, dict[Key, Serv
     from specmon.ui.app import SpecmonApp
 
     for note in notes:  # a broken baseline store: said on screen, monitoring goes on
-        print(f"specmon connect: {note}", file=sys.stderr)
+        print(f"specmon connect: {visible(note)}", file=sys.stderr)  # (raw stderr: a path)
     title = ", ".join(fleet.hosts) + (f"  ·  /metrics on {server.host}:{server.port}"
                                       if server is not None else "")
     if any(p.all_users for p in plans):  # said for as long as the app runs, not in a toast

@@ -10,6 +10,7 @@ from specmon.commands.options import add_config, add_export_dir
 from specmon.errors import CliError
 from specmon.session.baselines import BaselineStore
 from specmon.session.fleet import FleetSession
+from specmon.textsafe import visible
 
 # After SIGHUP or SIGTERM, how long the app may take to end before the servers are stopped and
 # the process ends without it: with the terminal gone, Textual's writer thread dies on EIO and
@@ -78,5 +79,5 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _cleanup()
         if args.keep:
-            print(f"demo logs kept in {feed.workdir}")
+            print(f"demo logs kept in {visible(str(feed.workdir))}")  # ($TMPDIR: raw stdout)
     return exit_code(app, got)

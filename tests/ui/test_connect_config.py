@@ -307,3 +307,24 @@ async def test_a_second_action_or_quit_during_a_swap_never_cuts_it_short(tmp_pat
         for ctl in actions.values():
             await ctl.close()
         cleanup_pidfiles(tmp_path / "run")
+
+
+async def test_a_note_before_the_app_starts_echoes_no_escape_sequence(tmp_path, monkeypatch,
+                                                                      capsys):
+    """connect runs on the raw streams (its app owns the terminal): the note it prints before
+    the app starts (a damaged baseline store, its path from $SPECMON_DATA_DIR) is made visible
+    where it is printed."""
+    from specmon.commands.connect_cmd import close_app
+
+    data = tmp_path / "d\x1b]0;pwned\x07"
+    data.mkdir()
+    (data / "baselines.sqlite3").write_text("not a database\n")
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(data))
+    log = tmp_path / "base.log"
+    log.write_text("")
+    args = build_parser().parse_args(["connect", "local", "--log", f"base={log}"])
+    app, actions = await open_app(args)
+    await close_app(app, actions)
+    err = capsys.readouterr().err
+    assert "drift watching is off" in err and "d\\x1b]0;pwned\\x07" in err, err
+    assert "\x1b" not in err and "\x07" not in err
