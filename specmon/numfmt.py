@@ -43,6 +43,14 @@ def ascii_int(text: Any, lo: int = 0, hi: int = MAX_INT) -> int | None:
     return v if lo <= v <= hi else None
 
 
+MAX_PORT = 65535
+
+
+def ascii_port(text: Any, lo: int = 1) -> int | None:
+    """A TCP port (`ascii_int` in lo..65535; `lo=0` where 0 means "any free port")."""
+    return ascii_int(text, lo, MAX_PORT)
+
+
 def unix_time(v: Any) -> float | None:
     """`v` as Unix seconds when it is a finite number within MAX_TIME of 1970, else None (a
     time that no clock formats is not one to show or to sort on)."""

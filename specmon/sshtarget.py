@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specmon.numfmt import ascii_port
+
 
 @dataclass(frozen=True)
 class SshTarget:
@@ -32,12 +34,12 @@ def read_target(text: str) -> SshTarget | str:
         port = tail[1:] if tail else None
     elif rest.count(":") == 1:
         rest, port = rest.split(":")
-    # isascii: "²".isdigit() holds, and int() refuses it
-    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        return f"bad SSH port {port!r}"
+    number = ascii_port(port) if port is not None else None  # ("1"*5000: int() raised)
+    if port is not None and number is None:
+        return f"bad SSH port {port if len(port) <= 12 else port[:9] + '...'!r}"
     if not rest or any(c.isspace() for c in rest):
         return "bad host name"
-    return SshTarget(rest, user, int(port) if port is not None else None)
+    return SshTarget(rest, user, number)
 
 
 def parse_target(text: str) -> SshTarget:

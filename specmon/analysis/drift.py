@@ -26,6 +26,7 @@ from itertools import islice
 from typing import Any
 
 from specmon.analysis.stats import median
+from specmon.numfmt import ascii_int
 from specmon.parse.sglang import BatchRecord, EventRecord, Record
 
 LN_FLOOR = 1e-9
@@ -157,14 +158,16 @@ class Stratum:
     def from_key(cls, key: str) -> Stratum:
         """The inverse of `key`; ValueError (saying what) for anything `key` never writes."""
         parts = key.split("|") if isinstance(key, str) else []
-        if (len(parts) != 4 or not parts[0].isdigit() or not (parts[1] == "" or parts[1].isdigit())
-                or len(parts[0]) > 9 or len(parts[1]) > 2 or parts[2] not in ("0", "1")
-                or parts[3] not in ("", "0", "1")):
+        # ASCII digits (numfmt.ascii_int): a stored key is a file's text ('²' made int() raise)
+        rr_n = ascii_int(parts[0]) if len(parts) == 4 and len(parts[0]) <= 9 else None
+        ctx_n = ascii_int(parts[1]) if len(parts) == 4 and len(parts[1]) <= 2 else None
+        if (rr_n is None or not (parts[1] == "" or ctx_n is not None)
+                or parts[2] not in ("0", "1") or parts[3] not in ("", "0", "1")):
             raise ValueError(f"not a stratum key ({_brief(key)})")
-        rr, ctx, spec, graph = parts
-        if not (1 <= int(rr) and (ctx == "" or int(ctx) <= _MAX_CTX)):
+        _, ctx, spec, graph = parts
+        if not (1 <= rr_n and (ctx_n is None or ctx_n <= _MAX_CTX)):
             raise ValueError(f"stratum key out of range ({_brief(key)})")
-        return cls(int(rr), int(ctx) if ctx else None, spec == "1", None if graph == "" else graph == "1")
+        return cls(rr_n, ctx_n, spec == "1", None if graph == "" else graph == "1")
 
     def describe(self, width: int = 2) -> str:
         parts = [f"bs={rr_bucket_text(self.rr)}"]

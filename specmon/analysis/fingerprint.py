@@ -31,7 +31,7 @@ from typing import Any
 from specmon.analysis.drift import json_kind
 from specmon.analysis.runargs import arg_changes, is_identity_flag
 from specmon.analysis.stats import median
-from specmon.numfmt import num
+from specmon.numfmt import ascii_int, num
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample, decode_reasons, reasons_explanation
 from specmon.redact import MASK, is_secret_name, redact_text
@@ -370,7 +370,7 @@ def fingerprint_from(*, server_args: Mapping[str, Any] | None = None, argv: Sequ
     tp = args.get("tp_size")
     if tp is None and argv:
         t = flag_values(argv).get("--tp-size") or flag_values(argv).get("--tp")
-        tp = int(t) if isinstance(t, str) and t.isdigit() else None
+        tp = ascii_int(t, 1, 1 << 16)  # (a command line's text: int() raised on '²')
     return Fingerprint(
         collected_at=collected_at, argv=list(argv) if argv else None, server_args=args,
         version=version, model=model, tp_size=tp if isinstance(tp, int) else None, spec=spec,

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from specmon.numfmt import ascii_port
 from specmon.parse.gpu_sample import REASON_BITS, decode_reasons
 from specmon.parse.vllm import throughput_label
 from specmon.redact import redact_text
@@ -298,9 +299,11 @@ def parse_listen(text: str) -> tuple[str, int]:
         host = addr or host
     else:
         port_s = t
-    if not port_s.isdigit() or not 0 <= int(port_s) < 65536:
-        raise ValueError(f"bad port in {text!r}")
-    return host, int(port_s)
+    port = ascii_port(port_s, lo=0)  # (isdigit() and int() took '²' and raised)
+    if port is None:
+        raise ValueError(f"bad port in {text!r}: PORT must be ASCII digits, 0-65535 (0: any "
+                         "free port)")
+    return host, port
 
 
 @dataclass

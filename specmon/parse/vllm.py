@@ -343,7 +343,8 @@ def _head(text: str) -> _Head | None:
 def _num(text: str, name: str, invalid: list[str], *, pct: bool = False,
          integer: bool = False) -> float | int | None:
     """A printed value; nan/inf/negative/absurd -> None with `name` added to `invalid`."""
-    if text.isdigit() and len(text) <= MAX_INT_DIGITS:  # the common case, fast
+    # the common case, fast (isascii: '²'.isdigit() holds and int() raised, losing the line)
+    if text.isascii() and text.isdigit() and len(text) <= MAX_INT_DIGITS:
         return int(text) if integer else _bounded(float(text), name, invalid, pct)
     if not integer and _RE_PLAIN_FLOAT.match(text):
         return _bounded(float(text), name, invalid, pct)

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specmon.hosts.base import ConnectionState
+from specmon.numfmt import ascii_int
 from specmon.parse.argv import flag_values
 from specmon.parse.gpu_sample import GpuSample
 from specmon.parse.sglang import Record
-from specmon.sources.discovery import DiscoveredServer
+from specmon.sources.discovery import MAX_PARALLEL, DiscoveredServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +32,11 @@ class LineItem:
 
 
 def _int_flag(flags: dict[str, str | bool], *names: str) -> int | None:
+    """A size or rank from the server's command line: ASCII digits, bounded (numfmt)."""
     for n in names:
-        v = flags.get(n)
-        if isinstance(v, str) and v.isdigit():
-            return int(v)
+        v = ascii_int(flags.get(n), 0, MAX_PARALLEL)
+        if v is not None:
+            return v
     return None
 
 

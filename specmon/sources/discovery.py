@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from specmon.hosts.agent_client import AgentClient
+from specmon.numfmt import ascii_int, ascii_port
 from specmon.parse.argv import flag_values
 
 DEFAULT_PORT = 30000  # SGLang's default --port
@@ -209,8 +210,12 @@ def _first(flags: dict[str, str | bool], *names: str) -> str | None:
     return None
 
 
+MAX_PARALLEL = 1 << 16  # a TP/PP size, node count or rank past this is no server's
+
+
 def _int(s: str | None) -> int | None:
-    return int(s) if s is not None and s.isdigit() else None
+    """A size from a process's command line (another user's text): ASCII digits, bounded."""
+    return ascii_int(s, 1, MAX_PARALLEL)
 
 
 def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
@@ -225,7 +230,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
         if any(_is_launcher(a.argv)[0] for a in _ancestors(p, by_pid)):
             continue
         flags = flag_values(p.argv)
-        port = _int(_first(flags, "--port"))
+        port = ascii_port(_first(flags, "--port"))
         spec = {k: v for k, v in flags.items() if k.startswith("--speculative-")}
         algo = spec.get("--speculative-algorithm")
         speculative = isinstance(algo, str) and algo.upper() not in ("", "NONE")
