@@ -47,12 +47,13 @@ def run_server(args: argparse.Namespace) -> int:
             server: SimServer = VllmSimServer(args)
         else:
             server = SimServer(args)
-    except SimError as exc:
-        raise CliError(str(exc)) from None
-    try:
         return server.run()
     except SimError as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:  # its --log-file (a missing folder, no permission): one line
+        where = exc.filename if exc.filename is not None else "its files"
+        raise CliError(f"simulated server: cannot write {where}: "
+                       f"{exc.strerror or exc}") from None
 
 
 def _host(args: argparse.Namespace):  # noqa: ANN202 - lazy import keeps the CLI light

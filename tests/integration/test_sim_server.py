@@ -117,10 +117,16 @@ def test_spt_noenv_keeps_environ_and_crash_writes_traceback(launch, tmp_path):
     assert not (tmp_path / "host/servers" / f"sim-{port}.json").exists()
 
 
-def test_bad_options_give_one_line_and_exit_2(launch):
+def test_bad_options_give_one_line_and_exit_2(launch, tmp_path):
     p, _, _ = launch("--format-version", "0.9.9")
     assert p.wait(30) == 2
     err = p.stderr.read().strip().splitlines()
     assert len(err) == 1 and "0.9.9" in err[0]
+    # a --log-file in a folder that is not there: a FileNotFoundError traceback before
+    missing = tmp_path / "no-such-folder" / "x.log"
+    p, _, _ = launch("--log-file", str(missing))
+    assert p.wait(30) == 2
+    err = p.stderr.read().strip().splitlines()
+    assert len(err) == 1 and f"cannot write {missing}" in err[0], err
     p, _, _ = launch("--format-version", "0.4.0", "--speculative-algorithm", "EAGLE")
     assert p.wait(30) == 2
