@@ -17,7 +17,7 @@ from textual.color import Color
 from textual.containers import Vertical
 from textual_plotext import PlotextPlot
 
-from specmon.session.state import ServerState
+from specmon.session.state import DecodePoint, ServerState
 from specmon.ui.safe import plain
 from specmon.ui.widgets import Lines, Piece
 
@@ -93,20 +93,35 @@ def metric_value(rec: object, metric: str) -> float | None:
     return float(v) if v is not None and math.isfinite(v) and v > 0 else None
 
 
+def newest_point(s: ServerState) -> DecodePoint | None:
+    """The server's newest server-level decode point (its newest run that has one)."""
+    for run in reversed(s.runs):
+        if run.decode:
+            return run.decode[-1]
+    return None
+
+
 def _points(s: ServerState, metric: str, span_s: float, end: float | None
             ) -> tuple[list[tuple[float, float]], bool]:
-    """(x, value) of the server's decode points over the last `span_s` of record time (the time
-    SGLang printed; receive time for lines without one), oldest first; and whether the newest
-    point carries SGLang's own time."""
+    """(x, value) of the server's server-level decode points over the last `span_s` of record
+    time (the time SGLang printed; receive time for lines without one), oldest first; and
+    whether the newest point carries SGLang's own time. Server-level: each run's `decode`, what
+    the panel's medians are made of (a DP server's groups or vLLM engines summed per interval),
+    never one group's own line."""
     out: list[tuple[float, float]] = []
-    use_log = bool(s.decode) and s.decode[-1].t_log
-    last = end if end is not None else (s.decode[-1].t if s.decode else None)
-    for p in reversed(s.decode):
-        if last is not None and p.t < last - span_s:
-            break
-        v = metric_value(p.rec, metric)
-        if v is not None:
-            out.append((p.t, v))
+    newest = newest_point(s)
+    use_log = newest is not None and newest.t_log
+    last = end if end is not None else (newest.t if newest is not None else None)
+    for run in reversed(s.runs):
+        for p in reversed(run.decode):
+            if last is not None and p.t < last - span_s:
+                break
+            v = metric_value(p.rec, metric)
+            if v is not None:
+                out.append((p.t, v))
+        else:
+            continue
+        break  # (a point before the span: older runs are older still)
     out.reverse()
     return out, use_log
 
@@ -125,13 +140,14 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
     x is record time (the session model's `DecodePoint.t`); the shaded window is what the
     statistics cover: the last `window_s` of each server's current run.
     """
-    ends = [s.decode[-1].t for s in servers if s.decode]
+    newest = [newest_point(s) for s in servers]
+    ends = [p.t for p in newest if p is not None]
     end = max(ends) if ends else None
     out = []
     any_log = False
     win_lo: float | None = None
     boundaries: list[float] = []
-    for s in servers:
+    for s, top in zip(servers, newest, strict=True):
         pts, use_log = _points(s, metric, span_s, end)
         any_log = any_log or use_log
         if metric == "accept len" and not pts:
@@ -142,8 +158,8 @@ def chart_model(servers: Sequence[ServerState], metric: str, now: float, window_
             kept.append(pts[-1])
         out.append(Series(s.name, s.role, tuple(t for t, _ in kept), tuple(v for _, v in kept)))
         # the statistics window: the last window_s of the current run's record time
-        if s.decode:
-            x = s.decode[-1].t - window_s
+        if top is not None:
+            x = top.t - window_s
             if s.run.start_t is not None:
                 x = max(x, s.run.start_t)
             win_lo = x if win_lo is None else min(win_lo, x)
