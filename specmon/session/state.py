@@ -330,6 +330,15 @@ class Run:
     segments: list[TimeSegment] = field(default_factory=list)  # boundaries, newest last
     _seg_last_t: float | None = None
     _round: dict[int | None, DecodePoint] = field(default_factory=dict)
+    # DP groups the run's arguments announce (vLLM data_parallel_size, SGLang dp_size with DP
+    # attention) while not all of them have logged: no round closes short of them before one
+    # repeats (0: none awaited; `expect_dp_groups`)
+    dp_expect: int = 0
+
+    def expect_dp_groups(self, args: dict[str, Any], vllm: bool) -> None:
+        """The groups `args` announce (before the run's first decode line): the first interval
+        of a DP server waits for every engine's line instead of closing on the first one."""
+        self.dp_expect = dp_groups_announced(args, vllm) if not self.groups else 0
 
     @property
     def ended(self) -> bool:
@@ -378,11 +387,16 @@ class Run:
         out: list[DecodePoint] = [closed] if closed is not None else []
         if key in self._round:
             out.append(self._close_round())
-        if len(self.groups) == 1 and not self._round:  # (most servers: no DP groups; the
-            g.missed_rounds = 0  # round is this line, as `_close_round` makes it)
+            self.dp_expect = 0  # a group repeated: every group that logs has been seen
+        if len(self.groups) == 1 and not self._round and not self.dp_expect:  # (most servers:
+            g.missed_rounds = 0  # no DP groups; the round is this line, as `_close_round` makes it)
             out.append(self._add_point(pt))
             return out
         self._round[key] = pt
+        if self.dp_expect:  # the run's args announce more groups than have logged yet
+            if key is not None and len(self.groups) < self.dp_expect:
+                return out
+            self.dp_expect = 0
         active = [k for k, gg in self.groups.items() if not gg.silent or k in self._round]
         if all(k in self._round for k in active):
             out.append(self._close_round())
@@ -464,6 +478,18 @@ class Run:
             if tier.span_s == span_s:
                 return tier.all_points()
         raise ValueError(f"no {span_s} s tier (have {TIER_SECONDS})")
+
+
+def dp_groups_announced(args: dict[str, Any], vllm: bool) -> int:
+    """How many DP groups print their own decode lines per interval, as a run's arguments say:
+    vLLM's `data_parallel_size` (one `Engine NNN:` line each), SGLang's `dp_size` with
+    `enable_dp_attention` (one line per DP group, in lockstep); 0 when none is announced."""
+    n = args.get("dp_size")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return 0
+    if not vllm and args.get("enable_dp_attention") is not True:
+        return 0
+    return min(n, MAX_GROUPS)
 
 
 def _rank_order(k: int | None) -> int:
@@ -548,6 +574,7 @@ class ServerState:
     @args.setter
     def args(self, value: dict[str, Any]) -> None:
         self.run.args = value
+        self.run.expect_dp_groups(value, self.engine == "vllm" or "engine_version" in value)
 
     @property
     def nccl_lines(self) -> list[str]:
@@ -773,6 +800,7 @@ class ServerState:
             if isinstance(ev, VllmEventRecord):
                 vllm_spec_args(run.args, self._pending_args)
                 self._pending_args = None
+            run.expect_dp_groups(run.args, isinstance(ev, VllmEventRecord))
             run.has_server_args = True
             run.nccl_lines = []
             self.startup = StartupProgress(server_args=True)

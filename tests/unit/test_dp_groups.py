@@ -106,3 +106,46 @@ def test_a_group_that_stops_logging_is_shown_as_silent():
     assert [(r.dp_rank, r.silent) for r in rows] == [(0, False), (1, False), (2, False), (3, True)]
     assert rows[3].stats is None  # no line of DP3 in the last 60 s: nothing to show for it
     assert all(r.stats is not None and r.stats.running_req == 20 for r in rows[:3])
+
+
+def test_a_vllm_dp_servers_first_interval_waits_for_every_engine(tmp_path, capsys):
+    """vLLM DP 2 (real formats: the config line says data_parallel_size=2): the first interval
+    sums both engines' lines, not engine 0's alone (parse --runs once read `#running-req 8:
+    median 270.70, n 1` beside `16: n 29`, and compare printed a bs-8 row of engine 0 alone)."""
+    from kit.vllm_logs import vllm_log
+
+    from specmon.cli import main
+    from specmon.session.runs import read_runs
+
+    lines = vllm_log("0.11.0", engines=2, intervals=30, running=8)
+    run = read_runs(lines, "spec").run
+    assert run.args["dp_size"] == 2
+    assert [p.groups for p in run.decode] == [2] * 30
+    assert {p.rec.running_req for p in run.decode} == {16}
+    log = tmp_path / "spec-dp2.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["parse", "--runs", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "#running-req 8:" not in out and ", n 30, accept len 2.82" in out
+    # an engine that never logs (idle: vLLM prints nothing) holds nothing up once engine 0
+    # repeats: every interval is counted, each engine 0's own
+    only0 = [x for i, x in enumerate(lines) if "Engine 001:" not in x
+             and not ("SpecDecoding" in x and "Engine 001:" in lines[i - 1])]
+    run0 = read_runs(only0, "spec").run
+    assert len(run0.decode) == 30 and {p.groups for p in run0.decode} == {1}
+    assert run0.decode[0].rec.gen_throughput == run.groups[0].points[0].rec.gen_throughput
+
+
+def test_an_sglang_dp_attention_servers_first_interval_waits_for_its_groups():
+    """SGLang with `dp_size=4, enable_dp_attention=True` (the real DP-4 log behind its launch
+    line): the first server-level point sums four groups, not the first group's line alone."""
+    args = ("[2026-01-07 07:01:40] server_args=ServerArgs(model_path='Qwen/Qwen3-Coder-480B-A35B', "
+            "tp_size=16, dp_size=4, enable_dp_attention=True, speculative_algorithm=None)")
+    s = ServerState("dp4")
+    for ln in [args, *dp4_lines()]:
+        s.apply(ln, parse_line(ln), 1.0)
+    assert s.run.decode[0].groups == 4
+    plain = ServerState("dp4")  # without its launch line: nothing announces the groups
+    for ln in dp4_lines():
+        plain.apply(ln, parse_line(ln), 1.0)
+    assert plain.run.decode[0].groups == 1
