@@ -177,6 +177,8 @@ class VllmDecodeRecord(BatchRecord):
     kv_cache_usage_pct: float | None = None
     kv_device: str | None = None  # `GPU` (0.30+: `XPU`, `CPU`, ...)
     prefix_cache_hit_pct: float | None = None  # None when not printed (0.31+: no queries)
+    # a DP server's interval (`combine_engines`): how its prefix cache hit rate was combined
+    prefix_cache_hit_note: str | None = None
     preemptions: int | None = None  # 0.12+, printed only when > 0
     deferred_req: int | None = None  # 0.21+, printed only when > 0
     corrupted_req: int | None = None  # VLLM_COMPUTE_NANS_IN_LOGITS
@@ -223,8 +225,9 @@ class VllmDecodeRecord(BatchRecord):
         return out
 
 
-_DECODE_OPTIONAL = ("engines_aggregated", "kv_device", "preemptions", "deferred_req",
-                    "corrupted_req", "external_prefix_cache_hit_pct", "mm_cache_hit_pct",
+_DECODE_OPTIONAL = ("engines_aggregated", "kv_device", "prefix_cache_hit_note", "preemptions",
+                    "deferred_req", "corrupted_req", "external_prefix_cache_hit_pct",
+                    "mm_cache_hit_pct",
                     "kv_fetch_waiting", "kv_fetch_in_progress", "kv_fetch_completed_waiting",
                     "swapped_req", "cpu_kv_cache_usage_pct")
 
@@ -956,7 +959,14 @@ def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDe
     `server` holds what SGLang's DP sum computes (throughput, Running, Waiting summed, accept len
     weighted by throughput); the vLLM parts are added here: prompt tok/s and accepted tok/s
     summed, KV usage the mean (as vLLM's own aggregated line), the acceptance counts summed and
-    the rate and per-position rates from those sums."""
+    the rate and per-position rates from those sums.
+
+    The prefix cache hit rate cannot be combined as vLLM's aggregated line does (`N Engines
+    Aggregated`: one CachingMetrics fed every engine's queries and hits, so their pooled hits /
+    queries): the engine lines print rates, not the query counts that would weight them. It is
+    the plain mean of the rates the engines printed, and `prefix_cache_hit_note` says so (0.31+
+    prints no rate for an engine whose cache saw no queries: it adds none to vLLM's pool either,
+    and is left out)."""
     out = VllmDecodeRecord(kind="decode")
     for f in BatchRecord.__dataclass_fields__:
         setattr(out, f, getattr(server, f))
@@ -969,6 +979,16 @@ def combine_engines(recs: list[VllmDecodeRecord], server: BatchRecord) -> VllmDe
     out.accepted_tok_s = total("accepted_tok_s")
     kv = [r.kv_cache_usage_pct for r in recs if r.kv_cache_usage_pct is not None]
     out.kv_cache_usage_pct = sum(kv) / len(kv) if len(kv) == len(recs) else None
+    hits = [r.prefix_cache_hit_pct for r in recs if r.prefix_cache_hit_pct is not None]
+    if hits:
+        out.prefix_cache_hit_pct = sum(hits) / len(hits)
+        if len(hits) == len(recs):
+            note = f"mean of {len(recs)} engines, unweighted"
+        elif len(hits) > 1:
+            note = f"mean of the {len(hits)} of {len(recs)} engines that print it, unweighted"
+        else:
+            note = f"1 of {len(recs)} engines prints it"
+        out.prefix_cache_hit_note = note
     out.kv_device = recs[0].kv_device
     out.process, out.pid = recs[0].process, recs[0].pid
     specs = [r.spec for r in recs]

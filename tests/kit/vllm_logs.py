@@ -15,7 +15,7 @@ T0 = time.mktime((2026, 11, 20, 10, 0, 0, 0, 0, -1))  # local time: vLLM prints 
 def vllm_log(version: str = "0.11.0", *, spec: bool = True, engines: int = 1, intervals: int = 30,
              running: int = 8, prefix_hit: float | None = 50.0, interval_s: float = 10.0,
              k: int = 3, seed: int = 3, config: bool = True, prefill_first: bool = False,
-             prefix_hits: list[float] | None = None) -> list[str]:
+             prefix_hits: list[float | None] | None = None) -> list[str]:
     """Lines of one launch: the config line (every DP engine's copy, as <= 0.11 prints it; with
     `data_parallel_size=engines` where the release prints it), then `intervals` stats intervals.
     `prefill_first`: the first interval is a prefill-only one (no drafts: no spec line from

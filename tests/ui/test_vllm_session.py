@@ -481,3 +481,22 @@ def test_summary_sums_vllm_counts() -> None:
     want0 = sum(x["per_position"][0] * x["drafted"] for x in spec) / dra
     assert s.spec_pos[0] / s.spec_pos_drafted == pytest.approx(want0)
     assert f"{acc / dra:.3f} ({acc:,} / {dra:,})" in s.render()
+
+
+def test_dp_panel_prefix_cache_hit_rate_is_the_engines_mean_and_says_so() -> None:
+    """DP 2 (vLLM's format strings): every engine line prints `Prefix cache hit rate`; the
+    panel's server-level figure was N/A. It is the engines' mean, labelled (vLLM's aggregated
+    line weights by queries, which the engine lines do not print)."""
+    from kit.vllm_logs import vllm_log
+
+    from specmon.ui.widgets import summary_rows
+
+    state = read_runs(vllm_log("0.11.0", engines=2, prefix_hits=[50.0, 30.0]), "spec")
+    last = state.runs[-1].last
+    assert last is not None and last.prefix_cache_hit_pct == pytest.approx(40.0)
+    rows = {r[0]: r for r in summary_rows(state, now=state.runs[-1].decode[-1].t, window_s=60)}
+    assert "prefix cache hit 40.0% (mean of 2 engines, unweighted)" in rows["KV cache"][2]
+    # 0.31+ prints the rate only for an engine whose cache saw queries
+    state = read_runs(vllm_log("0.33.0", engines=2, prefix_hits=[62.5, None]), "spec")
+    rows = {r[0]: r for r in summary_rows(state, now=state.runs[-1].decode[-1].t, window_s=60)}
+    assert "prefix cache hit 62.5% (1 of 2 engines prints it)" in rows["KV cache"][2]

@@ -149,9 +149,10 @@ def _kv_row(state: ServerState) -> tuple[str, str, str, str]:
     decimals, so a bs-1 server on a 1.2M-token pool always reads 0.00."""
     last = state.runs[-1].last if state.runs else None  # the current run's
     if isinstance(last, VllmDecodeRecord):
+        hit_note = f" ({last.prefix_cache_hit_note})" if last.prefix_cache_hit_note else ""
         return ("KV cache", num(last.kv_cache_usage_pct, "{:.1f}%"),
                 f"{last.kv_device or 'GPU'} usage · prefix cache hit "
-                f"{num(last.prefix_cache_hit_pct, '{:.1f}%')}", "")
+                f"{num(last.prefix_cache_hit_pct, '{:.1f}%')}{hit_note}", "")
     tokens = last.tokens if last else None
     pool = state.args.get("max_total_num_tokens")
     pool = pool if isinstance(pool, int) and not isinstance(pool, bool) and pool > 0 else None
