@@ -641,15 +641,51 @@ _VLLM_LINE = re.compile(rb"^[^\n]*(?:Avg prompt throughput|SpecDecoding metrics|
                         rb"Speculative metrics:)[^\n]*", re.M)
 
 
-def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
+class VllmRun:
+    """What a vLLM run's summary carries from one piece of its lines to the next (`parse` hands
+    a run over in RUN_CHUNK pieces): the spec joiner, primed with the run's config (an F1 line's
+    accept length needs k and the method; the summary reads only stats lines), which also keeps
+    an engine line at a piece's end for its spec line at the next one's start and V0's
+    cumulative counts."""
+
+    def __init__(self, args: dict[str, Any] | None = None) -> None:
+        self.args = args or {}
+        self._joiner: Any = None
+
+    def configure(self, args: dict[str, Any]) -> None:
+        """The run's config line came (after some of its lines: vLLM prints `non-default
+        args` first)."""
+        self.args = args
+        if self._joiner is not None:
+            self._joiner.use_config(args)
+
+    def joiner(self) -> Any:
+        if self._joiner is None:
+            from specmon.parse.vllm import SpecJoiner
+
+            self._joiner = SpecJoiner()
+            self._joiner.use_config(self.args)
+        return self._joiner
+
+    def finish(self, s: LogSummary) -> None:
+        """The end of the run: an engine line still waiting for its spec line counts now."""
+        if self._joiner is not None:
+            for r in self._joiner.flush():
+                s.add_record(r)
+
+
+def _summarise_vllm(buf: bytes, s: LogSummary, run: VllmRun | None = None) -> LogSummary:
     """A vLLM log: its stats lines through the parser, spec lines joined onto their engine's
     line. Only lines with a vLLM stats marker can make a summary record; a buffer that also holds
-    SGLang batch lines goes line by line, so the mixed-engines error names the line."""
+    SGLang batch lines goes line by line, so the mixed-engines error names the line. `run`: the
+    state of the run this buffer is a piece of (its end then leaves a waiting engine line held:
+    `VllmRun.finish`)."""
     # imported here: 13 ms of start-up (its patterns) that an SGLang log never needs
-    from specmon.parse.vllm import EngineGuard, SpecJoiner
+    from specmon.parse.vllm import EngineGuard
 
     guard = EngineGuard(s.name)
-    joiner = SpecJoiner()
+    state = run if run is not None else VllmRun()
+    joiner = state.joiner()
     if b"Decode batch" in buf or b"Prefill batch" in buf:
         lines: Iterator[tuple[int, bytes]] = enumerate(buf.split(b"\n"), 1)
     else:
@@ -659,8 +695,8 @@ def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
         guard.check(rec, line_no or None)
         for r in joiner.push(rec):
             s.add_record(r)
-    for r in joiner.flush():
-        s.add_record(r)
+    if run is None:
+        state.finish(s)
     s.engine = "vllm"
     if not s.recognised:  # start-up lines only: still a vLLM log, not garbage
         s.events = _count_events(buf)
@@ -670,9 +706,11 @@ def _summarise_vllm(buf: bytes, s: LogSummary) -> LogSummary:
 DP_PROBE = 8 << 20  # bytes of each chunk searched for a second DP group's lines
 
 
-def summarise_buffer(buf: bytes, name: str = "log", end: int | None = None) -> LogSummary:
+def summarise_buffer(buf: bytes, name: str = "log", end: int | None = None,
+                     vllm_run: VllmRun | None = None) -> LogSummary:
     """Summary of `buf[:end]`, whole lines each ending in '\\n' (fast path when it is exact).
-    `end` spares the caller a copy of its chunk."""
+    `end` spares the caller a copy of its chunk. `vllm_run`: the run a vLLM log's buffer is a
+    piece of (its config, and what one piece leaves to the next); the caller ends it."""
     end = len(buf) if end is None else end
     if buf.find(b"\r", 0, end) >= 0 and not any(p.search(buf, 0, end) for p in _VLLM_MARKS):
         # a lone CR ends a line, as in summarise_general (CR-only logs are not one line)
@@ -684,7 +722,7 @@ def summarise_buffer(buf: bytes, name: str = "log", end: int | None = None) -> L
     # own line; a second one shows early (the chunk's head is searched: ~6 ms, not ~45 ms)
     s.dp_groups = buf.find(b"Engine 001:" if vllm else b" DP1 TP", 0, min(end, DP_PROBE)) >= 0
     if vllm:
-        return _summarise_vllm(buf if end == len(buf) else buf[:end], s)
+        return _summarise_vllm(buf if end == len(buf) else buf[:end], s, vllm_run)
     fast = scan_buffer(buf, end)
     if fast is not None:
         s.add_fast(fast, _edge_time(buf, end, forward=True), _edge_time(buf, end, forward=False))

@@ -22,6 +22,7 @@ from specmon.analysis.logfile import (
     VLLM_RUN_MARKS,
     LogLines,
     PartialRead,
+    VllmRun,
     find_all,
     is_regular,
     json_rows,
@@ -126,14 +127,23 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
     # vLLM's launch lines are looked for until the summary knows the log's engine (its first
     # stats lines), then only in a vLLM log: two more searches a line cost an SGLang .gz ~25 %
     engine_known = vllm = False
+    # a vLLM run's pieces share one state (its config, an engine line waiting at a piece's end
+    # for its spec line): ended with the run (`end`)
+    vrun = VllmRun(cur.args)
 
     def flush() -> None:
         nonlocal engine_known, vllm
         if pending:
-            cur.summary.merge(summarise_buffer(b"".join(pending)))
+            cur.summary.merge(summarise_buffer(b"".join(pending), vllm_run=vrun))
             pending.clear()
             if not engine_known and cur.summary.recognised:
                 engine_known, vllm = True, cur.summary.engine == "vllm"
+
+    def end(part: RunPart) -> RunPart:
+        nonlocal vrun
+        vrun.finish(part.summary)
+        vrun = VllmRun(cur.args)
+        return part
 
     try:
         for line in lines:
@@ -147,7 +157,9 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
                     size = 0
                     done, cur = _run_at(cur, rec)
                     if done is not None:
-                        yield done
+                        yield end(done)
+                    if isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
+                        vrun.configure(cur.args)  # (its config line, or a DP engine's copy)
             pending.append(line)
             size += len(line)
             if size >= RUN_CHUNK:
@@ -155,10 +167,10 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
                 size = 0
     except CliError:
         flush()
-        yield cur  # what was read before the damage is still reported
+        yield end(cur)  # what was read before the damage is still reported
         raise
     flush()
-    yield cur
+    yield end(cur)
 
 
 def _run_at(cur: RunPart, rec: EventRecord) -> tuple[RunPart | None, RunPart]:

@@ -755,10 +755,7 @@ class SpecJoiner:
                 self._held = rec
                 return out
         elif isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
-            k = rec.data.get("speculative_num_tokens")
-            self._k = k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
-            m = rec.data.get("speculative_algorithm")
-            self._method = m if isinstance(m, str) else None
+            self.use_config(rec.data)
             self._v0.clear()
             self._last = None
             self._last_by_pid.clear()
@@ -769,6 +766,15 @@ class SpecJoiner:
     def flush(self) -> list[Record]:
         held, self._held = self._held, None
         return [held] if held is not None else []
+
+    def use_config(self, data: dict[str, Any]) -> None:
+        """The run's k and method from its config line's data (`server_args`): what F1 lines'
+        accept length needs. A reader that hands the joiner only the stats lines (the summary)
+        gives them here."""
+        k = data.get("speculative_num_tokens")
+        self._k = k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+        m = data.get("speculative_algorithm")
+        self._method = m if isinstance(m, str) else None
 
     @property
     def holding(self) -> bool:

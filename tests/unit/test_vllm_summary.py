@@ -1,0 +1,68 @@
+"""`specmon parse` (the summary) of vLLM logs built from vLLM's own format strings
+(tests/kit/vllm_logs.py, specmon.sim.vllm_formats): the same intervals, accept rate and accept
+length as `parse --runs` and `compare` read from the same run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from kit.vllm_logs import vllm_log
+
+import specmon.commands.parse as parse_cmd
+from specmon.cli import main
+
+
+def _write(tmp_path: Path, name: str, lines: list[str]) -> str:
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def _parse(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["parse", *args]) == 0
+    return capsys.readouterr().out
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    """#running-req -> the row's words (the summary's tables)."""
+    return {x.split()[0]: x.split() for x in out.splitlines() if re.match(r"\s+\d+\s+\d", x)}
+
+
+def test_an_f1_speculative_log_is_summarised_as_speculative_with_its_counts(tmp_path, capsys):
+    """vLLM 0.8.3/0.8.4 (F1: `Draft acceptance rate, Accepted, Drafted`, no mean length): every
+    interval has its spec line, so the summary's rows are speculative and it prints the counted
+    accept rate and the accept length every other front end derives (1 + Accepted x k /
+    Drafted, k from the config line); it once put every interval under "no 'SpecDecoding
+    metrics' line in the interval" and printed neither."""
+    log = _write(tmp_path, "spec083.log", vllm_log("0.8.3", intervals=30, running=4))
+    out = _parse(capsys, log)
+    assert "speculative (" in out and "baseline (" not in out and "no 'SpecDecoding" not in out
+    assert _rows(out)["4"][1] == "30"
+    runs = _parse(capsys, "--runs", log)
+    runs_len = re.search(r"#running-req 4: .* n 30, accept len (\d\.\d\d)", runs)
+    assert runs_len is not None
+    assert f"bonus included): median {runs_len.group(1)}, " in out
+    m = re.search(r"accept rate \(vLLM's counts, accepted / drafted over the log\): (\d\.\d{3}) "
+                  r"\(([\d,]+) / ([\d,]+)\)", out)
+    assert m is not None
+    acc, dra = (int(x.replace(",", "")) for x in m.groups()[1:])
+    assert m.group(1) == f"{acc / dra:.3f}" and dra > 0
+    # without its config line (k unknown) the length is not derivable: N/A, the rest stays
+    out = _parse(capsys, _write(tmp_path, "nocfg.log",
+                                vllm_log("0.8.3", intervals=30, running=4, config=False)))
+    assert "speculative (" in out and "bonus included): median N/A" in out
+    assert f"accept rate (vLLM's counts, accepted / drafted over the log): {acc / dra:.3f}" in out
+
+
+def test_a_run_read_in_pieces_keeps_each_engine_line_with_its_spec_line(tmp_path, capsys,
+                                                                        monkeypatch):
+    """`parse` hands a run to the summary in pieces: an engine line at a piece's end is joined
+    with the spec line at the next one's start (it was counted without it, its counts lost)."""
+    log = _write(tmp_path, "spec011.log", vllm_log("0.11.0", intervals=40, running=4))
+    whole = _parse(capsys, log)
+    monkeypatch.setattr(parse_cmd, "RUN_CHUNK", 1500)  # a piece every ~3 intervals
+    pieces = _parse(capsys, log)
+    assert pieces == whole and "baseline (" not in pieces
+
