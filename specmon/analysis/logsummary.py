@@ -41,6 +41,8 @@ class LogSummary:
     spec_pos: list[float] = field(default_factory=list)  # sum of rate x drafted, per position
     spec_pos_drafted: int = 0  # drafted tokens behind spec_pos (lines with the same k)
     dp_groups: bool = False  # lines of DP ranks besides 0 (DP attention): one line per group
+    # vLLM: the run's config names a speculative method (None: no config line read)
+    speculative: bool | None = None
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -115,6 +117,8 @@ class LogSummary:
         self.invalid += other.invalid
         self.events += other.events
         self.dp_groups = self.dp_groups or other.dp_groups
+        if other.speculative is not None:
+            self.speculative = other.speculative
         self._add_times(other.first_time, other.last_time)
 
     def _add_times(self, first: str | None, last: str | None) -> None:
@@ -128,15 +132,18 @@ class LogSummary:
         return (self.lines, self.decode, self.prefill, dict(self.throughput), dict(self.accept),
                 self.first_time, self.last_time, self.invalid)
 
-    def groups(self) -> dict[bool, dict[int | None, dict[str, float | int | None]]]:
+    def groups(self, merged: bool = False
+               ) -> dict[bool, dict[int | None, dict[str, float | int | None]]]:
         """Per server kind, per #running-req: n, median, p10, p90 of gen throughput. An
         interval at 0 tok/s (vLLM's idle line after a burst) is counted apart, as every other
-        front end leaves it out of its medians (`session.window.stats_for`)."""
+        front end leaves it out of its medians (`session.window.stats_for`). `merged`: every
+        interval under True (a speculative vLLM run: its intervals without drafts too)."""
         buckets: dict[tuple[bool, int | None], Counter[float]] = {}
         unreadable: Counter[tuple[bool, int | None]] = Counter()
         idle: Counter[tuple[bool, int | None]] = Counter()
         drained: Counter[tuple[bool, int | None]] = Counter()
         for (spec, rr, gt), c in self.throughput.items():
+            spec = spec or merged
             if gt is None:
                 unreadable[(spec, rr)] += c
                 continue
@@ -195,6 +202,13 @@ class LogSummary:
             lines.insert(2, f"warning: {self.invalid:,} invalid value(s) (non-finite, negative or "
                             "absurd numbers) read as N/A; their lines are kept")
         groups = self.groups()
+        # a speculative vLLM run: every engine interval in its table, those without a spec line
+        # (no drafts: prefill only) included, as `parse --runs`, `compare` and the panel count
+        # the run's intervals; each row says how many of its n had none
+        nospec: dict[int | None, dict[str, float | int | None]] = {}
+        if self.engine == "vllm" and (True in groups or self.speculative):
+            nospec = groups.get(False, {})
+            groups = self.groups(merged=True)
         if not groups:
             lines.append("")
             lines.append("no decode lines found")
@@ -204,8 +218,9 @@ class LogSummary:
             lines.append("")
             label = "speculative (lines carry 'accept len')" if spec else "baseline (no accept len)"
             if self.engine == "vllm":
-                label = ("speculative (intervals with a 'SpecDecoding metrics' line)" if spec
-                         else "no 'SpecDecoding metrics' line in the interval")
+                label = ("speculative (a run that prints 'SpecDecoding metrics' lines): every "
+                         "engine interval" if spec else
+                         "baseline (no 'SpecDecoding metrics' line in the run)")
             lines.append(f"{label}")
             lines.append(f"  {'#running-req':>12}  {'n':>8}  {'median':>10}  {'p10':>10}  {'p90':>10}")
             for rr in sorted(groups[spec], key=lambda r: (r is None, r)):
@@ -219,6 +234,8 @@ class LogSummary:
                     + (f"  (+{g['drained']:,} printed with no request running: their requests "
                        "ended within the interval, no batch size; not counted)"
                        if g["drained"] else "")
+                    + (f"  ({k:,} of them without a SpecDecoding line: no drafts)"
+                       if spec and (k := (nospec.get(rr) or {}).get("n")) else "")
                 )
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})

@@ -160,6 +160,7 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
                         yield end(done)
                     if isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
                         vrun.configure(cur.args)  # (its config line, or a DP engine's copy)
+                        cur.summary.speculative = bool(cur.args.get("speculative_algorithm"))
             pending.append(line)
             size += len(line)
             if size >= RUN_CHUNK:

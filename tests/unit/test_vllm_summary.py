@@ -66,3 +66,28 @@ def test_a_run_read_in_pieces_keeps_each_engine_line_with_its_spec_line(tmp_path
     pieces = _parse(capsys, log)
     assert pieces == whole and "baseline (" not in pieces
 
+
+def test_the_summary_counts_a_speculative_runs_intervals_as_parse_runs_and_compare(tmp_path,
+                                                                                   capsys):
+    """A 0.5 s log whose first interval is prefill only (no drafts: 0.9+ prints no spec line):
+    the summary's speculative row at bs 4 read n 39 where `parse --runs` and `compare` read 40.
+    Every interval of a speculative run counts, and the row says how many had no spec line."""
+    spec = _write(tmp_path, "spec.log", vllm_log("0.33.0", intervals=40, running=4,
+                                                  interval_s=0.5, prefill_first=True))
+    base = _write(tmp_path, "base.log", vllm_log("0.33.0", spec=False, intervals=40, running=4,
+                                                  interval_s=0.5))
+    out = _parse(capsys, spec)
+    row = _rows(out)["4"]
+    assert row[1] == "40" and "(1 of them without a SpecDecoding line: no drafts)" in " ".join(row)
+    assert "baseline (" not in out
+    assert ", n 40, accept len" in _parse(capsys, "--runs", spec)
+    assert main(["compare", base, spec]) == 0
+    table = {x.split()[0]: x.split() for x in capsys.readouterr().out.splitlines()
+             if re.match(r"\s+4\s", x)}
+    assert table["4"][-1] == "40"  # n spec
+    assert _rows(_parse(capsys, base))["4"][1] == "40"
+
+    # a run whose config names a method is speculative even where no interval drafted
+    quiet = [x for x in vllm_log("0.33.0", intervals=10, running=4) if "SpecDecoding" not in x]
+    out = _parse(capsys, _write(tmp_path, "quiet.log", quiet))
+    assert "speculative (" in out and "(10 of them without a SpecDecoding line" in out
