@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gzip
 import io
 import os
@@ -20,6 +21,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, BinaryIO, cast
 
 from specmon.analysis.logsummary import LogSummary
@@ -646,10 +648,11 @@ class VllmRun:
     a run over in RUN_CHUNK pieces): the spec joiner, primed with the run's config (an F1 line's
     accept length needs k and the method; the summary reads only stats lines), which also keeps
     an engine line at a piece's end for its spec line at the next one's start and V0's
-    cumulative counts."""
+    cumulative counts; and each engine's last line time (the measured stats interval)."""
 
     def __init__(self, args: dict[str, Any] | None = None) -> None:
         self.args = args or {}
+        self.last_t: dict[tuple[int | None, int | None], float] = {}
         self._joiner: Any = None
 
     def configure(self, args: dict[str, Any]) -> None:
@@ -671,7 +674,34 @@ class VllmRun:
         """The end of the run: an engine line still waiting for its spec line counts now."""
         if self._joiner is not None:
             for r in self._joiner.flush():
-                s.add_record(r)
+                _add_vllm(s, r, self.last_t)
+
+
+def _add_vllm(s: LogSummary, rec: Any, last_t: dict[tuple[int | None, int | None], float]
+              ) -> None:
+    """One record of a vLLM log into its summary, with the gap since its engine's last line."""
+    s.add_record(rec)
+    if not isinstance(rec, BatchRecord) or rec.kind != "decode" or not rec.timestamp:
+        return
+    t = _stamp(rec.timestamp)
+    if t is None:
+        return
+    key = (getattr(rec, "pid", None), rec.dp_rank)
+    prev = last_t.get(key)
+    if len(last_t) >= 256 and prev is None:
+        last_t.clear()  # bounded: a hostile log cannot grow it
+    last_t[key] = t
+    if prev is not None and t >= prev:
+        s.interval_gaps[round(t - prev, 3)] += 1
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp(ts: str) -> float | None:
+    """(Cached: an interval's engine lines share their stamp.)"""
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _summarise_vllm(buf: bytes, s: LogSummary, run: VllmRun | None = None) -> LogSummary:
@@ -686,6 +716,7 @@ def _summarise_vllm(buf: bytes, s: LogSummary, run: VllmRun | None = None) -> Lo
     guard = EngineGuard(s.name)
     state = run if run is not None else VllmRun()
     joiner = state.joiner()
+    last_t = state.last_t
     if b"Decode batch" in buf or b"Prefill batch" in buf:
         lines: Iterator[tuple[int, bytes]] = enumerate(buf.split(b"\n"), 1)
     else:
@@ -694,7 +725,7 @@ def _summarise_vllm(buf: bytes, s: LogSummary, run: VllmRun | None = None) -> Lo
         rec = parse_line(line[:MAX_LINE]) if line else None
         guard.check(rec, line_no or None)
         for r in joiner.push(rec):
-            s.add_record(r)
+            _add_vllm(s, r, last_t)
     if run is None:
         state.finish(s)
     s.engine = "vllm"
@@ -934,9 +965,9 @@ VLLM_HEAD = 1 << 20  # bytes of a file searched for vLLM's lines to tell its eng
 
 def vllm_log(fh: BinaryIO) -> bool:
     """Whether a plain file is a vLLM server's log, from its first VLLM_HEAD bytes: its launch
-    and stats lines come every ~10 s (a mixed file is an error the summary names). Such logs
-    are small (a line per stats interval) and read in order, by runs; the cut at `server_args=`
-    lines is SGLang's."""
+    and stats lines come every stats interval (a mixed file is an error the summary names).
+    Such logs are small (a line per stats interval) and read in order, by runs; the cut at
+    `server_args=` lines is SGLang's."""
     fh.seek(0)
     head = fh.read(VLLM_HEAD)
     return VLLM_RUN_MARKS[0] in head or any(p.search(head) for p in _VLLM_MARKS)

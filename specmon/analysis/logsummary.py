@@ -41,6 +41,8 @@ class LogSummary:
     spec_pos: list[float] = field(default_factory=list)  # sum of rate x drafted, per position
     spec_pos_drafted: int = 0  # drafted tokens behind spec_pos (lines with the same k)
     dp_groups: bool = False  # lines of DP ranks besides 0 (DP attention): one line per group
+    # vLLM: seconds between an engine's consecutive lines -> how many (the measured interval)
+    interval_gaps: Counter[float] = field(default_factory=Counter)
     # vLLM: the run's config names a speculative method (None: no config line read)
     speculative: bool | None = None
 
@@ -117,6 +119,7 @@ class LogSummary:
         self.invalid += other.invalid
         self.events += other.events
         self.dp_groups = self.dp_groups or other.dp_groups
+        self.interval_gaps.update(other.interval_gaps)
         if other.speculative is not None:
             self.speculative = other.speculative
         self._add_times(other.first_time, other.last_time)
@@ -182,15 +185,21 @@ class LogSummary:
             "Not comparable with a benchmark's end-to-end tok/s, which includes prefill.",
         ]
         if self.engine == "vllm":
+            from specmon.parse.vllm import measured_interval
+
             lines[0] = (f"lines read: {self.lines:,}   recognised: {recognised:,} vLLM engine "
                         "intervals ('decode')")
+            iv = measured_interval(self.interval_gaps)
             lines[3:] = [
                 "throughput = vLLM 'Avg generation throughput': every token an engine emitted in",
-                "its stats interval (~10 s; prefill steps and accepted drafts included) over that",
+                "its stats interval (prefill steps and accepted drafts included) over that",
                 "interval; idle servers print nothing. Not a benchmark's end-to-end tok/s.",
+                (f"stats interval: ~{iv:.1f} s (measured: the mean gap between an engine's lines, "
+                 "idle gaps left out)" if iv is not None else
+                 "stats interval: N/A (no engine printed two lines at different times)"),
             ]
         if self.dp_groups:
-            lines[6:6] = [
+            lines += [
                 "DP attention: the log holds the lines of several DP groups, and each row counts",
                 "a group's own line (its #running-req, its gen throughput). `parse --runs`,",
                 "`compare` and the live panel sum the groups per interval (the server's total)."

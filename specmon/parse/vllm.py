@@ -10,8 +10,8 @@ API (what other modules use):
   - `Engine NNN: Avg prompt throughput ...` (and the 0.8.0 / V0 forms) -> `VllmDecodeRecord`,
     `kind "decode"` (a `BatchRecord`: `dp_rank` is the engine index, `gen_throughput`,
     `running_req`, `queue_req` (Waiting, or V0 Pending) keep their SGLang meaning, except that
-    vLLM's generation throughput counts every token emitted in the ~10 s stats interval, prefill
-    steps included).
+    vLLM's generation throughput counts every token emitted in the stats interval
+    (VLLM_LOG_STATS_INTERVAL, 10 s by default), prefill steps included).
   - `SpecDecoding metrics: ...` (V1 layouts F1 0.8.3-0.8.4, F2a 0.8.5, F2b 0.9.0-0.10.1.1,
     F3 0.10.2-0.33) and V0 `Speculative metrics: ...` -> `VllmEventRecord(kind "spec")`; its
     `data` holds `mean_accept_len` (as printed), `accepted`, `drafted`, `draft_accept_rate_pct`,
@@ -165,10 +165,10 @@ NON_DEFAULT_KEYS = frozenset({
 class VllmDecodeRecord(BatchRecord):
     """One `Engine NNN: Avg prompt throughput ...` line (kind "decode").
 
-    `gen_throughput` is every token the engine emitted in the stats interval (~10 s, prefill
-    steps and accepted drafts included) over its wall time: not SGLang's decode-batch-only figure,
-    and not a benchmark's end-to-end tok/s. `accept_len`/`accept_rate` are filled by `SpecJoiner`
-    from the spec line that follows (None on the line itself).
+    `gen_throughput` is every token the engine emitted in the stats interval (10 s by default,
+    prefill steps and accepted drafts included) over its wall time: not SGLang's
+    decode-batch-only figure, and not a benchmark's end-to-end tok/s. `accept_len`/`accept_rate`
+    are filled by `SpecJoiner` from the spec line that follows (None on the line itself).
     """
 
     process: str | None = None  # `APIServer`, `EngineCore_DP0`, ... (the tag before the level)
@@ -792,6 +792,28 @@ def _seconds(ts: str | None) -> float | None:
         return datetime.fromisoformat(ts).timestamp()
     except (ValueError, OverflowError, OSError):
         return None
+
+
+def measured_interval(gaps: dict[float, int]) -> float | None:
+    """vLLM's stats interval as a log shows it, from the gaps between each engine's consecutive
+    lines (gap -> how many): their mean, leaving out the gaps over IDLE_FACTOR times the median
+    (at least 1 s) that held idle intervals (nothing printed). The mean, not the median: vLLM
+    stamps whole seconds, so at VLLM_LOG_STATS_INTERVAL=0.5 the gaps read 0 and 1 s."""
+    n = sum(gaps.values())
+    if n <= 0:
+        return None
+    seen = 0
+    med = 0.0
+    for g in sorted(gaps):
+        seen += gaps[g]
+        if 2 * seen >= n:
+            med = g
+            break
+    limit = IDLE_FACTOR * max(med, 1.0)
+    kept = [(g, c) for g, c in gaps.items() if g <= limit]
+    total = sum(c for _, c in kept)
+    mean = sum(g * c for g, c in kept) / total if total else 0.0
+    return mean if mean > 0 else None  # (all in one second: below what the stamps resolve)
 
 
 class IntervalClock:

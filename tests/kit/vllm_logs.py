@@ -15,11 +15,13 @@ T0 = time.mktime((2026, 11, 20, 10, 0, 0, 0, 0, -1))  # local time: vLLM prints 
 def vllm_log(version: str = "0.11.0", *, spec: bool = True, engines: int = 1, intervals: int = 30,
              running: int = 8, prefix_hit: float | None = 50.0, interval_s: float = 10.0,
              k: int = 3, seed: int = 3, config: bool = True, prefill_first: bool = False,
-             prefix_hits: list[float | None] | None = None) -> list[str]:
+             prefix_hits: list[float | None] | None = None,
+             idle: tuple[int, float] | None = None) -> list[str]:
     """Lines of one launch: the config line (every DP engine's copy, as <= 0.11 prints it; with
     `data_parallel_size=engines` where the release prints it), then `intervals` stats intervals.
     `prefill_first`: the first interval is a prefill-only one (no drafts: no spec line from
-    0.9.0 on). `prefix_hits`: each engine's printed prefix cache hit rate."""
+    0.9.0 on). `prefix_hits`: each engine's printed prefix cache hit rate. `idle` (i, s): s
+    seconds without a line before interval i (0.8.5+ prints nothing while idle)."""
     rnd = random.Random(seed)
     out: list[str] = []
     method, draft = ("eagle3", "org/Qwen3-8B-eagle3") if spec else (None, None)
@@ -35,6 +37,8 @@ def vllm_log(version: str = "0.11.0", *, spec: bool = True, engines: int = 1, in
             out.append(vf.line(version, T0, msg, filename="core.py", lineno=93, tag=tag))
     t = T0 + 30.0
     for i in range(intervals):
+        if idle is not None and i == idle[0]:
+            t += idle[1]
         for e in range(engines):
             drafts = rnd.randint(900, 1100) if spec else 0
             if prefill_first and i == 0:

@@ -91,3 +91,17 @@ def test_the_summary_counts_a_speculative_runs_intervals_as_parse_runs_and_compa
     quiet = [x for x in vllm_log("0.33.0", intervals=10, running=4) if "SpecDecoding" not in x]
     out = _parse(capsys, _write(tmp_path, "quiet.log", quiet))
     assert "speculative (" in out and "(10 of them without a SpecDecoding line" in out
+
+
+@pytest.mark.parametrize(("interval_s", "said"), [(0.5, "~0.5 s"), (10.0, "~10.0 s"), (2.0, "~2.0 s")])
+def test_the_summary_says_the_stats_interval_the_log_shows(tmp_path, capsys, interval_s, said):
+    """vLLM's stats interval as measured from the log (VLLM_LOG_STATS_INTERVAL=0.5 read "~10 s"
+    before): vLLM stamps whole seconds, so a 0.5 s log's gaps read 0 and 1 s; an idle stretch
+    (nothing printed) is no interval. Two DP engines: each engine's own gaps."""
+    lines = vllm_log("0.33.0", engines=2, intervals=41, running=4, interval_s=interval_s,
+                     idle=(20, 1200.0))  # 20 idle minutes in the middle
+    out = _parse(capsys, _write(tmp_path, "spec.log", lines))
+    assert f"stats interval: {said} (measured: the mean gap between an engine's lines" in out
+    assert "~10 s" not in out
+    one = _parse(capsys, _write(tmp_path, "one.log", lines[:4]))  # one line per engine
+    assert "stats interval: N/A (no engine printed two lines at different times)" in one
