@@ -18,7 +18,6 @@ import math
 import re
 import sys
 import time
-import zlib
 from typing import Any
 
 from specmon.commands.options import add_json
@@ -30,7 +29,6 @@ from specmon.textsafe import cut, visible
 
 MAX_COUNT = 1_000_000
 SCRAPE_DEADLINE_S = 15.0  # one whole scrape, request to last byte
-READ_TIMEOUT_S = 10.0  # any one step of it (connect, one read)
 # what a URL's user:password@ is, where the text is no valid URL (`http://u:pa/ss@h`: an
 # unescaped / in the password): all up to the last @ before a ?query or #fragment
 _RE_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+://)[^?#]*@")
@@ -80,79 +78,16 @@ def metrics_url(raw: str) -> Any:
     return url
 
 
-class _Body:
-    """A response body as it arrives, decoded (gzip, deflate or none) and counted: at most
-    `limit` + 1 bytes are ever held or inflated, whatever a chunk holds (a 1 MB gzip bomb
-    inflates to 1 GiB; zlib's max_length stops it one byte past the limit)."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
-            raise ValueError(encoding)
-        self.limit = limit
-        self.data = bytearray()
-        # (gzip, or HTTP's deflate: zlib's stream; 32 + MAX_WBITS reads either header)
-        self._z = None if encoding in ("", "identity") else zlib.decompressobj(32 + zlib.MAX_WBITS)
-        self._fed = False
-
-    def feed(self, raw: bytes) -> bool:
-        """False once the body is over the limit."""
-        self._fed = self._fed or bool(raw)
-        if self._z is None:
-            self.data += raw
-            return len(self.data) <= self.limit
-        while raw:
-            self.data += self._z.decompress(raw, self.limit + 1 - len(self.data))
-            if len(self.data) > self.limit:
-                return False
-            raw = self._z.unconsumed_tail
-        return True
-
-    @property
-    def cut_short(self) -> bool:
-        """A compressed body that ended before its compressed stream did."""
-        return self._z is not None and self._fed and not self._z.eof
-
-
 async def _fetch(client: Any, url: Any, deadline_s: float, limit: int) -> str:
-    """The body of GET `url` as text; CliError, one line, for an answer that is not 200, a
-    body over `limit` bytes (decoded; reading stops there) or one not whole in `deadline_s`
-    seconds from the request (a server trickling a byte every few seconds, headers included,
-    ends there: httpx's timeouts are per read)."""
-    import httpx
-
-    where = shown(url)
-
-    async def get() -> bytes:
-        step = min(READ_TIMEOUT_S, deadline_s)
-        # gzip only: the one compression prometheus_client writes, and one zlib bounds
-        async with client.stream("GET", url, timeout=step,
-                                 headers={"Accept-Encoding": "gzip"}) as r:
-            if r.status_code != 200:
-                raise CliError(f"{where}: HTTP {r.status_code}")
-            said = r.headers.get("Content-Encoding", "")
-            encoding = said.strip().lower()
-            try:
-                body = _Body(encoding, limit)
-            except ValueError:
-                raise CliError(f"{where}: Content-Encoding {shown(said)} not supported "
-                               "(gzip, deflate or none)") from None
-            async for raw in r.aiter_raw():
-                if not body.feed(raw):
-                    raise CliError(f"{where}: /metrics body over {limit} bytes "
-                                   f"({encoding or 'plain'}): not read further")
-            if body.cut_short:
-                raise CliError(f"{where}: the {encoding} body ends before its compressed data")
-            return bytes(body.data)
+    """The body of GET `url` as text (bounded: `specmon.hosts.httpget`); CliError, one line,
+    naming the URL, when there is none."""
+    from specmon.hosts.httpget import FetchError, get_bounded
 
     try:
-        data = await asyncio.wait_for(get(), deadline_s)
-    except asyncio.TimeoutError:
-        raise CliError(f"{where}: no whole answer within {deadline_s:g} s (the limit of one "
-                       "scrape)") from None
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise CliError(f"{where}: cannot fetch ({_why(exc)})") from None
-    except zlib.error as exc:
-        raise CliError(f"{where}: cannot decompress the body ({_why(exc)})") from None
+        _, data = await get_bounded(client, url, deadline_s=deadline_s, limit=limit,
+                                    what="/metrics body")
+    except FetchError as exc:
+        raise CliError(f"{shown(url)}: {shown(exc)}") from None
     # (the exposition format is UTF-8; a byte that is not is no digit of a counter either)
     return data.decode("utf-8", errors="replace")
 

@@ -29,10 +29,11 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
+from specmon.hosts.httpget import FetchError, get_bounded
 from specmon.hostside.protocol import SAFE_PATH
 from specmon.numfmt import finite
 from specmon.parse.bench_output import parse_bench_serving
-from specmon.parse.sglang_metrics import MetricsError, SpecMetrics, parse_spec_metrics
+from specmon.parse.sglang_metrics import MAX_TEXT, MetricsError, SpecMetrics, parse_spec_metrics
 from specmon.parse.vllm_metrics import VllmScrape, parse_vllm_metrics, server_window
 from specmon.session.benchmarks import line as bench_line
 from specmon.textsafe import cut
@@ -116,17 +117,28 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
     """`/server_info` (0.5.8+; `/get_server_info` is deprecated in 0.5.2x and only forwards)
     else `/get_server_info` (0.4.0-0.5.x); None when neither answers."""
     for path in SERVER_INFO_PATHS:
+        raw = await _bounded(client, path)
+        if raw is None:
+            continue
         try:
-            r = await client.get(path, timeout=10)
-        except httpx.HTTPError:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
             return None
-        if r.status_code == 200:
-            try:
-                data = r.json()
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
+        return data if isinstance(data, dict) else None
     return None
+
+
+SCRAPE_DEADLINE_S = 15.0  # one read of an endpoint, request to last byte
+
+
+async def _bounded(client: httpx.AsyncClient, path: str) -> bytes | None:
+    """GET `path`'s body, bounded as every scrape is (`hosts.httpget`: MAX_TEXT bytes, 15 s);
+    None when there is none (a status other than 200, a failure, over the bounds)."""
+    try:
+        _, data = await get_bounded(client, path, deadline_s=SCRAPE_DEADLINE_S, limit=MAX_TEXT)
+    except FetchError:
+        return None
+    return data
 
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -134,28 +146,23 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
 async def vllm_scrape(client: httpx.AsyncClient) -> VllmScrape | None:
     """vLLM's `/metrics` counters; None when not a vLLM server (no vllm: series) or bad."""
-    try:
-        r = await client.get("/metrics", timeout=10)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200 or "vllm:" not in r.text:
+    raw = await _bounded(client, "/metrics")
+    text = raw.decode("utf-8", errors="replace") if raw is not None else ""
+    if "vllm:" not in text:
         return None
     try:
-        return parse_vllm_metrics(r.text)
+        return parse_vllm_metrics(text)
     except MetricsError:
         return None
 
 
 async def server_metrics(client: httpx.AsyncClient) -> SpecMetrics | None:
     """SGLang's `/metrics` spec gauges; None when not exposed (no --enable-metrics) or bad."""
-    try:
-        r = await client.get("/metrics", timeout=10)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
+    raw = await _bounded(client, "/metrics")
+    if raw is None:
         return None
     try:
-        return parse_spec_metrics(r.text)
+        return parse_spec_metrics(raw.decode("utf-8", errors="replace"))
     except MetricsError:
         return None
 

@@ -9,6 +9,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 
@@ -304,3 +305,42 @@ def test_the_text_line_is_one_short_line_whatever_the_server_says(
     assert len(out.splitlines()) == 1 and len(out) < 400, out
     assert "engine 0\\x0awindow 9 (10.0 s) engine 0: acce...: accept len 3.00 " in out, out
     assert "drafts 1.000e+300, gen " in out and " tok/s" in out, out
+
+
+async def test_the_benchmarks_reads_of_a_server_are_bounded_as_a_scrape_is(monkeypatch):
+    """The benchmark's /server_info and /metrics reads (`control.benchmark`) read a whole
+    body with httpx's per-read timeout only: a server trickling its answer held them for as
+    long as it liked, and a gzip body was inflated whole. They share `hosts.httpget` now."""
+    import httpx
+
+    from specmon.control import benchmark
+
+    monkeypatch.setattr(benchmark, "SCRAPE_DEADLINE_S", 0.5, raising=False)
+    body = b'{"version": "0.5.9", "max_total_num_tokens": 1000}'
+
+    def trickle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for b in body:  # one byte every 0.1 s: 5 s in all
+            time.sleep(0.1)
+            h.wfile.write(bytes([b]))
+            h.wfile.flush()
+
+    with _server(lambda h: _answer(h, body)) as base:  # the same answer at once: read
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert await benchmark.server_info(client) == json.loads(body)
+    with _server(trickle) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert await benchmark.server_info(client) is None
+    bomb = gzip.compress(b"# " + b"0" * MAX_TEXT + b"\n")
+
+    def gz(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Encoding", "gzip")
+        h.send_header("Content-Length", str(len(bomb)))
+        h.end_headers()
+        h.wfile.write(bomb)
+
+    with _server(gz) as base:  # past the bound: no metrics (read to the bound, not inflated)
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert await benchmark.server_metrics(client) is None
+            assert await benchmark.vllm_scrape(client) is None
