@@ -54,6 +54,7 @@ import functools
 import math
 import re
 import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -818,12 +819,16 @@ def measured_interval(gaps: dict[float, int]) -> float | None:
 
 class IntervalClock:
     """Each engine's stats interval from the times its lines were printed, for an accepted
-    tok/s that does not inherit 0.10.2+'s idle-gap error."""
+    tok/s that does not inherit 0.10.2+'s idle-gap error. vLLM stamps whole seconds: one gap
+    does not resolve a sub-second or even a 10 s interval well (9, 10, 11 s), so an interval is
+    the recent gaps' mean (`measured_interval`, idle gaps left out), and where vLLM printed its
+    own accepted throughput over its own timer (0.10.2+), that figure, except after an idle
+    stretch (where it divides by the whole gap)."""
 
     def __init__(self) -> None:
         self._prev: dict[tuple[int | None, int | None], float] = {}
         self._gap: dict[int, float] = {}  # id(record) -> seconds since its engine's previous line
-        self._steps: list[float] = []  # recent gaps that were not idle stretches
+        self._recent: deque[float] = deque(maxlen=64)  # recent gaps, 0 s ones included
 
     def see(self, rec: VllmDecodeRecord) -> None:
         t = _seconds(rec.timestamp)
@@ -832,19 +837,16 @@ class IntervalClock:
         key = (rec.pid, rec.dp_rank)
         prev = self._prev.get(key)
         self._prev[key] = t
-        if prev is not None and t > prev:
+        if prev is not None and t >= prev:
             gap = t - prev
             self._gap[id(rec)] = gap
             if len(self._gap) > 64:
                 self._gap.pop(next(iter(self._gap)))
-            if gap <= IDLE_FACTOR * self.usual():
-                self._steps = (self._steps + [gap])[-32:]
+            self._recent.append(gap)
 
-    def usual(self) -> float:
-        if not self._steps:
-            return DEFAULT_INTERVAL_S
-        s = sorted(self._steps)
-        return s[len(s) // 2]
+    def usual(self) -> float | None:
+        """The engines' stats interval as their recent lines show it (None: not yet)."""
+        return measured_interval(Counter(self._recent)) if self._recent else None
 
     def accepted_rate(self, rec: VllmDecodeRecord) -> None:
         acc = rec.spec.get("accepted") if rec.spec else None
@@ -852,17 +854,25 @@ class IntervalClock:
             return
         gap = self._gap.pop(id(rec), None)
         usual = self.usual()
-        if gap is not None and gap <= IDLE_FACTOR * usual:
-            rec.accepted_tok_s = acc / gap
-            return
-        rec.accepted_tok_s = acc / usual
-        basis = (f"the engine's usual stats interval ({usual:.1f} s, measured)" if self._steps
-                 else f"vLLM's default stats interval ({usual:.0f} s, assumed)")
+        idle = gap is not None and gap > IDLE_FACTOR * max(usual or DEFAULT_INTERVAL_S, 1.0)
+        if gap is not None and not idle:
+            printed = rec.spec.get("accepted_throughput")
+            if isinstance(printed, float) and math.isfinite(printed):
+                rec.accepted_tok_s = printed  # vLLM's own, over its own interval
+                return
+            if usual is not None:
+                rec.accepted_tok_s = acc / usual
+                return
+        rec.accepted_tok_s = acc / (usual or DEFAULT_INTERVAL_S)
+        basis = (f"the engines' stats interval ({usual:.1f} s, measured)" if usual is not None
+                 else f"vLLM's default stats interval ({DEFAULT_INTERVAL_S:.0f} s, assumed)")
         if gap is None:
             rec.accepted_tok_s_note = f"first line of the engine: over {basis}"
-        else:
+        elif idle:
             rec.accepted_tok_s_note = (f"after {gap:.0f} s without a line (idle): over {basis}, "
                                        "not the whole gap as vLLM 0.10.2+ prints it")
+        else:
+            rec.accepted_tok_s_note = f"over {basis}"
 
 
 def _same_process(dec: VllmDecodeRecord, spec: VllmEventRecord) -> bool:

@@ -500,3 +500,21 @@ def test_dp_panel_prefix_cache_hit_rate_is_the_engines_mean_and_says_so() -> Non
     state = read_runs(vllm_log("0.33.0", engines=2, prefix_hits=[62.5, None]), "spec")
     rows = {r[0]: r for r in summary_rows(state, now=state.runs[-1].decode[-1].t, window_s=60)}
     assert "prefix cache hit 62.5% (1 of 2 engines prints it)" in rows["KV cache"][2]
+
+
+@pytest.mark.parametrize("version", ["0.9.0", "0.11.0"])
+def test_accepted_throughput_at_a_sub_second_stats_interval(version: str) -> None:
+    """VLLM_LOG_STATS_INTERVAL=0.5 (the demo's): vLLM stamps whole seconds, so consecutive
+    lines read 0 s or 1 s apart. The accepted tok/s divided by a 1 s "usual" gap (half the
+    real rate) and a 0 s gap was called "first line of the engine". Now it is vLLM's own
+    printed figure (0.10.2+) or Accepted over the measured mean interval (0.5 s)."""
+    from kit.vllm_logs import vllm_log
+
+    lines = vllm_log(version, intervals=40, interval_s=0.5)
+    pts = list(read_runs(lines).runs[0].decode)
+    assert len(pts) >= 38
+    later = pts[10:]  # (past the first lines, as the interval is learnt)
+    for p in later:
+        acc = p.rec.spec["accepted"]
+        assert p.rec.accepted_tok_s == pytest.approx(acc / 0.5, rel=0.1), (p.rec.timestamp,)
+        assert "first line" not in (p.rec.accepted_tok_s_note or "")
