@@ -15,7 +15,7 @@ from specmon.analysis.fingerprint import Fingerprint, fingerprint_from
 from specmon.commands.options import add_json, add_running_req, count
 from specmon.errors import CliError
 from specmon.jsonout import MAX_DEPTH, dumps, not_finite, too_deep
-from specmon.parse.sglang import Record, parse_line
+from specmon.parse.sglang import BatchRecord, Record, parse_line
 from specmon.parse.vllm import EngineGuard, join_records
 from specmon.redact import redact_fingerprint, redact_obj, redact_text
 from specmon.session.baselines import Baseline, BaselineExists, BaselineStore, StoreError
@@ -208,7 +208,9 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
     fp = fingerprint_from(server_args=args_seen, nccl_lines=seen.nccl_lines if seen else (),
                           version=info.get("version") if isinstance(info.get("version"), str) else None,
                           collected_at=time.time())
-    role = args.role or ("speculative" if any(b.stratum.spec for b in usable) else "baseline")
+    spec = any(b.stratum.spec for b in usable) or any(
+        r.is_speculative for r, _ in recs if isinstance(r, BatchRecord) and r.kind == "decode")
+    role = args.role or ("speculative" if spec else "baseline")
     b = Baseline(args.name, stats, redact_fingerprint(fp), host=args.host or "local",
                  server=args.server or "", role=role,
                  source={"log": redact_text(str(args.log)), "decode_lines": len(decodes),

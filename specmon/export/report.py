@@ -380,6 +380,14 @@ def _spec_text(args: dict[str, Any]) -> str | None:
     return spec
 
 
+def _throughput_what(engines: set[str]) -> str:
+    """What the throughput figures are, in a heading: SGLang's decode-only gen throughput,
+    vLLM's generation throughput (every token of its interval), or both."""
+    if engines == {"vllm"}:
+        return "generation throughput (vLLM)"
+    return "throughput" if "vllm" in engines else "decode throughput"
+
+
 def _throughput_notes(engines: set[str]) -> list[str]:
     """What the throughput numbers are, for each engine in the report."""
     return ([THROUGHPUT_NOTE] if "sglang" in engines or not engines else []) + (
@@ -444,7 +452,7 @@ def _run_doc(run: Run) -> dict[str, Any]:
             "start_reason": run.start_reason, "end_reason": run.end_reason,
             "exit_code": run.exit_code, "args": row["args"], "decode_lines": run.lines_total,
             "by_running_req": run_by_rr(run), "accept_len": _accept(run, ndt),
-            "time_segments": row["time_segments"]}
+            "time_segments": row["time_segments"], "dp_groups": row["dp_groups"]}
 
 
 def _speedup_doc(model: ReportModel) -> dict[str, Any]:
@@ -575,7 +583,7 @@ def report_doc(snap: Snapshot, model: ReportModel | None = None) -> dict[str, An
         "source": snap.source, "snapshot_written": snap.created_at,
         "specmon_version": snap.specmon_version,
         "secrets_redacted": bool(snap.redaction.get("enabled")),
-        "throughput": THROUGHPUT_NOTE,
+        "throughput": " ".join(_throughput_notes({str(x["engine"]) for x in servers})),
         "throughput_notes": _throughput_notes({str(x["engine"]) for x in servers}),
         "servers": servers,
         "speedup": _speedup_doc(model),
@@ -652,7 +660,8 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
         del snap_s
 
     # runs: one section per server run
-    b.append(("h", 2, "Decode throughput per run and batch size"))
+    what = _throughput_what({str(s["engine"]) for s in doc["servers"]})
+    b.append(("h", 2, f"{what[0].upper()}{what[1:]} per run and batch size"))
     for s in doc["servers"]:
         for r in s["runs"]:
             b.append(("h", 3, f"{s['name']} ({s['role'] or 'role unknown'}) run {r['run']}"))
@@ -672,6 +681,9 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                             num(w["robust_cv"] * 100 if w["robust_cv"] is not None else None,
                                 "{:.1f}%"), num(w["accept_len_median"])]
                            for w in r["by_running_req"]]))
+            if r.get("dp_groups", 0) > 1:  # (compare's note: a row is the server's total)
+                b.append(("p", f"{r['dp_groups']} DP groups, summed per interval: each value "
+                               "is the server's total"))
             # log time broke: in parse --runs' and compare's words
             b.extend(("p", t) for t in time_break_texts(r["time_segments"]))
         if not s["runs"]:
@@ -811,7 +823,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
     if tp is None:
         b.append(("p", "Throughput chart: N/A (no decode throughput, or pygal not installed)."))
     else:
-        b.append(("svg", "throughput", tp, "decode throughput over log time, per run"))
+        b.append(("svg", "throughput", tp, f"{what} over log time, per run"))
     for name, label, svg in gpu_charts(snap):
         b.append(("svg", name, svg, label))
     return b

@@ -199,6 +199,13 @@ class VllmDecodeRecord(BatchRecord):
     accepted_tok_s_note: str | None = None
     date_inferred: bool = False  # the year of `timestamp` was inferred (vLLM prints none)
 
+    @property
+    def is_speculative(self) -> bool:
+        """Its interval has a spec line (joined: `spec`), accept length or not: 0.8.3/0.8.4
+        print none, and an ngram or config-less run's is not known (it was called a
+        baseline by `baseline record`, `check` and the panel)."""
+        return self.spec is not None or self.accept_len is not None
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "engine": ENGINE, "timestamp": self.timestamp,
                                "time_of_day": self.time_of_day}

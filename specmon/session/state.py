@@ -588,7 +588,7 @@ class ServerState:
     def is_speculative(self) -> bool:
         if self.role is not None:
             return self.role == "speculative"
-        return self.last_decode is not None and self.last_decode.accept_len is not None
+        return self.last_decode is not None and self.last_decode.is_speculative
 
     @property
     def num_draft_tokens(self) -> int | None:

@@ -613,3 +613,27 @@ def test_a_benchmark_ratio_no_float_holds_is_na_in_every_format(tmp_path, capsys
     doc = json.loads((tmp_path / "s.report.json").read_text())
     assert [b["vs_baseline"] for b in doc["benchmarks"]] == [
         None, {"baseline": "base", "started_at": None, "ratio": None}]
+
+
+def test_a_vllm_dp_report_says_what_its_rows_are(tmp_path, capsys):
+    """A vLLM DP-2 snapshot's report: the heading said "Decode throughput", the JSON's
+    `throughput` was SGLang's decode-only note, and nothing said a row sums the engines
+    (compare says so)."""
+    import json
+
+    from kit.snapshots import write_record
+    from kit.vllm_logs import vllm_log
+
+    lines = vllm_log("0.11.0", engines=2, intervals=20)
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl",
+                                             [("spec", x, T0) for x in lines]))
+    path = write_snapshot(snap, tmp_path / "s.json")
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md")]) == 0
+    md = (tmp_path / "r.md").read_text()
+    assert "## Generation throughput (vLLM) per run and batch size" in md
+    assert "Decode throughput per run" not in md
+    assert "2 DP groups, summed per interval" in md
+    assert main(["report", str(path), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert "SGLang's own" not in doc["throughput"] and "vLLM" in doc["throughput"]
+    capsys.readouterr()

@@ -105,3 +105,30 @@ def test_the_summary_says_the_stats_interval_the_log_shows(tmp_path, capsys, int
     assert "~10 s" not in out
     one = _parse(capsys, _write(tmp_path, "one.log", lines[:4]))  # one line per engine
     assert "stats interval: N/A (no engine printed two lines at different times)" in one
+
+
+def test_a_spec_log_without_accept_length_is_speculative_everywhere(tmp_path, capsys,
+                                                                    monkeypatch):
+    """vLLM 0.8.3/0.8.4 print no accept length, and without a config line (or with ngram's)
+    none is derived: `parse` called the run speculative, `baseline record` stored it as a
+    baseline and the panel showed no acceptance rows (the test was `accept_len is not None`)."""
+    from kit.vllm_logs import vllm_log
+
+    from specmon.cli import main
+    from specmon.parse.sglang import parse_line
+    from specmon.session.baselines import BaselineStore
+    from specmon.session.state import ServerState
+
+    lines = vllm_log("0.8.3", config=False, intervals=40)
+    state = ServerState("s")
+    for i, ln in enumerate(lines):
+        state.apply(ln, parse_line(ln), 1e9 + i)
+    assert state.last_decode is not None and state.last_decode.accept_len is None
+    assert state.is_speculative
+    log = tmp_path / "spec083.log"
+    log.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(tmp_path / "data"))
+    assert main(["baseline", "record", "s83", "--log", str(log)]) == 0
+    rec = BaselineStore.open_default().get("s83")
+    assert rec is not None and rec.role == "speculative"
+    capsys.readouterr()
