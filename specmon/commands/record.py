@@ -243,6 +243,13 @@ def stop_line_text(host: str, server: str, rec: EventRecord) -> str:
             + f" (Finished server process [{rec.data.get('pid')}]): its run ended")
 
 
+def said_state(state: ConnectionState) -> str:
+    """A host's state in a line of its own (a retry says why: the panel shows the reason
+    beside `describe()`, a headless line had none)."""
+    why = f" ({state.reason})" if state.state == "reconnecting" and state.reason else ""
+    return state.describe() + why
+
+
 class _LoggingSink:
     """The session model's events, plus one stderr line for what a headless user must know
     (connection changes, discovery, notices, files that cannot be read)."""
@@ -252,6 +259,8 @@ class _LoggingSink:
         self.fleet = fleet
         self.log = log
         self.row = row  # (host, server, event row): the events a report must replay too
+        self.connected: set[str] = set()  # hosts that were connected at some point
+        self._gpu_said: dict[str, str | None] = {}  # the GPU error said last, per host
 
     def server_probe(self, host: str, server: str, probe: dict[str, Any],
                      running: bool = False, t: float | None = None) -> None:
@@ -276,7 +285,21 @@ class _LoggingSink:
         prev = self.fleet.host(host).state
         self.fleet.host_state(host, state)
         if (prev.state, prev.reason) != (state.state, state.reason) and state.state != "closed":
-            self.log(f"{host}: {state.describe()}")
+            self.log(f"{host}: {said_state(state)}")
+        if state.state == "connected":
+            self.connected.add(host)
+
+    def gpus(self, host: str, samples: Sequence[GpuSample], error: str | None = None) -> None:
+        """The panel shows why a host gives no GPU data; headless, one line says it (and one
+        when the data comes back), never once a poll."""
+        self.fleet.gpus(host, samples, error)
+        said = self._gpu_said.get(host)
+        if error and error != said:
+            self.log(f"{host}: no GPU data: {error}; the logs are still recorded")
+            self._gpu_said[host] = error
+        elif samples and said:
+            self.log(f"{host}: GPU data again ({len(samples)} GPU(s))")
+            self._gpu_said[host] = None
 
     def declare_server(self, host: str, server: str, role: str | None, path: str | None) -> None:
         self.fleet.declare_server(host, server, role, path)
@@ -346,7 +369,8 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
                    received_at=round(time.time(), 6), **({"host": host} if multi else {}))
         out.write(dumps_line(obj))
 
-    task = asyncio.create_task(feed.run(_LoggingSink(fleet, _log, event_row)))
+    sink = _LoggingSink(fleet, _log, event_row)
+    task = asyncio.create_task(feed.run(sink))
     waiter = asyncio.create_task(stop.wait())
     failed = asyncio.create_task(out.failed.wait())
 
@@ -385,6 +409,10 @@ async def record_fleet(plans: list[HostPlan], out: RecordOut, *, listen: tuple[s
             await server.close()
     if out.error is not None:
         raise CliError(out.error)
+    if multi:  # (one host that never connects is the command's error, said above)
+        for h in (p.host.name for p in plans if p.host.name not in sink.connected):
+            _log(f"{h}: never connected during the recording ({said_state(fleet.host(h).state)}"
+                 "): nothing of it is in the file")
     unwritten = feed.lines_received() - count
     if unwritten > 0:  # (the drain's deadline ran out first: said, never silent)
         _log(f"stopped with {unwritten} received line(s) not written (the {DRAIN_S:g} s to write "

@@ -226,6 +226,13 @@ class SshHost(Host):
         return asyncssh.SSHClientConnectionOptions(host=self.target.host, client_keys=None,
                                                    **kw)
 
+    def _options_or_none(self) -> asyncssh.SSHClientConnectionOptions | None:
+        """`_options()`, or None where the config cannot be read (that error is said apart)."""
+        try:
+            return self._options()
+        except (OSError, ValueError, asyncssh.Error):
+            return None
+
     def _known_hosts_files(self, opts: asyncssh.SSHClientConnectionOptions) -> list[Path]:
         kh = opts.known_hosts
         if isinstance(kh, (str, os.PathLike)):
@@ -256,6 +263,12 @@ class SshHost(Host):
             raise HostError(f"{self._where()}: {exc.reason}") from exc
         except (OSError, asyncio.TimeoutError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            code = getattr(exc, "errno", None)
+            if isinstance(code, int) and reason.startswith("Connect call failed"):
+                reason = os.strerror(code)  # (asyncio's words: "... ('127.0.0.1', 1)")
+            jump = getattr(self._options_or_none(), "tunnel", None)
+            if jump and not isinstance(exc, asyncio.TimeoutError):
+                reason += f" (through ProxyJump {jump}: either hop)"
             filename = getattr(exc, "filename", None)
             if filename:  # e.g. a missing IdentityFile: name the file, not only the errno
                 what = "IdentityFile " if _is_identity(

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,40 @@ def test_record_refuses_unknown_host_key_with_one_line(sshd_server, tmp_path):
     assert fingerprint(sshd_server.host_key.with_suffix(".pub")) in res.stderr
     assert "--accept-new" in res.stderr
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_record_says_a_host_without_gpus_and_one_that_never_connected(sshd_server, tmp_path):
+    """Headless, a host without GPUs (or NVML) was never said (only the panel showed it), and
+    a host of several that never connected was "reconnecting in 1s" once, without why, and
+    missing from the end without a word."""
+    import socket
+
+    make_host(sshd_server, tmp_path)
+    cfg = tmp_path / "ssh_config"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with cfg.open("a") as f:
+        f.write(f"\nHost deadbox\n  HostName 127.0.0.1\n  Port {port}\n")
+    log = tmp_path / "srv.log"
+    log.write_bytes(DECODE)
+    out = tmp_path / "o.jsonl"
+    toml = tmp_path / "specmon.toml"
+    toml.write_text("".join(f'[hosts.{h}]\ntarget = "{h}"\nssh_config = "{cfg}"\n'
+                            f'logs = {{ srv = "{log}" }}\n' for h in ("testbox", "deadbox")))
+    res = subprocess.run([sys.executable, "-m", "specmon", "record", "--config", str(toml),
+                          "--out", str(out), "--duration", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    err = res.stderr.splitlines()
+    assert any("deadbox: reconnecting" in x and "Connection refused)" in x for x in err), err
+    assert any("deadbox: never connected during the recording" in x
+               and x.endswith("nothing of it is in the file") for x in err), err
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    gpu_rows = [r for r in rows if "gpus" in r]
+    said = [x for x in err if "testbox: no GPU data: " in x]
+    if gpu_rows:  # a host with GPUs: nothing to say
+        assert not said, err
+    else:  # this machine: no NVML; said once, not once a poll
+        assert len(said) == 1 and "the logs are still recorded" in said[0], err
+    assert any(r.get("line", "").startswith("[2025") for r in rows)

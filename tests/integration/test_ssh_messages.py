@@ -121,3 +121,23 @@ def test_record_says_when_a_host_key_is_trusted_for_this_session_only(sshd_serve
     assert res.returncode == 0, res.stderr
     notes = [ln for ln in res.stderr.splitlines() if "for this session only" in ln]
     assert len(notes) == 1 and notes[0].startswith("specmon: testbox: accepted host key")
+
+
+async def test_a_refused_connection_and_a_proxyjump_say_so_in_words(sshd_server, tmp_path):
+    """asyncio's "Connect call failed ('127.0.0.1', 1)" (a Python tuple) was the whole message
+    of a wrong Port; a ProxyJump host that does not resolve read as the target's failure."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kh = sshd_server.write_known_hosts(tmp_path / "kh")
+    cfg = tmp_path / "cfg"
+    cfg.write_text(f"Host box\n  HostName 127.0.0.1\n  Port {port}\n  UserKnownHostsFile {kh}\n"
+                   f"Host hop\n  HostName 127.0.0.1\n  Port {sshd_server.port}\n"
+                   f"  ProxyJump nosuchjumphost.invalid\n  UserKnownHostsFile {kh}\n")
+    err = await fails(SshHost("box", ssh_config=cfg))
+    assert str(err) == "box: Connection refused", str(err)
+    err = await fails(SshHost("hop", ssh_config=cfg))
+    assert "through ProxyJump nosuchjumphost.invalid" in str(err), str(err)
+
