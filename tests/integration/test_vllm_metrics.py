@@ -82,38 +82,24 @@ def test_bench_scrape_over_http() -> None:
     """The built-in benchmark's scrape of a real HTTP /metrics endpoint (a local server)."""
     import asyncio
     import http.server
-    import threading
 
     import httpx
+    from kit.http_server import answer, local_server
 
     from specmon.control.benchmark import vllm_scrape
 
     texts = [scrape({"0": (1000, 3000, 1800, 5000, [800, 600, 400])}),
              scrape({"0": (1600, 4800, 2700, 8000, [1280, 900, 520])})]
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = texts.pop(0).encode() if self.path == "/metrics" and texts else b"no"
-            self.send_response(200 if body != b"no" else 404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        body = texts.pop(0).encode() if h.path == "/metrics" and texts else b"no"
+        answer(h, body, 200 if body != b"no" else 404)
 
-        def log_message(self, *a: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
+    with local_server(respond) as base:
         async def go() -> tuple:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{srv.server_port}") as c:
+            async with httpx.AsyncClient(base_url=base) as c:
                 return await vllm_scrape(c), await vllm_scrape(c), await vllm_scrape(c)
         a, b, gone = asyncio.run(go())
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        th.join(5)
     assert gone is None  # 404: not a vLLM server (or metrics off)
     w = server_window(a, b, 2.0)
     assert w is not None and w.accept_len == pytest.approx(1 + 900 / 600)

@@ -3,7 +3,6 @@ local HTTP servers (http.server in a thread, in this process)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import http.server
 import json
@@ -11,9 +10,9 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
 
 import pytest
+from kit.http_server import answer, local_server
 
 from specmon import cli
 from specmon.commands import counters_cmd
@@ -53,36 +52,6 @@ def test_position_labels_are_ascii_numbers_only() -> None:
 
 
 # --- the command, in this process, against real local servers ---------------------------------
-
-@contextlib.contextmanager
-def _server(respond: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 whose every GET is `respond(handler)`: its base URL."""
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            with contextlib.suppress(OSError):  # (the client hung up: what some tests do)
-                respond(self)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        th.join(5)
-
-
-def _answer(h: http.server.BaseHTTPRequestHandler, body: bytes, status: int = 200) -> None:
-    h.send_response(status)
-    h.send_header("Content-Length", str(len(body)))
-    h.end_headers()
-    h.wfile.write(body)
-
 
 def _closed_port() -> int:
     with socket.socket() as s:
@@ -139,9 +108,9 @@ def test_metrics_is_appended_to_the_path_not_after_the_query(
 
     def respond(h: http.server.BaseHTTPRequestHandler) -> None:
         seen.append(h.path)
-        _answer(h, b"up 1\n")
+        answer(h, b"up 1\n")
 
-    with _server(respond) as base:
+    with local_server(respond) as base:
         err = _one_line_error(capsys, f"{base}/?access_token=abc123", "--interval", "0.01")
         _one_line_error(capsys, f"{base}/prefix/metrics/?x=1", "--interval", "0.01")
         _one_line_error(capsys, f"{base}/prefix", "--interval", "0.01")
@@ -178,7 +147,7 @@ def test_a_body_past_8_mib_is_left_unread(capsys: pytest.CaptureFixture[str],
     if encoding != "identity":
         head["Content-Encoding"] = encoding
     try:
-        with _server(lambda h: _hold_open(h, head, sent, stop)) as base:
+        with local_server(lambda h: _hold_open(h, head, sent, stop)) as base:
             err = _one_line_error(capsys, base)
     finally:
         stop.set()
@@ -209,7 +178,7 @@ def test_a_trickling_server_ends_at_the_scrape_deadline(capsys: pytest.CaptureFi
     monkeypatch.setattr(counters_cmd, "SCRAPE_DEADLINE_S", 0.5, raising=False)
     stop = threading.Event()
     try:
-        with _server(lambda h: _trickle(h, where, stop)) as base:
+        with local_server(lambda h: _trickle(h, where, stop)) as base:
             err = _one_line_error(capsys, base, "--interval", "0.01")
     finally:
         stop.set()
@@ -231,7 +200,7 @@ def test_a_gzip_answer_gives_its_windows(capsys: pytest.CaptureFixture[str]) -> 
         h.end_headers()
         h.wfile.write(body)
 
-    with _server(respond) as base:
+    with local_server(respond) as base:
         rc, out, err = _run(capsys, base, "--interval", "0.01", "--json")
     assert rc == 0, err
     assert json.loads(out)["accept_len"] == 3.0 and seen == ["gzip", "gzip"]
@@ -255,7 +224,7 @@ def test_a_body_that_does_not_decode_is_one_line(capsys: pytest.CaptureFixture[s
         h.end_headers()
         h.wfile.write(body)
 
-    with _server(respond) as base:
+    with local_server(respond) as base:
         assert said in _one_line_error(capsys, base)
 
 
@@ -274,9 +243,9 @@ def _exposition(engine: str, drafts: float, accepted: float, gen: float) -> str:
 def _two_scrapes(capsys: pytest.CaptureFixture[str], texts: list[str],
                  *flags: str) -> str:
     def respond(h: http.server.BaseHTTPRequestHandler) -> None:
-        _answer(h, texts.pop(0).encode() if len(texts) > 1 else texts[0].encode())
+        answer(h, texts.pop(0).encode() if len(texts) > 1 else texts[0].encode())
 
-    with _server(respond) as base:
+    with local_server(respond) as base:
         rc, out, err = _run(capsys, base, "--interval", "0.01", *flags)
     assert rc == 0, err
     return out
@@ -325,10 +294,10 @@ async def test_the_benchmarks_reads_of_a_server_are_bounded_as_a_scrape_is(monke
             h.wfile.write(bytes([b]))
             h.wfile.flush()
 
-    with _server(lambda h: _answer(h, body)) as base:  # the same answer at once: read
+    with local_server(lambda h: answer(h, body)) as base:  # the same answer at once: read
         async with httpx.AsyncClient(base_url=base) as client:
             assert await benchmark.server_info(client) == json.loads(body)
-    with _server(trickle) as base:
+    with local_server(trickle) as base:
         async with httpx.AsyncClient(base_url=base) as client:
             assert await benchmark.server_info(client) is None
     bomb = gzip.compress(b"# " + b"0" * MAX_TEXT + b"\n")
@@ -340,7 +309,7 @@ async def test_the_benchmarks_reads_of_a_server_are_bounded_as_a_scrape_is(monke
         h.end_headers()
         h.wfile.write(bomb)
 
-    with _server(gz) as base:  # past the bound: no metrics (read to the bound, not inflated)
+    with local_server(gz) as base:  # past the bound: no metrics (read to the bound, not inflated)
         async with httpx.AsyncClient(base_url=base) as client:
             assert await benchmark.server_metrics(client) is None
             assert await benchmark.vllm_scrape(client) is None
