@@ -239,7 +239,8 @@ class LogSummary:
                     f"  {rr_text:>12}  {g['n']:>8,}  {_num(g['median']):>10}  {_num(g['p10']):>10}"
                     f"  {_num(g['p90']):>10}"
                     + (f"  ({g['unreadable']} unreadable)" if g["unreadable"] else "")
-                    + (f"  (+{g['idle']:,} at 0 tok/s: idle, not counted)" if g["idle"] else "")
+                    + (f"  (+{g['idle']:,} at 0 tok/s: no token in the interval, not counted)"
+                       if g["idle"] else "")
                     + (f"  (+{g['drained']:,} printed with no request running: their requests "
                        "ended within the interval, no batch size; not counted)"
                        if g["drained"] else "")

@@ -312,7 +312,7 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
     notes: list[str] = []
 
     def speculative(run: Run) -> bool:
-        return any(p.rec.accept_len is not None for p in run.decode)
+        return any(p.rec.is_speculative for p in run.decode)
     if speculative(b) and not speculative(s) and s.decode:
         notes.append(f"the {labels[0]} log's run {b.index} has speculative decode lines (accept "
                      f"len) and the {labels[1]} log's run {s.index} none: the two logs look "

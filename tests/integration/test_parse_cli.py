@@ -320,7 +320,7 @@ def test_a_vllm_log_with_two_launches_gets_one_section_per_run(tmp_path):
     res3 = run(str(packed))
     assert res3.returncode == 0, res3.stderr
     assert sections(res3.stdout.decode().replace(str(packed), str(late))) == sections(text)
-    assert "(+1 at 0 tok/s: idle, not counted)" in rows[0][4] and not rows[1][4]
+    assert "(+1 at 0 tok/s: no token in the interval, not counted)" in rows[0][4] and not rows[1][4]
     res = run(str(log), "--runs", "--json")
     objs = [json.loads(x) for x in res.stdout.splitlines()]
     assert [(o["start"], o["end"]) for o in objs] == [(h[1], h[2]) for h in heads]

@@ -132,3 +132,20 @@ def test_a_spec_log_without_accept_length_is_speculative_everywhere(tmp_path, ca
     rec = BaselineStore.open_default().get("s83")
     assert rec is not None and rec.role == "speculative"
     capsys.readouterr()
+
+
+def test_compare_sees_swapped_logs_without_accept_length(tmp_path, capsys):
+    """compare's "the two logs look swapped" read speculation off accept len: a 0.8.3 spec
+    log without a config line (no accept length) given as the baseline was not seen."""
+    import json
+
+    from kit.vllm_logs import vllm_log
+
+    from specmon.cli import main
+
+    spec, base = tmp_path / "spec.log", tmp_path / "base.log"
+    spec.write_text("\n".join(vllm_log("0.8.3", config=False, intervals=30)) + "\n")
+    base.write_text("\n".join(vllm_log("0.8.3", spec=False, intervals=30)) + "\n")
+    main(["compare", str(spec), str(base), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert any("look swapped" in n for n in doc["notes"]), doc["notes"]
