@@ -422,13 +422,13 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _accept(run: Run, ndt: int | None) -> dict[str, Any] | None:
     acc = sorted(p.rec.accept_len for p in run.decode if p.rec.accept_len is not None)
-    if not acc:
-        return None
-    med = quantile_sorted(acc, 0.5)
-    rate = recomputed_accept_rate(med, ndt)
     measured = [p.rec for p in run.decode if isinstance(p.rec, VllmDecodeRecord) and p.rec.spec]
     acc_n = sum(r.spec.get("accepted") or 0 for r in measured if r.spec)
     dra_n = sum(r.spec.get("drafted") or 0 for r in measured if r.spec)
+    if not acc and not dra_n:  # (vLLM's counts without a length: 0.8.3/0.8.4 and no k known)
+        return None
+    med = quantile_sorted(acc, 0.5)
+    rate = recomputed_accept_rate(med, ndt)
     spread = len(acc) >= MIN_SPREAD_N  # (no spread of one or two values)
     return {"median": _r(med), "p10": _r(quantile_sorted(acc, 0.1)) if spread else None,
             "p90": _r(quantile_sorted(acc, 0.9)) if spread else None, "n": len(acc),
@@ -746,7 +746,9 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                      if len(r["by_running_req"]) > 1 else "")
             head = (f"{s['name']} run {r['run']}: accept length{every} (tokens per verify round, "
                     f"bonus included) median {num(acc['median'])}, p10 {num(acc['p10'])}, "
-                    f"p90 {num(acc['p90'])}, n {acc['n']:,}; ")
+                    f"p90 {num(acc['p90'])}, n {acc['n']:,}; ") if acc["n"] else (
+                f"{s['name']} run {r['run']}: accept length N/A (vLLM 0.8.3/0.8.4 print none, and "
+                "without the run's k from its config line none follows from the counts); ")
             if acc.get("accept_rate_measured") is not None:  # vLLM prints its counts
                 b.append(("p", head + "accept rate (vLLM's counts, accepted ÷ drafted over the run) "
                                f"{num(acc['accept_rate_measured'])}."
@@ -758,7 +760,7 @@ def _build_blocks(snap: Snapshot) -> list[Block]:
                            f"tokens {num(acc['draft_tokens'], '{}')}) "
                            f"{num(acc['accept_rate_recomputed'])}."))
     if not any_spec:
-        b.append(("p", "N/A: no decode line carries an accept length."))
+        b.append(("p", "N/A: no decode line carries an accept length or acceptance counts."))
 
     # GPUs
     b.append(("h", 2, "GPUs"))

@@ -118,7 +118,7 @@ def test_report_says_na_rather_than_inventing(tmp_path, capsys):
     md = capsys.readouterr().out
     assert "Speedup: N/A (needs one baseline and one speculative server)." in md
     assert "N/A: no GPU samples in this snapshot." in md
-    assert "N/A: no decode line carries an accept length." in md
+    assert "N/A: no decode line carries an accept length or acceptance counts." in md
     assert "None recorded in this snapshot, and none raised when its lines were played" in md
     assert "role source: inferred: decode lines carry no accept len" in md
 
@@ -637,3 +637,22 @@ def test_a_vllm_dp_report_says_what_its_rows_are(tmp_path, capsys):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert "SGLang's own" not in doc["throughput"] and "vLLM" in doc["throughput"]
     capsys.readouterr()
+
+
+def test_a_vllm_run_with_counts_but_no_accept_length_reports_its_accept_rate(tmp_path):
+    """vLLM 0.8.3 without a config line: no accept length, but vLLM's accepted and drafted
+    counts; parse and compare print the rate (0.607), the report said "N/A: no decode line
+    carries an accept length" and dropped it."""
+    from kit.snapshots import write_record
+    from kit.vllm_logs import vllm_log
+
+    lines = vllm_log("0.8.3", config=False, intervals=20)
+    snap = snapshot_from_record(write_record(tmp_path / "r.jsonl",
+                                             [("spec", x, T0) for x in lines]))
+    path = write_snapshot(snap, tmp_path / "s.json")
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md")]) == 0
+    md = (tmp_path / "r.md").read_text()
+    sec = md.split("## Accept length", 1)[1].split("\n## ", 1)[0]
+    m = re.search(r"accept rate \(vLLM's counts, accepted ÷ drafted over the run\) (\d\.\d+)", sec)
+    assert m is not None and abs(float(m.group(1)) - 1.82 / 3) < 0.01, sec
+    assert "accept length N/A" in sec
