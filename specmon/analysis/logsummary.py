@@ -45,6 +45,9 @@ class LogSummary:
     interval_gaps: Counter[float] = field(default_factory=Counter)
     # vLLM: the run's config names a speculative method (None: no config line read)
     speculative: bool | None = None
+    # vLLM: accept lengths not as printed -> how many ("bonus": 0.8.5's, 1 added; "f1": from
+    # the counts and k), said beside the median as compare and the report say them
+    accept_made: Counter[str] = field(default_factory=Counter)
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -61,6 +64,9 @@ class LogSummary:
             self.throughput[(spec, rec.running_req, rec.gen_throughput)] += 1
             if rec.accept_len is not None:
                 self.accept[rec.accept_len] += 1
+                note = getattr(rec, "accept_len_note", None)
+                if note:
+                    self.accept_made["f1" if note.startswith("F1") else "bonus"] += 1
             self._add_counts(getattr(rec, "spec", None))
         else:
             self.prefill += 1
@@ -120,6 +126,7 @@ class LogSummary:
         self.events += other.events
         self.dp_groups = self.dp_groups or other.dp_groups
         self.interval_gaps.update(other.interval_gaps)
+        self.accept_made.update(other.accept_made)
         if other.speculative is not None:
             self.speculative = other.speculative
         self._add_times(other.first_time, other.last_time)
@@ -256,6 +263,12 @@ class LogSummary:
                     f"{_num(med)}, "
                     f"p10 {_num(p10)}, p90 {_num(p90)}, n {sum(vals.values()):,}"
                 )
+                if self.accept_made["bonus"]:
+                    lines.append(f"    ({self.accept_made['bonus']:,} of them as vLLM 0.8.5 printed"
+                                 " them, without the bonus token: 1 added)")
+                if self.accept_made["f1"]:
+                    lines.append(f"    ({self.accept_made['f1']:,} of them derived: vLLM 0.8.3-0.8.4"
+                                 " print no length; 1 + Accepted x k / Drafted, k from the config)")
                 if self.spec_drafted:
                     pos = " ".join(f"{x / self.spec_pos_drafted:.3f}" for x in self.spec_pos) \
                         if self.spec_pos_drafted else "N/A"

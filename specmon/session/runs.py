@@ -343,6 +343,11 @@ def compare(base: ServerState, spec: ServerState, *, base_run: int | None = None
         if fixed:
             notes.append(f"{label} run {run.index}: {fixed} accept lengths as vLLM 0.8.5 printed "
                          "them, without the bonus token: 1 added (bonus included, as elsewhere)")
+        made = sum(1 for p in run.decode
+                   if (getattr(p.rec, "accept_len_note", None) or "").startswith("F1"))
+        if made:
+            notes.append(f"{label} run {run.index}: {made} accept lengths derived (vLLM 0.8.3-0.8.4 "
+                         "print none): 1 + Accepted x k / Drafted, k from the run's config line")
     why = None
     if head is None:
         def counts(pts: list[Any]) -> str:

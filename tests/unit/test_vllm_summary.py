@@ -149,3 +149,29 @@ def test_compare_sees_swapped_logs_without_accept_length(tmp_path, capsys):
     main(["compare", str(spec), str(base), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert any("look swapped" in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize(("version", "said_summary", "said_compare"), [
+    ("0.8.3", "of them derived: vLLM 0.8.3-0.8.4 print no length",
+     "accept lengths derived (vLLM 0.8.3-0.8.4 print none)"),
+    ("0.8.5", "of them as vLLM 0.8.5 printed them, without the bonus token: 1 added",
+     "accept lengths as vLLM 0.8.5 printed them, without the bonus token"),
+])
+def test_an_accept_length_not_as_printed_is_said_by_parse_and_compare(
+        tmp_path, capsys, version, said_summary, said_compare):
+    """compare and the report said 0.8.5's added bonus token; parse's summary said nothing,
+    and no front end said a 0.8.3 length was derived from the counts and k."""
+    import json
+
+    from kit.vllm_logs import vllm_log
+
+    from specmon.cli import main
+
+    spec, base = tmp_path / "spec.log", tmp_path / "base.log"
+    spec.write_text("\n".join(vllm_log(version, intervals=30)) + "\n")
+    base.write_text("\n".join(vllm_log(version, spec=False, intervals=30)) + "\n")
+    assert main(["parse", str(spec)]) == 0
+    assert said_summary in capsys.readouterr().out
+    main(["compare", str(base), str(spec), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert any(said_compare in n for n in doc["notes"]), doc["notes"]
