@@ -166,3 +166,4 @@ _.readinto  # io.RawIOBase protocol: io.BufferedReader calls it (specmon/analysi
 _.text_factory  # sqlite3.Connection setting (specmon/session/baselines.py)
 redaction_passes  # introspection for tests/integration/test_redact.py: which regex passes a text runs (a cost check that times nothing)
 server_gen_throughput  # BenchResult field read in its JSON form (specmon/session/benchmarks.py line)
+_.sessions  # LogTailer's agent sessions (1 + resumes): read by the resilience tests (tests/integration/test_ssh_resilience.py)

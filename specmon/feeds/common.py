@@ -58,7 +58,12 @@ def live_gc() -> Iterator[None]:
 
 
 def notice_text(ev: TailNotice) -> str:
-    detail = " ".join(f"{k}={v}" for k, v in ev.detail.items())
+    """A notice in words: its message where it has one (the key=value dump beside it said the
+    same twice), else its details."""
+    msg = ev.detail.get("message")
+    if isinstance(msg, str) and msg:
+        return f"{NOTICE_TEXT[ev.kind]}: {msg}"
+    detail = " ".join(f"{k}={v}" for k, v in ev.detail.items() if v is not None)
     return f"{NOTICE_TEXT[ev.kind]} {detail}".strip()
 
 

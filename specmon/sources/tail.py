@@ -236,14 +236,9 @@ class LogTailer:
             self._client, self._sub = client, sub
             failures = 0
             self.sessions += 1
-            if self.sessions > 1:
-                notices: list[TailEvent] = []
-                for spec in self.specs:
-                    pos = self.positions.get(spec.name)
-                    notices.append(TailNotice(spec.name, spec.path, "resumed",
-                                              {"inode": pos.inode if pos else None,
-                                               "offset": pos.offset if pos else None}))
-                yield notices
+            # (a resume is said when the agent's "opened" confirms it: said here, before the
+            # check of the bytes before the offset, it read "resumed at the exact byte" just
+            # before "truncated while disconnected")
             index = {k: i for i, k in enumerate(sub.keys)}
             try:
                 # stopped: what the agent already sent is still delivered (record writes every
@@ -414,6 +409,9 @@ class LogTailer:
             return
         detail = {k: v for k, v in msg.items() if k not in ("t", "tail", "ev", "path")}
         if kind == "opened":
+            if msg.get("resumed"):  # the bytes before the offset checked: the exact byte
+                yield TailNotice(spec.name, spec.path, "resumed",
+                                 {"inode": msg["ino"], "offset": msg["off"]}, now)
             self.positions[spec.name] = FilePosition(msg["ino"], msg["off"],
                                                      self._kept_check(spec, msg))
             head = self._head_end.pop(spec.name, None)

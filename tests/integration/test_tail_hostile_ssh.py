@@ -68,6 +68,12 @@ async def test_copytruncate_while_disconnected_reads_from_start_and_says_what_wa
             f"truncated while disconnected; up to {len(missed)} bytes not seen "
             f"(they are in {tmp_path / 'c.log.1'})")
         assert col.lines[20].offset == 0
+        # no "resumed at the exact byte" before it: the resume was no exact one (it said so
+        # first, then the truncation)
+        assert not col.notices("resumed"), col.notices("resumed")
+        from specmon.feeds.common import notice_text
+        assert notice_text(trunc[0]) == ("log truncated: reading from the start again: "
+                                         + trunc[0].detail["message"])  # (no key=value dump)
     finally:
         await col.close()
         await host.close()
