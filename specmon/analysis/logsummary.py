@@ -48,6 +48,9 @@ class LogSummary:
     # vLLM: accept lengths not as printed -> how many ("bonus": 0.8.5's, 1 added; "f1": from
     # the counts and k), said beside the median as compare and the report say them
     accept_made: Counter[str] = field(default_factory=Counter)
+    # vLLM: counted intervals whose spec line drafted nothing (0.8.3-0.8.5 print `Drafted: 0`
+    # or nan for a prefill-only interval, 0.9+ no spec line), per #running-req
+    no_drafts: Counter[int] = field(default_factory=Counter)
 
     def add_record(self, rec: BatchRecord | EventRecord | None) -> None:
         if not isinstance(rec, BatchRecord):
@@ -67,7 +70,11 @@ class LogSummary:
                 note = getattr(rec, "accept_len_note", None)
                 if note:
                     self.accept_made["f1" if note.startswith("F1") else "bonus"] += 1
-            self._add_counts(getattr(rec, "spec", None))
+            sp = getattr(rec, "spec", None)
+            if sp is not None and not sp.get("drafted") and (
+                    rr := sample_batch(rec.running_req, rec.gen_throughput)) is not None:
+                self.no_drafts[rr] += 1
+            self._add_counts(sp)
         else:
             self.prefill += 1
         t = rec.timestamp or rec.time_of_day
@@ -127,6 +134,7 @@ class LogSummary:
         self.dp_groups = self.dp_groups or other.dp_groups
         self.interval_gaps.update(other.interval_gaps)
         self.accept_made.update(other.accept_made)
+        self.no_drafts.update(other.no_drafts)
         if other.speculative is not None:
             self.speculative = other.speculative
         self._add_times(other.first_time, other.last_time)
@@ -253,6 +261,8 @@ class LogSummary:
                        if g["drained"] else "")
                     + (f"  ({k:,} of them without a SpecDecoding line: no drafts)"
                        if spec and (k := (nospec.get(rr) or {}).get("n")) else "")
+                    + (f"  ({d:,} of them with a SpecDecoding line that drafted nothing)"
+                       if spec and rr is not None and (d := self.no_drafts.get(rr)) else "")
                 )
             if spec:
                 vals = Counter({k: v for k, v in self.accept.items() if k is not None})

@@ -175,3 +175,22 @@ def test_an_accept_length_not_as_printed_is_said_by_parse_and_compare(
     main(["compare", str(base), str(spec), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert any(said_compare in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize(("version", "said"), [
+    ("0.8.3", "(1 of them with a SpecDecoding line that drafted nothing)"),
+    ("0.8.5", "(1 of them with a SpecDecoding line that drafted nothing)"),
+    ("0.11.0", "(1 of them without a SpecDecoding line: no drafts)"),
+])
+def test_a_prefill_only_interval_is_said_in_every_release(tmp_path, capsys, version, said):
+    """0.9+ prints no spec line for an interval without drafts, and the summary said so; 0.8.x
+    prints one with `Drafted: 0` (or nan), and the same interval counted without a word."""
+    from kit.vllm_logs import vllm_log
+
+    from specmon.cli import main
+
+    log = tmp_path / "p.log"
+    log.write_text("\n".join(vllm_log(version, prefill_first=True, intervals=20)) + "\n")
+    assert main(["parse", str(log)]) == 0
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.split()[:2] == ["8", "20"])
+    assert said in row, row
