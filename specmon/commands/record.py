@@ -4,7 +4,8 @@ The same HostFeeds and session model as `connect` (one host is a fleet of one): 
 each TARGET (`local`, `[USER@]HOST[:PORT]`, an ssh_config alias or a [hosts.NAME] of the
 config), finds the SGLang and vLLM servers (or takes --log NAME=PATH), tails their logs and writes one
 JSON object per received line: {"server", "path", "offset", "line", "received_at", "record",
-"host"} ("skipped": bytes not read before it, on the first line after a run's unread middle),
+"host"} ("skipped": bytes not read before it, on the first line after a run's unread middle;
+"lost": bytes written while disconnected and never read, on the first line after them),
 and one per GPU poll: {"gpus": [...], "received_at"}, flushed as it goes. Ends cleanly on
 SIGINT/SIGTERM or after --duration seconds.
 """
@@ -94,6 +95,8 @@ def line_json(ev: LogLine, record: Record | None = _UNPARSED, *, server: str | N
     }
     if ev.skipped:  # the run's log before this line was not read (history after the head)
         obj["skipped"] = ev.skipped
+    if ev.lost:  # bytes written while disconnected, never read (in a copytruncate's copy)
+        obj["lost"] = ev.lost
     if host is not None:
         obj["host"] = host
     return dumps_line(obj)

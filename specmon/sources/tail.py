@@ -81,6 +81,9 @@ class LogLine:
     noeol: bool = False  # a rotated file ended without a newline
     eol: bytes = b"\n"  # what ended it: b"\r" (a piece of a CR-only line) or b"\r\n" (CRLF)
     skipped: int = 0  # bytes of the file not read right before this line (history after the head)
+    # bytes written while disconnected and never read before this line (a copytruncate while
+    # away: they are in the copy), marked on the first line read after them
+    lost: int = 0
 
 
 def split_cr(ln: LogLine) -> list[LogLine]:
@@ -100,7 +103,8 @@ def split_cr(ln: LogLine) -> list[LogLine]:
         end = ln.end if last else off + len(part) + 1
         out.append(LogLine(ln.server, ln.path, ln.inode, off, end, part,
                            part.decode("utf-8", "replace"), ln.received_at, ln.history, None,
-                           ln.noeol if last else False, ln.eol if last else b"\r"))
+                           ln.noeol if last else False, ln.eol if last else b"\r",
+                           skipped=0 if i else ln.skipped, lost=0 if i else ln.lost))
         off = end
     return out
 
@@ -170,6 +174,7 @@ class LogTailer:
         self._history_until: dict[str, tuple[int, int]] = {}
         self._head_end: dict[str, tuple[int, int]] = {}  # (inode, end) of the last head line
         self._gap: dict[str, tuple[int, int]] = {}  # (inode, bytes) between head and history
+        self._lost: dict[str, int] = {}  # bytes written while away and never read (per server)
         self._client: AgentClient | None = None
         self._sub: Subscription | None = None
         self._stopped = False
@@ -328,6 +333,9 @@ class LogTailer:
         gap = self._gap.pop(spec.name, None)
         if gap is not None and gap[0] == ino and out:  # the run's lines between its head and
             out[0].skipped = gap[1]  # the history were not read
+        lost = self._lost.pop(spec.name, 0)
+        if lost and out:
+            out[0].lost = lost
         # the lines are handed over together (`batches`): the position moves past all of them
         # at once, exact resume from the end of the message
         self.positions[spec.name] = FilePosition(ino, out[-1].end, self._end_check(pos.check, out))
@@ -429,6 +437,8 @@ class LogTailer:
             text = truncation_text(detail)
             if text is not None:
                 detail["message"] = text
+            if isinstance(detail.get("not_seen"), int) and detail["not_seen"] > 0:
+                self._lost[spec.name] = detail["not_seen"]  # said on the next line read
         elif kind == "lost":
             self.positions.pop(spec.name, None)
         elif kind == "history_end":

@@ -4,6 +4,7 @@ rotation to a file the agent may not read."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -68,6 +69,12 @@ async def test_copytruncate_while_disconnected_reads_from_start_and_says_what_wa
             f"truncated while disconnected; up to {len(missed)} bytes not seen "
             f"(they are in {tmp_path / 'c.log.1'})")
         assert col.lines[20].offset == 0
+        # the gap is on the first line read after it (record writes it: "lost"), not only in a
+        # notice: a reader of the recording alone saw none
+        assert col.lines[20].lost == len(missed) and not any(x.lost for x in col.lines[21:])
+        from specmon.commands.record import line_json
+        assert json.loads(line_json(col.lines[20], None))["lost"] == len(missed)
+        assert "lost" not in json.loads(line_json(col.lines[21], None))
         # no "resumed at the exact byte" before it: the resume was no exact one (it said so
         # first, then the truncation)
         assert not col.notices("resumed"), col.notices("resumed")
