@@ -59,12 +59,8 @@ class LogSummary:
             if rec.invalid:
                 self.invalid += sum(1 for f in rec.invalid if f in SUMMARISED)
             self.decode += 1
-            # a speculative interval: SGLang's line carries `accept len`; vLLM's engine line was
-            # followed by its `SpecDecoding metrics` line (joined: `spec`), whether or not an
-            # accept length follows from it (F1 prints none)
-            spec = rec.accept_len is not None if type(rec) is BatchRecord else (
-                getattr(rec, "spec", None) is not None or rec.accept_len is not None)
-            self.throughput[(spec, rec.running_req, rec.gen_throughput)] += 1
+            # (a vLLM interval with a spec line is speculative without an accept length)
+            self.throughput[(rec.is_speculative, rec.running_req, rec.gen_throughput)] += 1
             if rec.accept_len is not None:
                 self.accept[rec.accept_len] += 1
                 note = getattr(rec, "accept_len_note", None)

@@ -208,8 +208,8 @@ def record(store: BaselineStore, args: argparse.Namespace) -> int:
     fp = fingerprint_from(server_args=args_seen, nccl_lines=seen.nccl_lines if seen else (),
                           version=info.get("version") if isinstance(info.get("version"), str) else None,
                           collected_at=time.time())
-    spec = any(b.stratum.spec for b in usable) or any(
-        r.is_speculative for r, _ in recs if isinstance(r, BatchRecord) and r.kind == "decode")
+    spec = any(r.is_speculative for r, _ in recs if isinstance(r, BatchRecord)
+               and r.kind == "decode")  # (a stratum with accept lens has such lines)
     role = args.role or ("speculative" if spec else "baseline")
     b = Baseline(args.name, stats, redact_fingerprint(fp), host=args.host or "local",
                  server=args.server or "", role=role,

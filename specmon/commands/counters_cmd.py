@@ -22,13 +22,13 @@ from typing import Any
 
 from specmon.commands.options import add_json
 from specmon.errors import CliError
+from specmon.hosts.httpget import SCRAPE_DEADLINE_S
 from specmon.jsonout import dumps
 from specmon.numfmt import NA, num
 from specmon.redact import MASK, redact_text
 from specmon.textsafe import cut, visible
 
 MAX_COUNT = 1_000_000
-SCRAPE_DEADLINE_S = 15.0  # one whole scrape, request to last byte
 # what a URL's user:password@ is, where the text is no valid URL (`http://u:pa/ss@h`: an
 # unescaped / in the password): all up to the last @ before a ?query or #fragment
 _RE_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+://)[^?#]*@")

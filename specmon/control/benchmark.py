@@ -29,7 +29,7 @@ from typing import Any, Literal
 import httpx
 
 from specmon.hosts.base import Host
-from specmon.hosts.httpget import FetchError, get_bounded
+from specmon.hosts.httpget import SCRAPE_DEADLINE_S, FetchError, get_bounded
 from specmon.hostside.protocol import SAFE_PATH
 from specmon.numfmt import finite
 from specmon.parse.bench_output import parse_bench_serving
@@ -128,7 +128,6 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
     return None
 
 
-SCRAPE_DEADLINE_S = 15.0  # one read of an endpoint, request to last byte
 
 
 async def _bounded(client: httpx.AsyncClient, path: str) -> bytes | None:

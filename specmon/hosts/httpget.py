@@ -11,6 +11,7 @@ import zlib
 from typing import Any
 
 READ_TIMEOUT_S = 10.0  # any one step (connect, one read)
+SCRAPE_DEADLINE_S = 15.0  # one whole read of an endpoint, request to last byte
 
 
 class FetchError(Exception):
