@@ -20,7 +20,7 @@ import stat
 import struct
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, BinaryIO, cast
 
@@ -501,16 +501,17 @@ def _why(exc: BaseException) -> str:
 # --- summary ------------------------------------------------------------------------------------
 
 def summarise(name: str) -> LogSummary:
+    """FILE's summary with all its runs merged, read as `specmon parse` reads it: a plain file
+    cut at its runs as it is summarised (`run_segments`), else in order (stdin, gzip, CRs).
+    (The tests and bench/parse_speed.py hold this fast path to the general parser's result.)"""
+    segments = run_segments(name) if name != "-" else None
+    if segments is not None:
+        total = LogSummary()
+        for _, part in segments:
+            total.merge(part)
+        return total
     fh = open_input(name)
     try:
-        if name != "-" and not isinstance(getattr(fh, "raw", None), _Inflated):
-            st = os.fstat(fh.fileno())
-            size = st.st_size
-            if stat.S_ISREG(st.st_mode) and size > 0:  # (/proc files say 0: streamed)
-                workers = min(_usable_cpus(), 8)
-                if size >= PARALLEL_MIN and workers > 1:
-                    return _summarise_parallel(name, size, workers)
-                return _summarise_file(name, 0, size)
         return _summarise_stream(fh, name)
     finally:
         if fh is not sys.stdin.buffer:
@@ -525,11 +526,16 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _summarise_file(name: str, start: int, end: int) -> LogSummary:
+def _summarise_file(name: str, start: int, end: int, cutter: _Cutter | None = None
+                    ) -> LogSummary:
     """Bytes [start, end) of a regular file, from a line start: one read per chunk, scanned in
     place (no join, no copy); each chunk ends at its last newline and the next read starts
-    there. Where a line may be longer than MAX_LINE, `_summarise_stream` takes over (it cuts)."""
+    there. Where a line may be longer than MAX_LINE, `_summarise_stream` takes over (it cuts).
+    With a `cutter`, each line that holds RUN_MARK starts a piece of its own (`_Cutter`); the
+    summary returned is that of the bytes before the first such line."""
     total = LogSummary()
+    if cutter is not None:
+        cutter.open = total
     with open(name, "rb") as fh:
         pos = start
         while pos < end:
@@ -542,7 +548,16 @@ def _summarise_file(name: str, start: int, end: int) -> LogSummary:
             final = pos + len(buf) >= end
             cut = buf.rfind(b"\n") + 1
             if not buf or (cut == 0 and not final) or _maybe_long_line(buf):
+                if cutter is not None:
+                    raise _Uncut  # (its marks are cut where the in-order read cuts the line)
                 return _summarise_stream(_Range(fh, pos, end), name, total)  # type: ignore[arg-type]
+            if cutter is not None:
+                cutter.chunk(buf, cut, pos, name)
+                if final and cut < len(buf):
+                    cutter.chunk(buf[cut:] + b"\n", len(buf) - cut + 1, pos + cut, name)
+                    cut = len(buf)
+                pos += cut
+                continue
             if cut:
                 total.merge(summarise_buffer(buf, name, cut))
             if final and cut < len(buf):  # the last line, without its newline: still a line
@@ -550,6 +565,60 @@ def _summarise_file(name: str, start: int, end: int) -> LogSummary:
                 cut = len(buf)
             pos += cut
     return total
+
+
+Cut = tuple[bytes, LogSummary]  # (a line that holds RUN_MARK, ending in "\n"; its piece)
+
+
+class _Uncut(Exception):
+    """The one-pass cut at RUN_MARK lines gives way to `_searched_segments` (a line longer
+    than MAX_LINE, a CR, too many marked lines): it finds them first, then summarises."""
+
+
+class _Cutter:
+    """Cuts a range's chunks before each line that holds RUN_MARK while they are summarised
+    (the marks are searched in the chunk already read: ~15 ms a 64 MiB chunk, where a search
+    of the whole file before summarising read it twice: ~0.1 s of a 1M-line parse, issue 25).
+    The head line is the line as the in-order read yields it: here lines are shorter than
+    MAX_LINE, and a CR (a lone one ends a line) makes it give way."""
+
+    def __init__(self) -> None:
+        self.open = LogSummary()  # the piece lines go into now
+        self.cuts: list[Cut] = []
+        self._held = 0
+
+    def chunk(self, buf: bytes, cut: int, pos: int, name: str) -> None:
+        """Whole lines buf[:cut] (at file offset `pos`) into the open piece and new ones."""
+        if cut == 0:
+            return
+        if buf.find(b"\r", 0, cut) >= 0:
+            raise _Uncut
+        m = buf.find(RUN_MARK, 0, cut)
+        if m < 0:
+            self.open.merge(summarise_buffer(buf, name, cut))
+            return
+        a = 0
+        while m >= 0:
+            head = buf.rfind(b"\n", 0, m) + 1
+            nl = buf.find(b"\n", m, cut) + 1
+            if head > a:
+                self.open.merge(summarise_buffer(buf[a:head], name))
+            self._held += nl - head
+            if len(self.cuts) >= MAX_RUN_HEADS or self._held > MAX_HEAD_BYTES:
+                raise _Uncut
+            self.open = LogSummary()
+            self.cuts.append((buf[head:nl], self.open))
+            a = head
+            m = buf.find(RUN_MARK, nl, cut)
+        self.open.merge(summarise_buffer(buf[a:cut], name))
+
+
+def _cut_file(name: str, start: int, end: int) -> tuple[LogSummary, list[Cut]]:
+    """Bytes [start, end) summarised and cut before each RUN_MARK line (`_Cutter`): (the
+    summary before the first such line, then each line and its piece)."""
+    cutter = _Cutter()
+    first = _summarise_file(name, start, end, cutter)
+    return first, cutter.cuts
 
 
 def _maybe_long_line(buf: bytes) -> bool:
@@ -881,22 +950,17 @@ def _line_aligned_bounds(name: str, size: int, pieces: int) -> list[int]:
     return bounds
 
 
-def _summarise_parallel(name: str, size: int, workers: int) -> LogSummary:
-    """The file in `workers` line-aligned shares, summarised at once (`_summarise_ranges`)."""
-    total = LogSummary()
-    for part in _summarise_ranges(name, _line_aligned_bounds(name, size, workers), workers):
-        total.merge(part)
-    return total
-
-
-def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSummary]:
+def _summarise_ranges(name: str, bounds: list[int], workers: int,
+                      work: Callable[[str, int, int], Any] | None = None) -> list[Any]:
     """The summary of each line-aligned range [bounds[i], bounds[i+1]) of a regular file, in
     file order. Forked children take contiguous shares of about equal bytes, this process the
     first: plain fork + pipes rather than a multiprocessing pool (no pool start-up is paid, the
     parent works too); each child sends back its (small) summaries and exits. A child that
-    fails: its ranges are done here, nothing is lost."""
+    fails: its ranges are done here, nothing is lost. `work(name, start, end)` summarises one
+    range (`_summarise_file`; `_cut_file` also cuts it at run marks)."""
     import pickle
 
+    work = work or _summarise_file
     ranges = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
     if not hasattr(os, "fork"):
         workers = 1
@@ -904,13 +968,13 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
     share: list[list[int]] = [[] for _ in range(workers)]  # range indices of each worker
     for i, (a, _) in enumerate(ranges):
         share[min(workers - 1, (a - bounds[0]) * workers // span)].append(i)
-    out: list[LogSummary] = [LogSummary()] * len(ranges)
+    out: list[Any] = [None] * len(ranges)
     children: list[tuple[int, BinaryIO, list[int]]] = []
     reaped: set[int] = set()
     try:
-        _fork_shares(name, ranges, share, children)
+        _fork_shares(name, ranges, share, children, work)
         for i in share[0]:
-            out[i] = _summarise_file(name, *ranges[i])
+            out[i] = work(name, *ranges[i])
         for pid, inp, mine in children:
             data = inp.read()
             inp.close()
@@ -918,7 +982,7 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
             reaped.add(pid)
             got = pickle.loads(data) if status == 0 and data else None
             for k, i in enumerate(mine):  # (a child died: its share is done here)
-                out[i] = got[k] if got is not None else _summarise_file(name, *ranges[i])
+                out[i] = got[k] if got is not None else work(name, *ranges[i])
     finally:  # stopped early (SIGINT, SIGTERM, an error): our own forks do not outlive this
         for pid, inp, _ in children:
             inp.close()
@@ -930,7 +994,8 @@ def _summarise_ranges(name: str, bounds: list[int], workers: int) -> list[LogSum
 
 
 def _fork_shares(name: str, ranges: list[tuple[int, int]], share: list[list[int]],
-                 children: list[tuple[int, BinaryIO, list[int]]]) -> None:
+                 children: list[tuple[int, BinaryIO, list[int]]],
+                 work: Callable[[str, int, int], Any]) -> None:
     """A forked child per share after the first (this process's), each sending its ranges'
     summaries back through a pipe; `children` gets (pid, the pipe's read end, its ranges)."""
     import pickle
@@ -944,7 +1009,7 @@ def _fork_shares(name: str, ranges: list[tuple[int, int]], share: list[list[int]
             code = 0
             try:
                 os.close(r)
-                parts = [_summarise_file(name, *ranges[i]) for i in mine]
+                parts = [work(name, *ranges[i]) for i in mine]
                 with os.fdopen(w, "wb") as pipe:
                     pickle.dump(parts, pipe, protocol=pickle.HIGHEST_PROTOCOL)
             except BaseException:  # noqa: BLE001 - the parent redoes these ranges itself
@@ -1039,14 +1104,19 @@ def _line_at(fh: BinaryIO, start: int) -> tuple[bytes, int]:
     return (line if line.endswith(b"\n") else line + b"\n"), fh.tell()
 
 
-def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
+Segments = list[tuple[bytes | None, LogSummary]]
+
+
+def run_segments(name: str) -> Segments | None:
     """A plain file cut before each line that holds `server_args=`, each piece summarised (at
     once over the usable CPUs when the file is large, where reading it line by line in order
     ran on one CPU at 2.7x the time): [(the line that starts the piece, as the in-order read
     yields it, or None for the first piece; the piece's summary)]. The caller parses each such
     line and applies the run rule (a line that is no server_args record starts no run). None
     where the file is to be read in order: not a regular file, gzip, a CR in it (a lone CR ends
-    a line), or more than MAX_RUN_HEADS such lines or MAX_HEAD_BYTES of them."""
+    a line), or more than MAX_RUN_HEADS such lines or MAX_HEAD_BYTES of them. The file is read
+    once, cut as it is summarised (`_Cutter`); where that gives way, the marks are searched
+    first (`_searched_segments`)."""
     if not is_regular(name):
         return None
     try:
@@ -1056,9 +1126,41 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
     with fh:
         st = os.fstat(fh.fileno())
         size = st.st_size
-        if not stat.S_ISREG(st.st_mode) or size == 0 or fh.read(2) == b"\x1f\x8b":
+        if (not stat.S_ISREG(st.st_mode) or size == 0 or fh.read(2) == b"\x1f\x8b"
+                or vllm_log(fh)):
             return None
-        if vllm_log(fh) or find_all(fh, b"\r", end=size, most=1):
+    workers = min(_usable_cpus(), 8) if size >= PARALLEL_MIN else 1
+    bounds = _line_aligned_bounds(name, size, workers) if workers > 1 else [0, size]
+    try:
+        parts: list[tuple[LogSummary, list[Cut]]] = _summarise_ranges(name, bounds, workers,
+                                                                       _cut_file)
+    except _Uncut:
+        parts = []  # (out of the handler: its traceback holds the chunk read, 64 MiB)
+    if not parts:
+        return _searched_segments(name)
+    segments: Segments = [(None, LogSummary(name=name))]
+    for first, cuts in parts:
+        segments[-1][1].merge(first)
+        for head, piece in cuts:
+            segments.append((head, LogSummary(name=name)))
+            segments[-1][1].merge(piece)
+    if (len(segments) > MAX_RUN_HEADS + 1
+            or sum(len(h) for h, _ in segments if h is not None) > MAX_HEAD_BYTES):
+        return None  # (each share kept to the limits; together they may pass them)
+    return segments
+
+
+def _searched_segments(name: str) -> Segments | None:
+    """`run_segments` where the one-pass cut gave way: the marks are searched first (a line
+    longer than MAX_LINE is cut as the in-order read cuts it, a mark past its first MAX_LINE
+    bytes starts nothing), then the pieces between them summarised."""
+    try:
+        fh = open(name, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if find_all(fh, b"\r", end=size, most=1):
             return None
         marks = find_all(fh, RUN_MARK, end=size, most=4 * MAX_RUN_HEADS)
         if len(marks) >= 4 * MAX_RUN_HEADS:
@@ -1080,8 +1182,8 @@ def run_segments(name: str) -> list[tuple[bytes | None, LogSummary]] | None:
     workers = min(_usable_cpus(), 8) if size >= PARALLEL_MIN else 1
     bounds = sorted({0, size, *(s for s, _ in heads),
                      *(_line_aligned_bounds(name, size, workers) if workers > 1 else ())})
-    parts = _summarise_ranges(name, bounds, workers)
-    segments: list[tuple[bytes | None, LogSummary]] = [(None, LogSummary(name=name))]
+    parts: list[LogSummary] = _summarise_ranges(name, bounds, workers)
+    segments: Segments = [(None, LogSummary(name=name))]
     starts = dict(heads)
     for (a, _), part in zip(zip(bounds, bounds[1:], strict=False), parts, strict=True):
         if a in starts:

@@ -9,8 +9,6 @@ same `summarise_buffer` fast path as a one-run log.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,17 +19,12 @@ from specmon.analysis.logfile import (
     RUN_MARK,
     VLLM_RUN_MARKS,
     LogLines,
-    PartialRead,
     VllmRun,
-    find_all,
-    is_regular,
     json_rows,
     open_input,
     read_lines,
     run_segments,
-    summarise,
     summarise_buffer,
-    vllm_log,
 )
 from specmon.analysis.logsummary import LogSummary
 from specmon.errors import CliError
@@ -78,21 +71,8 @@ def run(args: argparse.Namespace) -> int:
             print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
             return NO_LINES
         return 0
-    if len(args.files) > 1 or _may_hold_runs(args.files[0]):  # (files are never merged:
-        return summary_by_run(args.files)  # two logs are two servers' runs, or two launches)
-    try:  # one plain file holding one run
-        total = summarise(args.files[0])
-    except PartialRead as exc:
-        print(exc.summary.render())  # what was read before the damage is still reported
-        raise
-    if total.engine == "vllm":  # a vLLM log its head did not tell (`vllm_log`): by runs
-        return summary_by_run(args.files)
-    if not total.recognised and not total.events:
-        print(total.render())
-        print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
-        return NO_LINES
-    print(total.render())
-    return 0
+    return summary_by_run(args.files)  # (files are never merged: two logs are two servers'
+    # runs, or two launches; a plain file is read once, cut at its runs as it is summarised)
 
 
 # --- runs in the summary --------------------------------------------------------------------------
@@ -220,31 +200,6 @@ def _file_runs(name: str) -> Iterator[RunPart] | None:
     return runs_of_segments(segments)
 
 
-def _may_hold_runs(name: str) -> bool:
-    """Whether FILE may hold more than one run (stdin, a pipe and .gz: yes, they are read once,
-    in order). A plain file is searched for `server_args=` (read, never mapped: see
-    `find_all`): two, or one after a batch line, mean runs."""
-    if name == "-":
-        return True  # stdin is read once, in order: by runs (it blended a log's runs)
-    if not is_regular(name):
-        return os.path.exists(name)  # (a FIFO: read in order; missing: summarise() says so)
-    try:
-        fh = open(name, "rb")  # noqa: SIM115 - closed below
-    except OSError:
-        return False  # summarise() reports the error in its own words
-    with fh:
-        try:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode) or fh.read(2) == b"\x1f\x8b":
-                return True
-            if vllm_log(fh):
-                return True  # (its launches are not `server_args=` lines: read by runs)
-            marks = find_all(fh, RUN_MARK, most=2)
-            return bool(marks) and (len(marks) == 2
-                                    or bool(find_all(fh, b" batch", end=marks[0], most=1)))
-        except OSError:
-            return False  # the summary reads it again and says what is wrong
-
-
 def summary_by_run(files: list[str]) -> int:
     """Each file's runs, one section each, printed as each run ends (a one-run file: its
     summary without a run header)."""
@@ -260,7 +215,8 @@ def summary_by_run(files: list[str]) -> int:
         try:
             for part in runs:
                 n += 1
-                found = found or bool(part.summary.recognised or part.has_args)
+                found = found or bool(part.summary.recognised or part.summary.events
+                                      or part.has_args)  # (start-up lines: a server log)
                 if n == 1:
                     first = part
                     continue
@@ -277,7 +233,7 @@ def summary_by_run(files: list[str]) -> int:
             elif n > 1:
                 print(f"\n{name}: {n} server runs")
     if not found:
-        print("specmon parse: no SGLang lines found", file=sys.stderr)
+        print("specmon parse: no SGLang lines found (nor vLLM lines)", file=sys.stderr)
         return NO_LINES
     return 0
 

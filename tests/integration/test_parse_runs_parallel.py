@@ -196,3 +196,50 @@ def test_an_error_in_a_later_run_comes_after_the_runs_before_it(
     in_order = capsys.readouterr()
     assert (cut.out, cut.err) == (in_order.out, in_order.err)
     assert "lines read: 3,001" in cut.out and "mixes engines" in cut.err  # run 1, then why
+
+
+@pytest.mark.parametrize("runs", [1, 4])
+def test_a_plain_file_is_read_once_cut_as_it_is_summarised(
+        tmp_path: Path, workers: None, runs: int, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No search of the whole file for its marks (and its CRs) before summarising it: the
+    chunks already read are searched (a search first read a 1M-line log twice: ~0.1 s of its
+    ~1 s parse, 0.2 s with runs, issue 25); what is printed is the in-order read's."""
+    body = generate_lines(4_000)
+    lines = [ARGS.format(s=0, tp=1)]
+    for r in range(1, runs):
+        lines += body[:1_000 * r] + [ARGS.format(s=r, tp=2 * r)]
+    lines += body
+    path = tmp_path / "runs.log"
+    path.write_text("\n".join(lines) + "\n")
+    searched: list[bytes] = []
+    real = logfile.find_all
+
+    def spy(fh: Any, needle: bytes, *a: Any, **k: Any) -> list[int]:
+        searched.append(needle)
+        return real(fh, needle, *a, **k)
+
+    monkeypatch.setattr(logfile, "find_all", spy)
+    monkeypatch.setattr(parse_cmd, "find_all", spy, raising=False)
+    assert main(["parse", str(path)]) == 0
+    cut = capsys.readouterr()
+    assert searched == []
+    monkeypatch.setattr(parse_cmd, "run_segments", lambda name: None)  # the in-order read
+    assert main(["parse", str(path)]) == 0
+    assert capsys.readouterr() == cut
+    assert cut.out.count("==== run ") == (runs if runs > 1 else 0)
+
+
+@pytest.mark.parametrize("end", ["\n", ""])
+def test_a_server_args_line_at_the_end_of_the_file(tmp_path: Path, workers: None,
+                                                    end: str) -> None:
+    """The last line holds the mark, with or without its newline: a run of its own (with no
+    lines yet), as the in-order read gives it."""
+    body = generate_lines(3_000)
+    path = tmp_path / "tail.log"
+    path.write_text("\n".join([ARGS.format(s=0, tp=1), *body, ARGS.format(s=9, tp=4)]) + end)
+    segments = run_segments(str(path))
+    assert segments is not None and len(segments) == 3
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert [p.args.get("tp_size") for p in fast] == [1, 4]
