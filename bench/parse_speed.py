@@ -166,6 +166,7 @@ def chunk_steps(path: Path) -> list[tuple[str, float]]:
     step("vLLM marker searches (3)",
          lambda: [p.search(buf, 0, end) for p in logfile._VLLM_MARKS])
     step("line count", lambda: buf.count(b"\n", 0, end))
+    step("server_args= search (run cuts)", lambda: buf.find(logfile.RUN_MARK, 0, end))
     gc.disable()  # as fastscan.scan_buffer does
     step("batch regex findall", lambda: fastscan._BATCH.findall(buf, 0, end))
     lines = box[0]

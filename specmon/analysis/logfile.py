@@ -29,7 +29,6 @@ from specmon.errors import CliError
 from specmon.jsonout import dumps_line
 from specmon.parse.fastscan import scan_buffer
 from specmon.parse.sglang import BatchRecord, parse_known, parse_line
-from specmon.redact import redact_obj
 
 CHUNK = 64 * 1024 * 1024
 READ = 1024 * 1024
@@ -257,6 +256,7 @@ def _json_in_order(name: str, kind: str, start: int, first_line: int,
 def _json_lines(lines: Iterator[tuple[int, bytes]], name: str, kind: str, guard: Any,
                 in_order: bool) -> Iterator[JsonChunk]:
     from specmon.parse.vllm import V0Differ, VllmEventRecord, engine_of
+    from specmon.redact import redact_obj
 
     v0 = V0Differ()  # vLLM V0 prints cumulative counts: per-interval ones from two lines
     rows: list[str] = []

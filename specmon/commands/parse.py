@@ -31,9 +31,22 @@ from specmon.errors import CliError
 from specmon.jsonout import dumps
 from specmon.numfmt import spread_text
 from specmon.parse.sglang import EventRecord, parse_line
-from specmon.parse.vllm import VllmEventRecord, repeats_config
 
 RUN_CHUNK = 4 * 1024 * 1024  # lines of one run handed to the fast path at a time
+
+
+def _vllm_event(rec: object) -> bool:
+    """Whether `rec` is a vLLM event record. vLLM's parser (its patterns: ~10 ms of an SGLang
+    log's parse) is imported by `parse_line` at the first vLLM line, not here: no such record
+    exists before it is."""
+    vllm = sys.modules.get("specmon.parse.vllm")
+    return vllm is not None and isinstance(rec, vllm.VllmEventRecord)
+
+
+def _repeats_config(args: dict[str, Any], data: dict[str, Any]) -> bool:
+    from specmon.parse.vllm import repeats_config
+
+    return repeats_config(args, data)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,7 +151,7 @@ def iter_runs(lines: Iterable[bytes]) -> Iterator[RunPart]:
                     done, cur = _run_at(cur, rec)
                     if done is not None:
                         yield end(done)
-                    if isinstance(rec, VllmEventRecord) and rec.kind == "server_args":
+                    if _vllm_event(rec) and rec.kind == "server_args":
                         vrun.configure(cur.args)  # (its config line, or a DP engine's copy)
                         cur.summary.speculative = bool(cur.args.get("speculative_algorithm"))
             pending.append(line)
@@ -163,8 +176,8 @@ def _run_at(cur: RunPart, rec: EventRecord) -> tuple[RunPart | None, RunPart]:
             done, cur = cur, RunPart(cur.index + 1)
         cur.start = cur.start or rec.timestamp or rec.time_of_day
         return done, cur
-    if (isinstance(rec, VllmEventRecord) and cur.has_args and not cur.summary.recognised
-            and repeats_config(cur.args, rec.data)):
+    if (_vllm_event(rec) and cur.has_args and not cur.summary.recognised
+            and _repeats_config(cur.args, rec.data)):
         return None, cur  # the next DP engine's copy of the config line: the same launch
     if cur.summary.recognised or cur.has_args:
         done, cur = cur, RunPart(cur.index + 1)
