@@ -1084,8 +1084,8 @@ def _line_start(fh: BinaryIO, pos: int, floor: int) -> int | None:
     """Where the line holding a mark at `pos` starts, if the mark ends within the line's first
     MAX_LINE bytes (else the in-order read cuts it away: None). `floor`: a line start at or
     before `pos` (no read goes below it, so all reads back stay within the file's size)."""
-    low = max(0, pos + len(RUN_MARK) - MAX_LINE)
-    bottom = max(low, floor)
+    low = max(0, pos + len(RUN_MARK) - MAX_LINE)  # the line must start here or after
+    bottom = max(low - 1, floor)  # (a newline just before `low`: the line starts at `low`)
     while pos > bottom:
         back = max(bottom, pos - (4 << 10))
         fh.seek(back)
@@ -1093,7 +1093,8 @@ def _line_start(fh: BinaryIO, pos: int, floor: int) -> int | None:
         if nl >= 0:
             return back + nl + 1
         pos = back
-    return bottom if bottom == floor or low == 0 else None
+    return floor if floor >= low else None  # (no newline after `bottom`: it starts at `floor`
+    # if that is `bottom`, else before `low`)
 
 
 def _line_at(fh: BinaryIO, start: int) -> tuple[bytes, int]:

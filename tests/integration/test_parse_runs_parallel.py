@@ -243,3 +243,22 @@ def test_a_server_args_line_at_the_end_of_the_file(tmp_path: Path, workers: None
     fast = list(runs_of_segments(segments))
     assert _view(fast) == _view(_in_order(path))
     assert [p.args.get("tp_size") for p in fast] == [1, 4]
+
+
+@pytest.mark.parametrize("past", [-1, 0, 1])
+def test_a_mark_that_ends_at_max_line_starts_a_run_as_in_order(tmp_path: Path, past: int) -> None:
+    """A line longer than MAX_LINE whose mark ends exactly at its MAX_LINE-th byte: the in-order
+    read keeps the whole mark (a run starts there); one byte further on it is cut away. The
+    look back from the mark stopped one byte short of the newline before the line."""
+    head = "[2026-02-26 19:16:02] "
+    pad = logfile.MAX_LINE - len(head) - len("server_args=") + past
+    long_args = head + "y" * pad + "server_args=ServerArgs(tp_size=4)" + "z" * 100
+    body = generate_lines(400)
+    path = tmp_path / "edge.log"
+    path.write_text("\n".join([ARGS.format(s=0, tp=1), *body, long_args, *body]) + "\n")
+    segments = run_segments(str(path))
+    assert segments is not None
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert len(fast) == (2 if past <= 0 else 1)
+
