@@ -657,7 +657,7 @@ def _summarise_stream(fh: BinaryIO, name: str, before: LogSummary | None = None)
     cr = b""  # a CR that ended the last block: CRLF or a lone CR, the next block says
     while True:
         try:
-            block = read(READ)
+            block = read(min(READ, MAX_LINE))  # (a line a block holds whole is not too long)
         except READ_ERRORS as exc:
             if skipping:
                 carry += cut_marker(MAX_LINE, None)
@@ -682,6 +682,12 @@ def _summarise_stream(fh: BinaryIO, name: str, before: LogSummary | None = None)
             carry += cut_marker(MAX_LINE, skipping + nl)
             skipping = 0
             block = block[nl:]  # from the newline that ends the cut line
+        elif (nl := block.find(b"\n")) >= 0 and open_len + nl > MAX_LINE:
+            # the open line ends in this block, longer than MAX_LINE (it never stood open past
+            # MAX_LINE at a block's end: a line of up to ~2 blocks): cut as the in-order read cuts
+            flush(final=False)  # (carry is now the open line's start: open_len bytes)
+            carry = (carry + block[:MAX_LINE - len(carry)]) + cut_marker(MAX_LINE, open_len + nl)
+            block = block[nl:]
         pending.append(block)
         size += len(block)
         last_nl = block.rfind(b"\n")

@@ -262,3 +262,20 @@ def test_a_mark_that_ends_at_max_line_starts_a_run_as_in_order(tmp_path: Path, p
     assert _view(fast) == _view(_in_order(path))
     assert len(fast) == (2 if past <= 0 else 1)
 
+
+@pytest.mark.parametrize("at", [0, 1000, 300_000])
+def test_a_long_line_ending_in_the_next_block_is_cut_as_in_order(tmp_path: Path, at: int) -> None:
+    """A batch line a little longer than MAX_LINE (READ) whose gen throughput lies past its
+    MAX_LINE-th byte: it never stood open past MAX_LINE at a block's end, and was summarised
+    whole (its throughput read) where the in-order read cuts it (no throughput)."""
+    line = ("[2026-11-01 00:00:01] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, "
+            "note: " + "z" * logfile.MAX_LINE + ", gen throughput (token/s): 123.45, #queue-req: 0")
+    text = "\n".join(generate_lines(4_000)) + "\n"
+    cut = text.index("\n", at) + 1 if at else 0
+    path = tmp_path / "long.log"
+    path.write_text(ARGS.format(s=0, tp=1) + "\n" + text[:cut] + line + "\n" + text[cut:])
+    segments = run_segments(str(path))
+    assert segments is not None
+    fast = list(runs_of_segments(segments))
+    assert _view(fast) == _view(_in_order(path))
+    assert fast[0].summary.throughput[(False, 4, None)] == 1  # (the cut line: unreadable)
