@@ -533,7 +533,7 @@ def _summarise_file(name: str, start: int, end: int, cutter: _Cutter | None = No
     there. Where a line may be longer than MAX_LINE, `_summarise_stream` takes over (it cuts).
     With a `cutter`, each line that holds RUN_MARK starts a piece of its own (`_Cutter`); the
     summary returned is that of the bytes before the first such line."""
-    total = LogSummary()
+    total = LogSummary(name=name)
     if cutter is not None:
         cutter.open = total
     with open(name, "rb") as fh:
@@ -580,12 +580,17 @@ class _Cutter:
     (the marks are searched in the chunk already read: ~15 ms a 64 MiB chunk, where a search
     of the whole file before summarising read it twice: ~0.1 s of a 1M-line parse, issue 25).
     The head line is the line as the in-order read yields it: here lines are shorter than
-    MAX_LINE, and a CR (a lone one ends a line) makes it give way."""
+    MAX_LINE, and a CR (a lone one ends a line) makes it give way. A range of one of `shares`
+    holds its share of MAX_RUN_HEADS and MAX_HEAD_BYTES (the file's limits hold in memory, not
+    only when the shares are joined; past them the searched cut decides)."""
 
-    def __init__(self) -> None:
-        self.open = LogSummary()  # the piece lines go into now
+    def __init__(self, name: str, shares: int = 1) -> None:
+        self.name = name
+        self.open = LogSummary(name=name)  # the piece lines go into now
         self.cuts: list[Cut] = []
         self._held = 0
+        self._most_heads = MAX_RUN_HEADS // shares
+        self._most_bytes = MAX_HEAD_BYTES // shares
 
     def chunk(self, buf: bytes, cut: int, pos: int, name: str) -> None:
         """Whole lines buf[:cut] (at file offset `pos`) into the open piece and new ones."""
@@ -604,19 +609,21 @@ class _Cutter:
             if head > a:
                 self.open.merge(summarise_buffer(buf[a:head], name))
             self._held += nl - head
-            if len(self.cuts) >= MAX_RUN_HEADS or self._held > MAX_HEAD_BYTES:
+            if len(self.cuts) >= self._most_heads or self._held > self._most_bytes:
                 raise _Uncut
-            self.open = LogSummary()
+            self.open = LogSummary(name=self.name)
             self.cuts.append((buf[head:nl], self.open))
             a = head
             m = buf.find(RUN_MARK, nl, cut)
         self.open.merge(summarise_buffer(buf[a:cut], name))
 
 
-def _cut_file(name: str, start: int, end: int) -> tuple[LogSummary, list[Cut]]:
-    """Bytes [start, end) summarised and cut before each RUN_MARK line (`_Cutter`): (the
-    summary before the first such line, then each line and its piece)."""
-    cutter = _Cutter()
+def _cut_file(name: str, start: int, end: int, shares: int = 1
+              ) -> tuple[LogSummary, list[Cut]]:
+    """Bytes [start, end), one of `shares` ranges of the file, summarised and cut before each
+    RUN_MARK line (`_Cutter`): (the summary before the first such line, then each line and its
+    piece)."""
+    cutter = _Cutter(name, shares)
     first = _summarise_file(name, start, end, cutter)
     return first, cutter.cuts
 
@@ -1139,8 +1146,8 @@ def run_segments(name: str) -> Segments | None:
     workers = min(_usable_cpus(), 8) if size >= PARALLEL_MIN else 1
     bounds = _line_aligned_bounds(name, size, workers) if workers > 1 else [0, size]
     try:
-        parts: list[tuple[LogSummary, list[Cut]]] = _summarise_ranges(name, bounds, workers,
-                                                                       _cut_file)
+        parts: list[tuple[LogSummary, list[Cut]]] = _summarise_ranges(
+            name, bounds, workers, functools.partial(_cut_file, shares=len(bounds) - 1))
     except _Uncut:
         parts = []  # (out of the handler: its traceback holds the chunk read, 64 MiB)
     if not parts:
@@ -1151,9 +1158,6 @@ def run_segments(name: str) -> Segments | None:
         for head, piece in cuts:
             segments.append((head, LogSummary(name=name)))
             segments[-1][1].merge(piece)
-    if (len(segments) > MAX_RUN_HEADS + 1
-            or sum(len(h) for h, _ in segments if h is not None) > MAX_HEAD_BYTES):
-        return None  # (each share kept to the limits; together they may pass them)
     return segments
 
 

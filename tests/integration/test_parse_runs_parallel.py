@@ -279,3 +279,44 @@ def test_a_long_line_ending_in_the_next_block_is_cut_as_in_order(tmp_path: Path,
     fast = list(runs_of_segments(segments))
     assert _view(fast) == _view(_in_order(path))
     assert fast[0].summary.throughput[(False, 4, None)] == 1  # (the cut line: unreadable)
+
+
+def test_the_held_run_lines_stay_within_the_file_limit_over_all_workers(
+        tmp_path: Path, workers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the 3 workers may hold a third of MAX_HEAD_BYTES of server_args lines: the
+    parent never holds more than the file's limit (each held it all: 3x), and past it the
+    searched cut decides (the file is read in order)."""
+    lines: list[str] = []
+    for i, line in enumerate(generate_lines(6_000)):
+        if i % 200 == 0:
+            lines.append(ARGS.format(s=i % 60, tp=1))
+        lines.append(line)
+    path = tmp_path / "heads.log"
+    path.write_text("\n".join(lines) + "\n")
+    per_line = len(ARGS.format(s=0, tp=1)) + 1
+    monkeypatch.setattr(logfile, "MAX_HEAD_BYTES", 20 * per_line)  # 30 lines, ~10 a worker
+    held: list[int] = []
+    real = logfile._summarise_ranges
+
+    def ranges(*a: Any, **k: Any) -> list[Any]:
+        parts = real(*a, **k)
+        held.append(sum(len(h) for _, cuts in parts for h, _ in cuts))
+        return parts
+
+    monkeypatch.setattr(logfile, "_summarise_ranges", ranges)
+    assert run_segments(str(path)) is None
+    assert all(h <= logfile.MAX_HEAD_BYTES for h in held), held
+    monkeypatch.setattr(logfile, "MAX_HEAD_BYTES", 64 * per_line)  # within: cut at once
+    held.clear()
+    segments = run_segments(str(path))
+    assert segments is not None and len(segments) == 31 and held == [30 * per_line]
+
+
+def test_each_piece_is_named_by_its_file(tmp_path: Path) -> None:
+    """A piece's name is what a mixed-engines error between two pieces names (it said `log`)."""
+    body = generate_lines(2_000)
+    path = tmp_path / "named.log"
+    path.write_text("\n".join([*body, ARGS.format(s=0, tp=1), *body]) + "\n")
+    first, cuts = logfile._cut_file(str(path), 0, path.stat().st_size)
+    assert len(cuts) == 1 and first.recognised and cuts[0][1].recognised
+    assert {first.name, cuts[0][1].name} == {str(path)}

@@ -142,7 +142,7 @@ def run_metered(buf: bytes, meter: Meter) -> Any:
             meter.py_lines += 1
         return tracer
 
-    cutter = logfile._Cutter()  # `specmon parse`'s step per chunk: its run cut, then the scan
+    cutter = logfile._Cutter("log")  # `specmon parse`'s step per chunk: its run cut, then the scan
     sys.settrace(tracer)
     try:
         cutter.chunk(tracked(meter)(buf), len(buf), 0, "log")
