@@ -552,9 +552,9 @@ def _summarise_file(name: str, start: int, end: int, cutter: _Cutter | None = No
                     raise _Uncut  # (its marks are cut where the in-order read cuts the line)
                 return _summarise_stream(_Range(fh, pos, end), name, total)  # type: ignore[arg-type]
             if cutter is not None:
-                cutter.chunk(buf, cut, pos, name)
+                cutter.chunk(buf, cut)
                 if final and cut < len(buf):
-                    cutter.chunk(buf[cut:] + b"\n", len(buf) - cut + 1, pos + cut, name)
+                    cutter.chunk(buf[cut:] + b"\n", len(buf) - cut + 1)
                     cut = len(buf)
                 pos += cut
                 continue
@@ -577,8 +577,9 @@ class _Uncut(Exception):
 
 class _Cutter:
     """Cuts a range's chunks before each line that holds RUN_MARK while they are summarised
-    (the marks are searched in the chunk already read: ~15 ms a 64 MiB chunk, where a search
-    of the whole file before summarising read it twice: ~0.1 s of a 1M-line parse, issue 25).
+    (the marks are searched in the chunk already read: ~18 ms a 64 MiB chunk, in the workers,
+    where a search of the whole file before them read it twice: 74 ms of a 1M-line parse's
+    wall, issue 25).
     The head line is the line as the in-order read yields it: here lines are shorter than
     MAX_LINE, and a CR (a lone one ends a line) makes it give way. A range of one of `shares`
     holds its share of MAX_RUN_HEADS and MAX_HEAD_BYTES (the file's limits hold in memory, not
@@ -592,8 +593,9 @@ class _Cutter:
         self._most_heads = MAX_RUN_HEADS // shares
         self._most_bytes = MAX_HEAD_BYTES // shares
 
-    def chunk(self, buf: bytes, cut: int, pos: int, name: str) -> None:
-        """Whole lines buf[:cut] (at file offset `pos`) into the open piece and new ones."""
+    def chunk(self, buf: bytes, cut: int) -> None:
+        """Whole lines buf[:cut] into the open piece and new ones."""
+        name = self.name
         if cut == 0:
             return
         if buf.find(b"\r", 0, cut) >= 0:

@@ -145,7 +145,7 @@ def run_metered(buf: bytes, meter: Meter) -> Any:
     cutter = logfile._Cutter("log")  # `specmon parse`'s step per chunk: its run cut, then the scan
     sys.settrace(tracer)
     try:
-        cutter.chunk(tracked(meter)(buf), len(buf), 0, "log")
+        cutter.chunk(tracked(meter)(buf), len(buf))
     finally:
         sys.settrace(None)
     assert not cutter.cuts  # (no server_args line: one piece, all of it metered)
