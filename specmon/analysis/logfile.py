@@ -533,9 +533,14 @@ def _summarise_file(name: str, start: int, end: int, cutter: _Cutter | None = No
     there. Where a line may be longer than MAX_LINE, `_summarise_stream` takes over (it cuts).
     With a `cutter`, each line that holds RUN_MARK starts a piece of its own (`_Cutter`); the
     summary returned is that of the bytes before the first such line."""
-    total = LogSummary(name=name)
-    if cutter is not None:
-        cutter.open = total
+    total = cutter.open if cutter is not None else LogSummary(name=name)
+
+    def take(buf: bytes, cut: int) -> None:  # whole lines buf[:cut]
+        if cutter is not None:
+            cutter.chunk(buf, cut)
+        elif cut:
+            total.merge(summarise_buffer(buf, name, cut))
+
     with open(name, "rb") as fh:
         pos = start
         while pos < end:
@@ -551,17 +556,9 @@ def _summarise_file(name: str, start: int, end: int, cutter: _Cutter | None = No
                 if cutter is not None:
                     raise _Uncut  # (its marks are cut where the in-order read cuts the line)
                 return _summarise_stream(_Range(fh, pos, end), name, total)  # type: ignore[arg-type]
-            if cutter is not None:
-                cutter.chunk(buf, cut)
-                if final and cut < len(buf):
-                    cutter.chunk(buf[cut:] + b"\n", len(buf) - cut + 1)
-                    cut = len(buf)
-                pos += cut
-                continue
-            if cut:
-                total.merge(summarise_buffer(buf, name, cut))
+            take(buf, cut)
             if final and cut < len(buf):  # the last line, without its newline: still a line
-                total.merge(summarise_buffer(buf[cut:] + b"\n", name))
+                take(buf[cut:] + b"\n", len(buf) - cut + 1)
                 cut = len(buf)
             pos += cut
     return total
