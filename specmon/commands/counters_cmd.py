@@ -22,7 +22,7 @@ from typing import Any
 
 from specmon.commands.options import add_json
 from specmon.errors import CliError
-from specmon.hosts.httpget import SCRAPE_DEADLINE_S
+from specmon.hosts.httpget import SCRAPE_DEADLINE_S, why
 from specmon.jsonout import dumps
 from specmon.numfmt import NA, num
 from specmon.redact import MASK, redact_text
@@ -55,7 +55,7 @@ def shown(text: object) -> str:
 
 
 def _why(exc: Exception) -> str:
-    return shown(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return shown(why(exc))
 
 
 def metrics_url(raw: str) -> Any:
