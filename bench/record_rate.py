@@ -7,7 +7,10 @@ measures, in the same run and against the same file:
   * live rate: `ssh HOST tail -F -n +1 FILE` (lines counted on our side) vs `specmon record
     HOST --log s=FILE --whole-file` (rows counted in its --out file), N lines each, wall time
     from process start to the N-th line, so both include connecting;
-  * backlog: `ssh HOST cat FILE | wc -l` vs `specmon record --whole-file` of a 2M-line file.
+  * backlog: `ssh HOST cat FILE | wc -l` vs `specmon record --whole-file` of a 2M-line file,
+    and two floors of any Python recorder over the same `ssh cat`: a loop that only writes one
+    JSON row a line (orjson), and one that also parses the line with specmon's parser (what a
+    row's "record" needs). They show what the 3x target leaves for the rest of the work.
   * paced (--paced-rate, --paced-seconds): the log written at 20k lines/s for 10 s while record
     and `ssh tail -F` follow it at once: each one's lag, and whether record kept up.
 Every row must arrive exactly once (count and offsets checked). Issue 22's targets: record
@@ -47,6 +50,39 @@ def raw_cat(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
                          check=True, capture_output=True, text=True).stdout
     dt = time.perf_counter() - t0
     assert int(out.split()[0]) == n, out
+    return dt
+
+
+# A floor of any Python recorder: one JSON row a line, with or without specmon's line parser.
+_FLOOR = """
+import sys, orjson
+from specmon.parse.sglang import parse_line
+parse = {parse}
+w = sys.stdout.buffer.write
+n = 0
+for off, line in enumerate(sys.stdin.buffer):
+    text = line.decode("utf-8", "replace").rstrip("\\n")
+    rec = parse_line(text) if parse else None
+    w(orjson.dumps({{"offset": off, "line": text,
+                    "record": rec.to_json() if rec is not None else None}}) + b"\\n")
+    n += 1
+sys.stderr.write(str(n))
+"""
+
+
+def python_floor(sshd: Sshd, kh: Path, path: Path, n: int, parse: bool) -> float:
+    """Seconds for `ssh cat FILE | python (FLOOR) > /dev/null`: every line read, every row made."""
+    code = _FLOOR.format(parse=parse)
+    t0 = time.perf_counter()
+    cat = subprocess.Popen(sshd.ssh_argv(kh, f"cat {path}"), stdout=subprocess.PIPE)
+    py = subprocess.run([sys.executable, "-c", code], stdin=cat.stdout,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, text=True,
+                        cwd=Path(__file__).resolve().parents[1])
+    assert cat.stdout is not None
+    cat.stdout.close()
+    cat.wait()
+    dt = time.perf_counter() - t0
+    assert int(py.stderr) == n, py.stderr
     return dt
 
 
@@ -194,6 +230,13 @@ def main() -> None:
                 print(f"  {ref_name:<18}: {r:7.2f} s {n / r:10.0f} lines/s")
                 print(f"  specmon record    : {s:7.2f} s {n / s:10.0f} lines/s")
                 print(f"  ratio             : {s / r:7.2f}x the time")
+                if label == "backlog":
+                    for parse, name in ((False, "python: row only"), (True, "python: parse+row")):
+                        f = min(python_floor(sshd, kh, path, n, parse) for _ in range(args.repeat))
+                        print(f"  {name:<18}: {f:7.2f} s {n / f:10.0f} lines/s  ({f / r:.2f}x "
+                              f"the reference: a floor for any Python recorder)")
+                        ratios.append(f"ratio floor_{'parse' if parse else 'row'}_vs_cat "
+                                      f"{f / r:.2f}")
                 ratios.append(f"ratio record_{label}_vs_{'tail' if label == 'live' else 'cat'} "
                               f"{s / r:.2f}")
                 path.unlink()

@@ -66,6 +66,8 @@ BENCHES = [
         Ratio(r"ratio record_live_vs_tail ([\d.]+)", "specmon record / ssh tail -F time, 100k lines"),
         Ratio(r"ratio record_backlog_vs_cat ([\d.]+)",
               "specmon record / ssh cat | wc -l time, 200k-line backlog"),
+        Ratio(r"ratio floor_parse_vs_cat ([\d.]+)",
+              "floor: ssh cat | python parse + JSON row a line / ssh cat | wc -l"),
     ]),
     Bench("drift_cost", ["drift_cost.py"], [
         Ratio(r"ratio ([\d.]+)", "us per record at n_base 15,611 / at n_base 76"),
