@@ -13,6 +13,8 @@ turn, best of --repeat; wall = elapsed, CPU = user + sys of the process and its 
     writes to /dev/null), the reference for the summary (issue 25's target: within 10x, wall
     and CPU);
   * `specmon parse FILE` of this tree;
+  * bench/parse_floor.py FILE: a Python process that only counts the lines and finds the batch
+    lines (one literal-first regex, no field read): what any Python scan of them costs at least;
   * with --against, the same command of another version: a wheel file, or a git rev (a commit,
     a tag, or a version with a `v` tag) built here into a wheel;
   * `specmon parse --json` on the first --json-lines lines against bench/json_reference.py,
@@ -236,7 +238,9 @@ def main() -> int:
             return 1
         cases = [Case("grep -c 'gen throughput'", [grep, "-c", "gen throughput", str(path)]),
                  Case("specmon parse (this tree)", [py, "-m", "specmon", "parse", str(path)],
-                      here)]
+                      here),
+                 Case("python floor (parse_floor.py)",
+                      [py, str(ROOT / "bench/parse_floor.py"), str(path)], here)]
         site: Path | None = None
         if args.against:
             site, label = install_against(args.against, tmp)
@@ -272,8 +276,11 @@ def main() -> int:
               ("parse_cpu_vs_grep", ours.cpu / grep_c.cpu)]
     print(f"target: within 10x grep, wall and CPU: "
           f"{'met' if max(r for _, r in ratios) <= 10 else 'NOT met'}")
-    if len(cases) > 2:
-        ratios += against("parse", ours, cases[2])
+    floor = cases[2]
+    ratios += [("floor_wall_vs_grep", floor.wall / grep_c.wall),
+               ("floor_cpu_vs_grep", floor.cpu / grep_c.cpu)]
+    if len(cases) > 3:
+        ratios += against("parse", ours, cases[3])
     if json_cases:
         ref, js = json_cases[:2]
         print(f"JSON, {args.json_lines:,} lines to /dev/null: reference {ref.wall:.3f} s wall "

@@ -45,6 +45,8 @@ BENCHES = [
     Bench("parse", ["parse_speed.py", "--lines", "1000000", "--repeat", "3"], [
         Ratio(r"ratio parse_wall_vs_grep ([\d.]+)", "specmon parse wall / grep -c wall, 1M lines"),
         Ratio(r"ratio parse_cpu_vs_grep ([\d.]+)", "specmon parse CPU / grep -c CPU, 1M lines"),
+        Ratio(r"ratio floor_cpu_vs_grep ([\d.]+)",
+              "floor: python finds the batch lines (bench/parse_floor.py) CPU / grep CPU"),
         Ratio(r"ratio parse_cpu_vs_against ([\d.]+)", "specmon parse CPU / --against's CPU"),
         Ratio(r"ratio json_wall_vs_reference ([\d.]+)",
               "parse --json wall / json_reference.py wall, 100k lines"),
