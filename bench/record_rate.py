@@ -8,9 +8,9 @@ measures, in the same run and against the same file:
     HOST --log s=FILE --whole-file` (rows counted in its --out file), N lines each, wall time
     from process start to the N-th line, so both include connecting;
   * backlog: `ssh HOST cat FILE | wc -l` vs `specmon record --whole-file` of a 2M-line file,
-    and two floors of any Python recorder over the same `ssh cat`: a loop that only writes one
-    JSON row a line (orjson), and one that also parses the line with specmon's parser (what a
-    row's "record" needs). They show what the 3x target leaves for the rest of the work.
+    and two floors of any Python recorder over the same `ssh cat` (bench/record_floor.py): a
+    loop that only writes one JSON row a line (orjson), and one that also parses the line with
+    specmon's parser (what a row's "record" needs): what the 3x target leaves for the rest.
   * paced (--paced-rate, --paced-seconds): the log written at 20k lines/s for 10 s while record
     and `ssh tail -F` follow it at once: each one's lag, and whether record kept up.
 Every row must arrive exactly once (count and offsets checked). Issue 22's targets: record
@@ -53,31 +53,14 @@ def raw_cat(sshd: Sshd, kh: Path, path: Path, n: int) -> float:
     return dt
 
 
-# A floor of any Python recorder: one JSON row a line, with or without specmon's line parser.
-_FLOOR = """
-import sys, orjson
-from specmon.parse.sglang import parse_line
-parse = {parse}
-w = sys.stdout.buffer.write
-n = 0
-for off, line in enumerate(sys.stdin.buffer):
-    text = line.decode("utf-8", "replace").rstrip("\\n")
-    rec = parse_line(text) if parse else None
-    w(orjson.dumps({{"offset": off, "line": text,
-                    "record": rec.to_json() if rec is not None else None}}) + b"\\n")
-    n += 1
-sys.stderr.write(str(n))
-"""
-
-
 def python_floor(sshd: Sshd, kh: Path, path: Path, n: int, parse: bool) -> float:
-    """Seconds for `ssh cat FILE | python (FLOOR) > /dev/null`: every line read, every row made."""
-    code = _FLOOR.format(parse=parse)
+    """Seconds for `ssh cat FILE | python bench/record_floor.py > /dev/null`: every line read,
+    every row made (a floor of any Python recorder, with or without parsing)."""
+    floor = [sys.executable, str(Path(__file__).with_name("record_floor.py"))]
     t0 = time.perf_counter()
     cat = subprocess.Popen(sshd.ssh_argv(kh, f"cat {path}"), stdout=subprocess.PIPE)
-    py = subprocess.run([sys.executable, "-c", code], stdin=cat.stdout,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, text=True,
-                        cwd=Path(__file__).resolve().parents[1])
+    py = subprocess.run(floor + ["--parse"] * parse, stdin=cat.stdout,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, text=True)
     assert cat.stdout is not None
     cat.stdout.close()
     cat.wait()
