@@ -79,15 +79,20 @@ async def test_a_link_another_user_puts_at_the_log_name_is_not_followed(host, tm
     try:
         await col.wait_lines(1)
         os.rename(log, shared / "grp" / "s.log.1")
-        os.symlink(private / "private.txt", log)
-        os.lchown(log, OTHER_UID, OTHER_UID)  # mallory's link
+        # mallory's link, made aside and renamed in (a link made in place and then chowned is
+        # root's own link for a moment, which the tail rightly follows if it looks then)
+        aside = shared / "grp" / "aside"
+        os.symlink(private / "private.txt", aside)
+        os.lchown(aside, OTHER_UID, OTHER_UID)
+        os.rename(aside, log)
         await until(lambda: any(f"a link made by uid {OTHER_UID}" in n.detail["error"]
                                 for n in col.notices("error")), what="the link refused")
         os.unlink(log)
         # a folder on the way swapped for a link into the user's private folder
         os.rename(shared / "grp", shared / "grp.old")
-        os.symlink(private, shared / "grp")
-        os.lchown(shared / "grp", OTHER_UID, OTHER_UID)
+        os.symlink(private, shared / "aside")
+        os.lchown(shared / "aside", OTHER_UID, OTHER_UID)
+        os.rename(shared / "aside", shared / "grp")
         await until(lambda: any("leads out of the log's folder" in n.detail["error"]
                                 for n in col.notices("error")), what="the folder refused")
         os.unlink(shared / "grp")
