@@ -40,7 +40,7 @@ from specmon.control.gpus import GpuPids, GpuProbe, NvmlGpuProbe, SimGpuProbe
 from specmon.control.progress import ProgressTracker, StartProgress
 from specmon.hosts.agent_client import AgentClient, AgentError
 from specmon.hosts.base import Host, HostError, PortForward
-from specmon.sources.discovery import is_worker_title
+from specmon.sources.discovery import is_worker_title, worker_order
 
 AUDIT_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "TORCH_")
 WORKER_PREFIX = "sglang::scheduler"  # kept for callers; titles are matched by is_worker_title
@@ -536,14 +536,16 @@ class ServerController:
         leader = int(rec["pid"])
         if leader not in argv_of:
             return None
-        targets: list[tuple[int, str, Literal["launcher", "worker"]]] = [
-            (leader, _title(argv_of[leader]), "launcher")]
+        workers: list[tuple[int, str, Literal["launcher", "worker"]]] = []
         todo = [leader]
         while todo:
             for pid, argv in kids.get(todo.pop(), []):
                 todo.append(pid)
                 if argv and is_worker_title(argv[0]):
-                    targets.append((pid, argv[0].split()[0], "worker"))
+                    workers.append((pid, argv[0].split()[0], "worker"))
+        workers.sort(key=lambda w: worker_order(w[1], w[0]))
+        targets: list[tuple[int, str, Literal["launcher", "worker"]]] = [
+            (leader, _title(argv_of[leader]), "launcher"), *workers]
         expected = self.profile.launch_env()
         audit = AUDIT_PREFIXES + (AUDIT_PREFIXES_VLLM if self.profile.engine == "vllm" else ())
         prefixes = sorted(set(audit) | set(expected))

@@ -122,6 +122,16 @@ def is_worker_title(argv0: str) -> bool:
     return WORKER_TITLE.match(argv0) is not None
 
 
+def worker_order(title: str, pid: int) -> tuple[list[tuple[int, str]], int]:
+    """Sort key: workers by rank as their titles number them (`..._TP2` before `..._TP10`),
+    then pid. Process-table order is pid order, which a wrapped pid counter (pid_max 32768)
+    turns around: TP1 could be listed, and shown, before TP0. A run of digits compares by
+    length, then text (no int(): a title is another user's text, of any length)."""
+    parts = [(len(t.lstrip("0")), t.lstrip("0")) if i % 2 else (0, t)
+             for i, t in enumerate(re.split(r"(\d+)", title))]
+    return parts, pid
+
+
 def _is_vllm_main(argv: list[str], i: int, interp: bool) -> bool:
     """`vllm serve ...` (the console script, or `python -m vllm.entrypoints.cli.main serve`),
     `python -m vllm.entrypoints.openai.api_server ...`, or `specmon sim server --engine vllm`
@@ -263,7 +273,7 @@ def find_servers(procs: list[Proc]) -> list[DiscoveredServer]:
         seen[s.port] = seen.get(s.port, 0) + 1
     for s in servers:
         s.name = f"{s.engine}-{s.port}" if seen[s.port] == 1 else f"{s.engine}-{s.port}-{s.pid}"
-        s.workers.sort()
+        s.workers.sort(key=lambda w: worker_order(w[1], w[0]))
     return servers
 
 

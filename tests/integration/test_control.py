@@ -201,6 +201,36 @@ async def test_missing_in_worker_flag_and_unreadable_is_not_missing(hp, tmp_path
             kill_group(rb.pid)
 
 
+async def test_the_audit_lists_workers_by_rank_not_by_pid(hp, tmp_path):
+    """Process-table order is pid order; once the pid counter wraps (pid_max 32768) TP1 can
+    have a lower pid than TP0, and the audit listed it first (a CI run saw exactly that). Real
+    processes: a leader whose workers start in the order TP10, TP1, TP2, TP0."""
+    titles = ["sglang::scheduler_TP10", "sglang::scheduler_TP1", "sglang::scheduler_TP2",
+              "sglang::scheduler_TP0"]
+    script = "".join(f"exec -a {t} sleep 60 & " for t in titles) + "wait"
+    leader = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    try:
+        def children() -> int:
+            with open(f"/proc/{leader.pid}/task/{leader.pid}/children") as f:
+                kids = f.read().split()
+            return sum(cmdline(int(k))[:1] in ([t] for t in titles) for k in kids)
+
+        deadline = asyncio.get_running_loop().time() + 20
+        while children() < len(titles):
+            assert asyncio.get_running_loop().time() < deadline, "the workers did not start"
+            await asyncio.sleep(0.05)
+        async with ctl(hp, sim_profile(tmp_path, "ranks", [0])) as c:
+            audit = await c.audit_env({"pid": leader.pid})
+        assert audit is not None
+        assert [p.title for p in audit.workers] == [
+            "sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::scheduler_TP2",
+            "sglang::scheduler_TP10"]
+        assert audit.processes[0].role == "launcher" and audit.processes[0].pid == leader.pid
+    finally:
+        kill_group(leader.pid)
+        leader.wait(10)
+
+
 async def test_crash_during_start_returns_log_tail_and_traceback(hp, tmp_path):
     prof = sim_profile(tmp_path, "crash", [0])
     prof.command = [sys.executable, "-c",

@@ -55,6 +55,21 @@ def test_find_servers_groups_workers_and_reads_flags():
     assert sim.simulated and sim.kind == "baseline" and sim.port == 31000
 
 
+def test_workers_are_listed_by_rank_even_when_the_pids_wrapped():
+    """pid_max wraps: TP0 at 32760, TP1 at 310. Ranks count as numbers (TP2 before TP10), and
+    a title with 5,000 digits (anyone's text) is ordered too, not an int() error."""
+    huge = "sglang::scheduler_DP0_TP" + "9" * 5000
+    procs = [Proc(300, 1, 0, [PY, "-m", "sglang.launch_server", "--tp-size", "4"])]
+    procs += [Proc(pid, 300, 0, [title]) for pid, title in (
+        (301, huge), (305, "sglang::scheduler_DP0_TP10"), (310, "sglang::scheduler_DP0_TP1"),
+        (320, "sglang::scheduler_DP0_TP2"), (32760, "sglang::scheduler_DP0_TP0"))]
+    (server,) = find_servers(procs)
+    assert server.workers == [(32760, "sglang::scheduler_DP0_TP0"),
+                              (310, "sglang::scheduler_DP0_TP1"),
+                              (320, "sglang::scheduler_DP0_TP2"),
+                              (305, "sglang::scheduler_DP0_TP10"), (301, huge)]
+
+
 def test_log_from_fds_prefers_stderr_file_and_rejects_pipes_ttys_deleted():
     assert log_from_fds({"1": {"target": "/x/out.log", "regular": True},
                          "2": {"target": "/x/err.log", "regular": True}})[0] == "/x/err.log"
