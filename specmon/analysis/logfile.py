@@ -610,7 +610,7 @@ class _Cutter:
             self._held += nl - head
             if len(self.cuts) >= self._most_heads or self._held > self._most_bytes:
                 raise _Uncut
-            self.open = LogSummary(name=self.name)
+            self.open = LogSummary(name=name)
             self.cuts.append((buf[head:nl], self.open))
             a = head
             m = buf.find(RUN_MARK, nl, cut)

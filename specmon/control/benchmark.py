@@ -128,8 +128,6 @@ async def server_info(client: httpx.AsyncClient) -> dict[str, Any] | None:
     return None
 
 
-
-
 async def _bounded(client: httpx.AsyncClient, path: str) -> bytes | None:
     """GET `path`'s body, bounded as every scrape is (`hosts.httpget`: MAX_TEXT bytes, 15 s);
     None when there is none (a status other than 200, a failure, over the bounds)."""
